@@ -1,0 +1,59 @@
+#include "cache/constant_store.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/util/sha256.h"
+
+namespace kiln::cache {
+
+absl::StatusOr<bool> ConstantStore::Put(const std::string& hash, const void* data,
+                                        int64_t size) {
+  if (Contains(hash)) return false;
+  // Hash outside the lock: it is the slow part.
+  if (runtime::Sha256Hex(data, static_cast<size_t>(size)) != hash) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("constant bytes do not match their hash ", hash));
+  }
+  const size_t alloc = (static_cast<size_t>(size) + 63) / 64 * 64 + 64;
+  auto* raw = static_cast<uint8_t*>(std::aligned_alloc(64, alloc));
+  if (raw == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", size, " bytes"));
+  }
+  std::memcpy(raw, data, static_cast<size_t>(size));
+  runtime::ConstantData entry{std::shared_ptr<const uint8_t>(raw, [](const uint8_t* p) {
+                                std::free(const_cast<uint8_t*>(p));
+                              }),
+                              size};
+  absl::MutexLock lock(&mu_);
+  auto [it, inserted] = entries_.emplace(hash, std::move(entry));
+  if (inserted) bytes_ += size;
+  return inserted;
+}
+
+absl::StatusOr<runtime::ConstantData> ConstantStore::Get(const std::string& hash) const {
+  absl::MutexLock lock(&mu_);
+  auto it = entries_.find(hash);
+  if (it == entries_.end()) {
+    return absl::NotFoundError(absl::StrCat("constant ", hash, " not found"));
+  }
+  return it->second;
+}
+
+bool ConstantStore::Contains(const std::string& hash) const {
+  absl::MutexLock lock(&mu_);
+  return entries_.contains(hash);
+}
+
+size_t ConstantStore::count() const {
+  absl::MutexLock lock(&mu_);
+  return entries_.size();
+}
+
+int64_t ConstantStore::bytes() const {
+  absl::MutexLock lock(&mu_);
+  return bytes_;
+}
+
+}  // namespace kiln::cache

@@ -1,0 +1,68 @@
+// A compiled subgraph: the validated graph with inferred metas, one prepared
+// kernel per op node, and a static memory plan. Produced by Compile()
+// (compile/compiler.h), run by Execute() (exec/executor.h).
+//
+// Immutable after compilation, so any number of threads may execute it at
+// once; the only shared mutable state is the pool of per-run arenas, which
+// is guarded by its own mutex.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "runtime/ir/graph.h"
+#include "runtime/kernels/kernel.h"
+
+namespace kiln::runtime {
+
+// Bytes of one constant, owned by whoever resolved it (the constant store);
+// the compiled graph keeps it alive.
+struct ConstantData {
+  std::shared_ptr<const uint8_t> bytes;
+  int64_t size = 0;
+};
+
+// Where a tensor value lives during a run.
+struct ValueSlot {
+  enum class Kind { kInput, kConstant, kArena };
+  Kind kind = Kind::kArena;
+  int index = 0;       // kInput: input position; kConstant: constants index
+  int64_t offset = 0;  // kArena: byte offset in the arena
+};
+
+struct CompiledStep {
+  int node = 0;  // index into graph.nodes
+  std::unique_ptr<Kernel> kernel;
+  std::vector<ValueRef> inputs;  // the node's tensor inputs, in kernel order
+};
+
+// A 64-byte aligned block for one run's intermediates and scratch.
+struct RunArena {
+  explicit RunArena(int64_t bytes);
+  ~RunArena();
+  RunArena(const RunArena&) = delete;
+  RunArena& operator=(const RunArena&) = delete;
+  uint8_t* data = nullptr;
+};
+
+struct CompiledGraph {
+  Graph graph;  // metas of every node output filled in
+  std::vector<CompiledStep> steps;
+  std::vector<std::vector<ValueSlot>> slots;  // [node][output]
+  std::vector<ConstantData> constants;
+  std::vector<TensorMeta> input_metas;
+  std::vector<TensorMeta> output_metas;
+  int64_t arena_bytes = 0;    // planned intermediates
+  int64_t scratch_bytes = 0;  // largest kernel scratch, after the arena
+
+  // Arenas of finished runs, reused by later ones.
+  mutable absl::Mutex pool_mu;
+  mutable std::vector<std::unique_ptr<RunArena>> pool;
+
+  int64_t TotalArenaBytes() const { return arena_bytes + scratch_bytes; }
+};
+
+}  // namespace kiln::runtime

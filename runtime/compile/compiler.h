@@ -1,0 +1,29 @@
+// Compilation of a decoded graph: resolve constants, prepare every op (which
+// checks its arguments and infers output metas), then plan memory.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "runtime/compile/compiled_graph.h"
+
+namespace kiln::runtime {
+
+// Looks up a constant by content hash: NOT_FOUND when absent.
+using ConstantResolver =
+    std::function<absl::StatusOr<ConstantData>(const std::string& hash)>;
+
+struct CompileLimits {
+  // Refuse graphs whose planned intermediates exceed this (bytes).
+  int64_t max_arena_bytes = int64_t{16} << 30;
+};
+
+// INVALID_ARGUMENT / UNIMPLEMENTED naming the node for bad or unsupported
+// input; FAILED_PRECONDITION when a constant was not uploaded.
+absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
+    Graph graph, const ConstantResolver& constants,
+    const CompileLimits& limits = {});
+
+}  // namespace kiln::runtime

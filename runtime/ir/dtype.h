@@ -1,0 +1,37 @@
+// Element types of the runtime. Values match kiln.v1.DType on the wire.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+
+namespace kiln::runtime {
+
+enum class DType : int {
+  kInvalid = 0,
+  kF32 = 1,
+  kF64 = 2,
+  kF16 = 3,
+  kBF16 = 4,
+  kI64 = 5,
+  kI32 = 6,
+  kI16 = 7,
+  kI8 = 8,
+  kU8 = 9,
+  kBool = 10,
+};
+
+// Bit for `dtype` in a DTypeMask (the op registry declares masks).
+constexpr uint32_t DTypeBit(DType dtype) { return 1u << static_cast<int>(dtype); }
+using DTypeMask = uint32_t;
+constexpr DTypeMask kF32Only = DTypeBit(DType::kF32);
+
+// Bytes per element; 0 for kInvalid or values outside the enum.
+size_t ElementSize(DType dtype);
+// "f32", "i64", ...; "invalid" for anything unknown.
+const char* DTypeName(DType dtype);
+// True for the enum's named values except kInvalid (wire values are
+// untrusted ints).
+bool IsValidDType(int wire_value);
+
+}  // namespace kiln::runtime

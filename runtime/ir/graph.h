@@ -1,0 +1,89 @@
+// The runtime's graph IR: an ATen-level graph in topological order, decoded
+// from kiln.v1.Graph (see ir/from_proto.h). Nodes reference earlier nodes'
+// outputs by (node, output) index; literals are kept as typed Args so each
+// op's prepare function can read them by position or by name.
+//
+// A Graph is a plain value: not thread-safe to mutate, safe to read from
+// several threads.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/ir/tensor_meta.h"
+
+namespace kiln::runtime {
+
+struct ValueRef {
+  int node = -1;
+  int output = 0;
+  bool operator==(const ValueRef& o) const {
+    return node == o.node && output == o.output;
+  }
+};
+
+// One argument of an op call: a tensor reference or a literal.
+struct Arg {
+  enum class Kind {
+    kNone,
+    kTensor,
+    kInt,
+    kFloat,
+    kBool,
+    kString,
+    kList,
+    kDType,
+    kDevice,
+    kMemoryFormat,
+  };
+  Kind kind = Kind::kNone;
+  ValueRef tensor;        // kTensor
+  int64_t i = 0;          // kInt, kDType (wire value), kMemoryFormat
+  double f = 0.0;         // kFloat
+  bool b = false;         // kBool
+  std::string s;          // kString, kDevice
+  std::vector<Arg> list;  // kList
+};
+
+struct NamedArg {
+  std::string name;
+  Arg value;
+};
+
+struct Node {
+  enum class Kind { kInput, kConstant, kOp };
+  Kind kind = Kind::kOp;
+  std::string name;  // for messages only
+
+  // kInput: position among the graph's inputs.
+  int input_index = -1;
+  // kConstant: content hash in the constant store.
+  std::string constant_hash;
+  // kOp: the ATen overload and its registry index.
+  std::string target;
+  int op_index = -1;
+  std::vector<Arg> args;
+  std::vector<NamedArg> kwargs;
+
+  // Output metas: given for inputs and constants, inferred for ops.
+  std::vector<TensorMeta> outputs;
+};
+
+struct Graph {
+  std::vector<Node> nodes;
+  std::vector<ValueRef> outputs;
+  int num_inputs = 0;
+
+  const TensorMeta& MetaOf(ValueRef v) const {
+    return nodes[v.node].outputs[v.output];
+  }
+};
+
+// Appends every tensor reference inside `arg` (depth first) to `out`.
+void CollectTensorRefs(const Arg& arg, std::vector<ValueRef>* out);
+// Tensor references of all args then kwargs of `node`, in order: the order
+// in which a kernel receives its inputs.
+std::vector<ValueRef> TensorInputsOf(const Node& node);
+
+}  // namespace kiln::runtime

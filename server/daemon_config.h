@@ -1,0 +1,31 @@
+// kilnd's command line: flags, defaults from the environment, --help text.
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace kiln::server {
+
+struct DaemonConfig {
+  std::string socket_path;  // unix socket; empty only when --no-unix
+  std::string tcp_address;  // host:port, empty = no TCP
+  std::string cache_dir;    // empty = no on-disk cache
+  std::string log_level = "info";
+  std::string log_file;
+  int threads = 0;  // 0 = all cores
+  bool help = false;
+  bool version = false;
+};
+
+// Default socket: $KILN_SOCKET, else $XDG_RUNTIME_DIR/kiln/kilnd.sock, else
+// /tmp/kiln-<uid>/kilnd.sock.
+std::string DefaultSocketPath();
+// Default cache: $KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else
+// ~/.cache/kiln.
+std::string DefaultCacheDir();
+
+absl::StatusOr<DaemonConfig> ParseFlags(int argc, char** argv);
+std::string HelpText();
+
+}  // namespace kiln::server

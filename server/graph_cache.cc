@@ -1,0 +1,109 @@
+#include "server/graph_cache.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "cache/graph_key.h"
+#include "kiln/v1/artifact.pb.h"
+#include "runtime/compile/compiler.h"
+#include "runtime/ir/from_proto.h"
+#include "runtime/util/status_macros.h"
+#include "spdlog/spdlog.h"
+
+namespace kiln::server {
+
+absl::StatusOr<std::shared_ptr<const runtime::CompiledGraph>> GraphCache::Build(
+    const kiln::v1::Graph& graph) {
+  KILN_ASSIGN_OR_RETURN(runtime::Graph ir, runtime::GraphFromProto(graph));
+  auto resolve = [this](const std::string& hash) { return constants_->Get(hash); };
+  KILN_ASSIGN_OR_RETURN(auto compiled, runtime::Compile(std::move(ir), resolve));
+  return std::shared_ptr<const runtime::CompiledGraph>(std::move(compiled));
+}
+
+absl::StatusOr<CompileResult> GraphCache::GetOrCompile(
+    const kiln::v1::Graph& graph, const std::map<std::string, std::string>& options,
+    bool use_disk_cache) {
+  const auto start = std::chrono::steady_clock::now();
+  CompileResult result;
+  result.key = cache::GraphKey(graph, options);
+  const std::string& key = result.key;
+  auto elapsed_ms = [&] {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+        .count();
+  };
+
+  {
+    absl::MutexLock lock(&mu_);
+    // Single flight: wait while another request compiles the same key.
+    auto not_in_flight = [this, &key]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return !in_flight_.contains(key);
+    };
+    mu_.Await(absl::Condition(&not_in_flight));
+    auto it = live_.find(key);
+    if (it != live_.end()) {
+      if (auto g = it->second.lock()) {
+        stats_.memory_hits++;
+        result.graph = std::move(g);
+        result.cache_hit = true;
+        result.compile_ms = elapsed_ms();
+        return result;
+      }
+    }
+    in_flight_[key] = 1;
+  }
+  auto finish = [this, &key]() {
+    absl::MutexLock lock(&mu_);
+    in_flight_.erase(key);
+  };
+
+  // On disk: a valid artifact for this key means the graph validated and
+  // compiled before with this runtime on this CPU. Its stored graph must be
+  // the one asked for (guards against a hash collision or a tampered file).
+  bool disk_hit = false;
+  if (use_disk_cache && artifacts_->enabled()) {
+    if (auto payload = artifacts_->Load(key)) {
+      kiln::v1::Artifact artifact;
+      if (artifact.ParseFromString(*payload) &&
+          cache::CanonicalGraphBytes(artifact.graph()) == cache::CanonicalGraphBytes(graph)) {
+        disk_hit = true;
+      } else {
+        spdlog::warn("cache entry {} does not match its key; recompiling", key);
+      }
+    }
+  }
+
+  auto built = Build(graph);
+  if (!built.ok()) {
+    finish();
+    return built.status();
+  }
+  if (disk_hit) {
+    stats_.disk_hits++;
+  } else {
+    stats_.compiled++;
+    stats_.misses++;
+    if (use_disk_cache && artifacts_->enabled()) {
+      kiln::v1::Artifact artifact;
+      *artifact.mutable_graph() = graph;
+      for (const auto& meta : (*built)->output_metas) {
+        runtime::MetaToProto(meta, artifact.add_outputs());
+      }
+      artifact.set_arena_bytes((*built)->arena_bytes);
+      artifacts_->Store(key, artifact.SerializeAsString());
+    }
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    live_[key] = *built;
+    in_flight_.erase(key);
+  }
+  result.graph = *std::move(built);
+  result.cache_hit = disk_hit;
+  result.compile_ms = elapsed_ms();
+  spdlog::info("compiled graph {} ({} steps, {} KiB arena) in {:.1f} ms{}", key.substr(0, 12),
+               result.graph->steps.size(), result.graph->TotalArenaBytes() / 1024,
+               result.compile_ms, disk_hit ? " [disk cache hit]" : "");
+  return result;
+}
+
+}  // namespace kiln::server

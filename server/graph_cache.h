@@ -1,0 +1,63 @@
+// Turns compile requests into compiled graphs, reusing earlier work: first
+// the graphs compiled in this process (by graph key), then the on-disk
+// artifact store, then a fresh compile (whose artifact is stored).
+//
+// Thread-safe. Two requests for the same key at the same moment compile
+// once: the second waits for the first (single flight).
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "cache/artifact_store.h"
+#include "cache/constant_store.h"
+#include "kiln/v1/kiln.pb.h"
+#include "runtime/compile/compiled_graph.h"
+
+namespace kiln::server {
+
+struct CompileResult {
+  std::shared_ptr<const runtime::CompiledGraph> graph;
+  std::string key;
+  bool cache_hit = false;
+  double compile_ms = 0;
+};
+
+struct CompileStats {
+  std::atomic<uint64_t> compiled{0};     // built from scratch
+  std::atomic<uint64_t> memory_hits{0};  // already compiled in this process
+  std::atomic<uint64_t> disk_hits{0};    // artifact found on disk
+  std::atomic<uint64_t> misses{0};
+};
+
+class GraphCache {
+ public:
+  GraphCache(cache::ConstantStore* constants, cache::ArtifactStore* artifacts)
+      : constants_(constants), artifacts_(artifacts) {}
+
+  absl::StatusOr<CompileResult> GetOrCompile(const kiln::v1::Graph& graph,
+                                             const std::map<std::string, std::string>& options,
+                                             bool use_disk_cache);
+  const CompileStats& stats() const { return stats_; }
+
+ private:
+  absl::StatusOr<std::shared_ptr<const runtime::CompiledGraph>> Build(
+      const kiln::v1::Graph& graph);
+
+  cache::ConstantStore* constants_;
+  cache::ArtifactStore* artifacts_;
+  CompileStats stats_;
+  absl::Mutex mu_;
+  // Live compiled graphs by key; weak so releasing every handle frees them.
+  absl::flat_hash_map<std::string, std::weak_ptr<const runtime::CompiledGraph>> live_
+      ABSL_GUARDED_BY(mu_);
+  // Keys being compiled right now, for single flight.
+  absl::flat_hash_map<std::string, int> in_flight_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace kiln::server

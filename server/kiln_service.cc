@@ -1,0 +1,248 @@
+#include "server/kiln_service.h"
+
+#include <unistd.h>
+
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/exec/executor.h"
+#include "runtime/ir/from_proto.h"
+#include "runtime/ops/registry.h"
+#include "runtime/util/cpu_features.h"
+#include "runtime/util/status_macros.h"
+#include "server/status_map.h"
+#include "spdlog/spdlog.h"
+
+namespace kiln::server {
+namespace {
+
+// Finishes a unary call with `status` mapped to gRPC.
+grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx, const absl::Status& status) {
+  auto* reactor = ctx->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+// Resolves a descriptor against the session's regions: it must name one of
+// them, lie inside it, hold `meta` exactly (dense, contiguous) and be aligned
+// for the element type.
+absl::StatusOr<uint8_t*> ResolveDescriptor(const Session& session,
+                                           const kiln::v1::TensorDescriptor& desc,
+                                           const runtime::TensorMeta& expected,
+                                           const std::string& what) {
+  auto fail = [&](const std::string& msg) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", msg));
+  };
+  auto meta = runtime::MetaFromProto(desc.meta());
+  if (!meta.ok()) return fail(std::string(meta.status().message()));
+  if (*meta != expected) {
+    return fail(absl::StrCat("tensor is ", meta->ToString(), ", the graph expects ",
+                             expected.ToString()));
+  }
+  const uint64_t needed = static_cast<uint64_t>(expected.ByteSize());
+  if (desc.byte_size() < needed) {
+    return fail(absl::StrCat("descriptor holds ", desc.byte_size(), " bytes, the tensor needs ",
+                             needed));
+  }
+  if (desc.offset() % runtime::ElementSize(expected.dtype) != 0) {
+    return fail(absl::StrCat("offset ", desc.offset(), " is not aligned to the element size"));
+  }
+  auto region = session.Region(desc.region_id());
+  if (!region.ok()) return fail(std::string(region.status().message()));
+  auto ptr = (*region)->Resolve(desc.offset(), desc.byte_size());
+  if (!ptr.ok()) return fail(std::string(ptr.status().message()));
+  return *ptr;
+}
+
+}  // namespace
+
+KilnService::KilnService(std::string cache_dir)
+    : artifacts_(std::move(cache_dir)), graphs_(&constants_, &artifacts_) {}
+
+grpc::ServerUnaryReactor* KilnService::OpenSession(grpc::CallbackServerContext* ctx,
+                                                   const kiln::v1::OpenSessionRequest* req,
+                                                   kiln::v1::OpenSessionResponse* resp) {
+  auto session = sessions_.Open(req->pid(), req->client_name());
+  resp->set_session_id(session->id());
+  resp->set_runtime_version(KILN_RUNTIME_VERSION);
+  spdlog::info("session {} opened by pid {} ({})", session->id().substr(0, 8), req->pid(),
+               req->client_name());
+  return Done(ctx, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* KilnService::CloseSession(grpc::CallbackServerContext* ctx,
+                                                    const kiln::v1::CloseSessionRequest* req,
+                                                    kiln::v1::CloseSessionResponse*) {
+  absl::Status s = sessions_.Close(req->session_id());
+  if (s.ok()) spdlog::info("session {} closed", req->session_id().substr(0, 8));
+  return Done(ctx, s);
+}
+
+grpc::ServerUnaryReactor* KilnService::RegisterRegion(grpc::CallbackServerContext* ctx,
+                                                      const kiln::v1::RegisterRegionRequest* req,
+                                                      kiln::v1::RegisterRegionResponse* resp) {
+  auto session = sessions_.Find(req->session_id());
+  if (!session.ok()) return Done(ctx, session.status());
+  auto region = ShmRegion::Open(req->name(), req->byte_size());
+  if (!region.ok()) return Done(ctx, region.status());
+  resp->set_region_id((*session)->AddRegion(std::move(*region)));
+  return Done(ctx, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* KilnService::UnregisterRegion(
+    grpc::CallbackServerContext* ctx, const kiln::v1::UnregisterRegionRequest* req,
+    kiln::v1::UnregisterRegionResponse*) {
+  auto session = sessions_.Find(req->session_id());
+  if (!session.ok()) return Done(ctx, session.status());
+  return Done(ctx, (*session)->RemoveRegion(req->region_id()));
+}
+
+grpc::ServerUnaryReactor* KilnService::GetCapabilities(grpc::CallbackServerContext* ctx,
+                                                       const kiln::v1::CapabilitiesRequest*,
+                                                       kiln::v1::CapabilitiesResponse* resp) {
+  resp->set_runtime_version(KILN_RUNTIME_VERSION);
+  resp->add_devices("CPU");
+  for (const runtime::OpDef& op : runtime::AllOps()) {
+    auto* support = resp->add_ops();
+    support->set_target(op.target);
+    for (int d = 1; d <= static_cast<int>(runtime::DType::kBool); ++d) {
+      if (op.dtypes & runtime::DTypeBit(static_cast<runtime::DType>(d))) {
+        support->add_dtypes(static_cast<kiln::v1::DType>(d));
+      }
+    }
+  }
+  for (const std::string& f : runtime::CpuFeatures()) resp->add_cpu_features(f);
+  return Done(ctx, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* KilnService::QueryConstants(grpc::CallbackServerContext* ctx,
+                                                      const kiln::v1::QueryConstantsRequest* req,
+                                                      kiln::v1::QueryConstantsResponse* resp) {
+  for (const std::string& h : req->hashes()) {
+    if (!constants_.Contains(h)) resp->add_missing(h);
+  }
+  return Done(ctx, absl::OkStatus());
+}
+
+absl::Status KilnService::DoUpload(const kiln::v1::UploadConstantsRequest& req,
+                                   kiln::v1::UploadConstantsResponse* resp) {
+  KILN_ASSIGN_OR_RETURN(auto session, sessions_.Find(req.session_id()));
+  for (int i = 0; i < req.constants_size(); ++i) {
+    const auto& c = req.constants(i);
+    const std::string what = absl::StrCat("constant ", i, " (", c.hash(), ")");
+    KILN_ASSIGN_OR_RETURN(runtime::TensorMeta meta, runtime::MetaFromProto(c.data().meta()));
+    KILN_ASSIGN_OR_RETURN(uint8_t * data, ResolveDescriptor(*session, c.data(), meta, what));
+    KILN_ASSIGN_OR_RETURN(bool stored, constants_.Put(c.hash(), data, meta.ByteSize()));
+    if (stored) {
+      resp->set_stored(resp->stored() + 1);
+    } else {
+      resp->set_already_present(resp->already_present() + 1);
+    }
+  }
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* KilnService::UploadConstants(
+    grpc::CallbackServerContext* ctx, const kiln::v1::UploadConstantsRequest* req,
+    kiln::v1::UploadConstantsResponse* resp) {
+  return Done(ctx, DoUpload(*req, resp));
+}
+
+absl::Status KilnService::DoCompile(const kiln::v1::CompileRequest& req,
+                                    kiln::v1::CompileResponse* resp) {
+  KILN_ASSIGN_OR_RETURN(auto session, sessions_.Find(req.session_id()));
+  std::map<std::string, std::string> options(req.options().begin(), req.options().end());
+  KILN_ASSIGN_OR_RETURN(CompileResult result,
+                        graphs_.GetOrCompile(req.graph(), options, req.model_caching()));
+  for (const auto& meta : result.graph->output_metas) {
+    runtime::MetaToProto(meta, resp->add_outputs());
+  }
+  resp->set_cache_hit(result.cache_hit);
+  resp->set_compile_ms(result.compile_ms);
+  resp->set_graph_key(result.key);
+  resp->set_handle(session->AddHandle(std::move(result.graph)));
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* KilnService::Compile(grpc::CallbackServerContext* ctx,
+                                               const kiln::v1::CompileRequest* req,
+                                               kiln::v1::CompileResponse* resp) {
+  absl::Status s = DoCompile(*req, resp);
+  if (!s.ok()) spdlog::info("compile refused: {}", s.ToString());
+  return Done(ctx, s);
+}
+
+absl::Status KilnService::DoExecute(const kiln::v1::ExecuteRequest& req,
+                                    kiln::v1::ExecuteResponse* resp) {
+  const auto start = std::chrono::steady_clock::now();
+  KILN_ASSIGN_OR_RETURN(auto session, sessions_.Find(req.session_id()));
+  KILN_ASSIGN_OR_RETURN(auto graph, session->Handle(req.handle()));
+  if (req.inputs_size() != static_cast<int>(graph->input_metas.size()) ||
+      req.outputs_size() != static_cast<int>(graph->output_metas.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "handle ", req.handle(), " takes ", graph->input_metas.size(), " inputs and ",
+        graph->output_metas.size(), " outputs; the request has ", req.inputs_size(), " and ",
+        req.outputs_size()));
+  }
+  std::vector<const void*> inputs;
+  std::vector<void*> outputs;
+  for (int i = 0; i < req.inputs_size(); ++i) {
+    KILN_ASSIGN_OR_RETURN(uint8_t * p, ResolveDescriptor(*session, req.inputs(i),
+                                                         graph->input_metas[i],
+                                                         absl::StrCat("input ", i)));
+    inputs.push_back(p);
+  }
+  for (int i = 0; i < req.outputs_size(); ++i) {
+    KILN_ASSIGN_OR_RETURN(uint8_t * p, ResolveDescriptor(*session, req.outputs(i),
+                                                         graph->output_metas[i],
+                                                         absl::StrCat("output ", i)));
+    outputs.push_back(p);
+  }
+  KILN_RETURN_IF_ERROR(runtime::Execute(*graph, inputs, outputs));
+  resp->set_run_us(
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+          .count());
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* KilnService::Execute(grpc::CallbackServerContext* ctx,
+                                               const kiln::v1::ExecuteRequest* req,
+                                               kiln::v1::ExecuteResponse* resp) {
+  absl::Status s = DoExecute(*req, resp);
+  executes_++;
+  if (!s.ok()) execute_errors_++;
+  return Done(ctx, s);
+}
+
+grpc::ServerUnaryReactor* KilnService::Release(grpc::CallbackServerContext* ctx,
+                                               const kiln::v1::ReleaseRequest* req,
+                                               kiln::v1::ReleaseResponse*) {
+  auto session = sessions_.Find(req->session_id());
+  if (!session.ok()) return Done(ctx, session.status());
+  return Done(ctx, (*session)->RemoveHandle(req->handle()));
+}
+
+grpc::ServerUnaryReactor* KilnService::GetStats(grpc::CallbackServerContext* ctx,
+                                                const kiln::v1::StatsRequest*,
+                                                kiln::v1::StatsResponse* resp) {
+  const CompileStats& cs = graphs_.stats();
+  resp->set_runtime_version(KILN_RUNTIME_VERSION);
+  resp->set_graphs_compiled(cs.compiled.load());
+  resp->set_cache_hits(cs.memory_hits.load() + cs.disk_hits.load());
+  resp->set_cache_misses(cs.misses.load());
+  resp->set_memory_cache_hits(cs.memory_hits.load());
+  resp->set_disk_cache_hits(cs.disk_hits.load());
+  resp->set_executes(executes_.load());
+  resp->set_execute_errors(execute_errors_.load());
+  resp->set_live_handles(sessions_.handle_count());
+  resp->set_sessions(sessions_.count());
+  resp->set_constants(constants_.count());
+  resp->set_constant_bytes(constants_.bytes());
+  resp->set_uptime_s(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+  resp->set_cache_dir(artifacts_.enabled() ? artifacts_.dir() : "");
+  resp->set_pid(getpid());
+  return Done(ctx, absl::OkStatus());
+}
+
+}  // namespace kiln::server

@@ -1,0 +1,72 @@
+// The kiln.v1.Kiln gRPC service (callback API). Every handler validates its
+// request, does the work through SessionRegistry / ConstantStore /
+// GraphCache / the runtime executor, and maps errors with ToGrpcStatus.
+// A bad request gets an error status and changes nothing else.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <string>
+
+#include "cache/artifact_store.h"
+#include "cache/constant_store.h"
+#include "kiln/v1/kiln.grpc.pb.h"
+#include "server/graph_cache.h"
+#include "server/session.h"
+
+namespace kiln::server {
+
+class KilnService final : public kiln::v1::Kiln::CallbackService {
+ public:
+  explicit KilnService(std::string cache_dir);
+
+  grpc::ServerUnaryReactor* OpenSession(grpc::CallbackServerContext* ctx,
+                                        const kiln::v1::OpenSessionRequest* req,
+                                        kiln::v1::OpenSessionResponse* resp) override;
+  grpc::ServerUnaryReactor* CloseSession(grpc::CallbackServerContext* ctx,
+                                         const kiln::v1::CloseSessionRequest* req,
+                                         kiln::v1::CloseSessionResponse* resp) override;
+  grpc::ServerUnaryReactor* RegisterRegion(grpc::CallbackServerContext* ctx,
+                                           const kiln::v1::RegisterRegionRequest* req,
+                                           kiln::v1::RegisterRegionResponse* resp) override;
+  grpc::ServerUnaryReactor* UnregisterRegion(grpc::CallbackServerContext* ctx,
+                                             const kiln::v1::UnregisterRegionRequest* req,
+                                             kiln::v1::UnregisterRegionResponse* resp) override;
+  grpc::ServerUnaryReactor* GetCapabilities(grpc::CallbackServerContext* ctx,
+                                            const kiln::v1::CapabilitiesRequest* req,
+                                            kiln::v1::CapabilitiesResponse* resp) override;
+  grpc::ServerUnaryReactor* QueryConstants(grpc::CallbackServerContext* ctx,
+                                           const kiln::v1::QueryConstantsRequest* req,
+                                           kiln::v1::QueryConstantsResponse* resp) override;
+  grpc::ServerUnaryReactor* UploadConstants(grpc::CallbackServerContext* ctx,
+                                            const kiln::v1::UploadConstantsRequest* req,
+                                            kiln::v1::UploadConstantsResponse* resp) override;
+  grpc::ServerUnaryReactor* Compile(grpc::CallbackServerContext* ctx,
+                                    const kiln::v1::CompileRequest* req,
+                                    kiln::v1::CompileResponse* resp) override;
+  grpc::ServerUnaryReactor* Execute(grpc::CallbackServerContext* ctx,
+                                    const kiln::v1::ExecuteRequest* req,
+                                    kiln::v1::ExecuteResponse* resp) override;
+  grpc::ServerUnaryReactor* Release(grpc::CallbackServerContext* ctx,
+                                    const kiln::v1::ReleaseRequest* req,
+                                    kiln::v1::ReleaseResponse* resp) override;
+  grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* ctx,
+                                     const kiln::v1::StatsRequest* req,
+                                     kiln::v1::StatsResponse* resp) override;
+
+ private:
+  absl::Status DoUpload(const kiln::v1::UploadConstantsRequest& req,
+                        kiln::v1::UploadConstantsResponse* resp);
+  absl::Status DoCompile(const kiln::v1::CompileRequest& req, kiln::v1::CompileResponse* resp);
+  absl::Status DoExecute(const kiln::v1::ExecuteRequest& req, kiln::v1::ExecuteResponse* resp);
+
+  const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  SessionRegistry sessions_;
+  cache::ConstantStore constants_;
+  cache::ArtifactStore artifacts_;
+  GraphCache graphs_;
+  std::atomic<uint64_t> executes_{0};
+  std::atomic<uint64_t> execute_errors_{0};
+};
+
+}  // namespace kiln::server

@@ -1,0 +1,103 @@
+#include "server/session.h"
+
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace kiln::server {
+
+uint64_t Session::AddRegion(std::shared_ptr<ShmRegion> region) {
+  absl::MutexLock lock(&mu_);
+  uint64_t id = next_region_++;
+  regions_.emplace(id, std::move(region));
+  return id;
+}
+
+absl::Status Session::RemoveRegion(uint64_t region_id) {
+  absl::MutexLock lock(&mu_);
+  if (regions_.erase(region_id) == 0) {
+    return absl::NotFoundError(absl::StrCat("region ", region_id, " is not registered"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<ShmRegion>> Session::Region(uint64_t region_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = regions_.find(region_id);
+  if (it == regions_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("region ", region_id, " is not registered in this session"));
+  }
+  return it->second;
+}
+
+uint64_t Session::AddHandle(std::shared_ptr<const runtime::CompiledGraph> graph) {
+  absl::MutexLock lock(&mu_);
+  uint64_t id = next_handle_++;
+  handles_.emplace(id, std::move(graph));
+  return id;
+}
+
+absl::Status Session::RemoveHandle(uint64_t handle) {
+  absl::MutexLock lock(&mu_);
+  if (handles_.erase(handle) == 0) {
+    return absl::NotFoundError(absl::StrCat("handle ", handle, " is not open in this session"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<const runtime::CompiledGraph>> Session::Handle(
+    uint64_t handle) const {
+  absl::MutexLock lock(&mu_);
+  auto it = handles_.find(handle);
+  if (it == handles_.end()) {
+    return absl::NotFoundError(absl::StrCat("handle ", handle, " is not open in this session"));
+  }
+  return it->second;
+}
+
+size_t Session::handle_count() const {
+  absl::MutexLock lock(&mu_);
+  return handles_.size();
+}
+
+std::shared_ptr<Session> SessionRegistry::Open(int pid, const std::string& client_name) {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  std::string id = absl::StrFormat("%016x%016x", rng(), rng());
+  auto session = std::make_shared<Session>(id, pid, client_name);
+  absl::MutexLock lock(&mu_);
+  sessions_.emplace(id, session);
+  return session;
+}
+
+absl::Status SessionRegistry::Close(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  if (sessions_.erase(id) == 0) {
+    return absl::NotFoundError(absl::StrCat("session ", id, " is not open"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<Session>> SessionRegistry::Find(const std::string& id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) {
+    return absl::NotFoundError(absl::StrCat("session '", id, "' is not open (daemon restarted?)"));
+  }
+  return it->second;
+}
+
+size_t SessionRegistry::count() const {
+  absl::MutexLock lock(&mu_);
+  return sessions_.size();
+}
+
+size_t SessionRegistry::handle_count() const {
+  absl::MutexLock lock(&mu_);
+  size_t n = 0;
+  for (const auto& [id, s] : sessions_) n += s->handle_count();
+  return n;
+}
+
+}  // namespace kiln::server

@@ -1,0 +1,66 @@
+// Client sessions: each client process opens one and names only its own
+// shared-memory regions and compiled handles through it.
+//
+// SessionRegistry is thread-safe. A Session's regions and handles are
+// guarded by the session's mutex; the region and graph objects they point
+// to are immutable and reference-counted, so a call may keep using them
+// after a concurrent release.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "runtime/compile/compiled_graph.h"
+#include "server/shm_region.h"
+
+namespace kiln::server {
+
+class Session {
+ public:
+  Session(std::string id, int pid, std::string client_name)
+      : id_(std::move(id)), pid_(pid), client_name_(std::move(client_name)) {}
+
+  const std::string& id() const { return id_; }
+  int pid() const { return pid_; }
+
+  uint64_t AddRegion(std::shared_ptr<ShmRegion> region);
+  absl::Status RemoveRegion(uint64_t region_id);
+  // NOT_FOUND naming the id when the region is not this session's.
+  absl::StatusOr<std::shared_ptr<ShmRegion>> Region(uint64_t region_id) const;
+
+  uint64_t AddHandle(std::shared_ptr<const runtime::CompiledGraph> graph);
+  absl::Status RemoveHandle(uint64_t handle);
+  absl::StatusOr<std::shared_ptr<const runtime::CompiledGraph>> Handle(uint64_t handle) const;
+  size_t handle_count() const;
+
+ private:
+  const std::string id_;
+  const int pid_;
+  const std::string client_name_;
+  mutable absl::Mutex mu_;
+  uint64_t next_region_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t next_handle_ ABSL_GUARDED_BY(mu_) = 1;
+  absl::flat_hash_map<uint64_t, std::shared_ptr<ShmRegion>> regions_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, std::shared_ptr<const runtime::CompiledGraph>> handles_
+      ABSL_GUARDED_BY(mu_);
+};
+
+class SessionRegistry {
+ public:
+  std::shared_ptr<Session> Open(int pid, const std::string& client_name);
+  absl::Status Close(const std::string& id);
+  // NOT_FOUND when unknown (e.g. opened with a daemon that has restarted).
+  absl::StatusOr<std::shared_ptr<Session>> Find(const std::string& id) const;
+  size_t count() const;
+  size_t handle_count() const;
+
+ private:
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace kiln::server

@@ -1,0 +1,81 @@
+#include "server/shm_region.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace kiln::server {
+
+bool IsValidRegionName(const std::string& name) {
+  constexpr char kPrefix[] = "kiln-";
+  if (name.size() <= sizeof(kPrefix) - 1 || name.size() > 200) return false;
+  if (name.compare(0, sizeof(kPrefix) - 1, kPrefix) != 0) return false;
+  for (char c : name) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+              (c >= '0' && c <= '9') || c == '-' || c == '_';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+absl::StatusOr<std::unique_ptr<ShmRegion>> ShmRegion::Open(const std::string& name,
+                                                           uint64_t byte_size) {
+  if (!IsValidRegionName(name)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "region name '", name, "' must be 'kiln-' followed by letters, digits, '-' or '_'"));
+  }
+  if (byte_size == 0 || byte_size > kMaxRegionBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "region size ", byte_size, " must be between 1 and ", kMaxRegionBytes));
+  }
+  const std::string path = "/" + name;
+  int fd = shm_open(path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0);
+  if (fd < 0) {
+    int err = errno;
+    if (err == ENOENT) return absl::NotFoundError(absl::StrCat("no shared memory object /dev/shm/", name));
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot open /dev/shm/", name, ": ", std::strerror(err)));
+  }
+  struct stat st {};
+  if (fstat(fd, &st) != 0) {
+    close(fd);
+    return absl::InternalError(absl::StrCat("fstat /dev/shm/", name, " failed"));
+  }
+  if (st.st_uid != geteuid()) {
+    close(fd);
+    return absl::PermissionDeniedError(
+        absl::StrCat("/dev/shm/", name, " belongs to another user"));
+  }
+  if (static_cast<uint64_t>(st.st_size) < byte_size) {
+    close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(
+        "region '", name, "' claims ", byte_size, " bytes but the object has ", st.st_size));
+  }
+  void* base = mmap(nullptr, byte_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (base == MAP_FAILED) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot map ", byte_size, " bytes of ", name, ": ", std::strerror(errno)));
+  }
+  return std::unique_ptr<ShmRegion>(new ShmRegion(name, static_cast<uint8_t*>(base), byte_size));
+}
+
+ShmRegion::~ShmRegion() { munmap(base_, size_); }
+
+absl::StatusOr<uint8_t*> ShmRegion::Resolve(uint64_t offset, uint64_t bytes) const {
+  // offset + bytes may overflow: compare against what is left instead.
+  if (offset > size_ || bytes > size_ - offset) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "descriptor [", offset, ", +", bytes, ") reaches past the end of region '",
+        name_, "' (", size_, " bytes)"));
+  }
+  return base_ + offset;
+}
+
+}  // namespace kiln::server

@@ -1,0 +1,50 @@
+// A client's POSIX shared-memory region mapped into the daemon, and the
+// bounds checks every tensor descriptor goes through.
+//
+// The client creates /dev/shm/<name>, registers it, and may unlink it right
+// away: the daemon's mapping keeps the memory alive until the region is
+// unregistered or the session closes. Not copyable; thread-safe for
+// concurrent Resolve() calls (the mapping is immutable).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace kiln::server {
+
+inline constexpr uint64_t kMaxRegionBytes = uint64_t{64} << 30;
+
+class ShmRegion {
+ public:
+  // Maps /dev/shm/<name>. INVALID_ARGUMENT for a name outside the
+  // "kiln-[A-Za-z0-9_-]+" pattern, a size larger than the object or
+  // kMaxRegionBytes; PERMISSION_DENIED for an object owned by another user;
+  // NOT_FOUND when it does not exist.
+  static absl::StatusOr<std::unique_ptr<ShmRegion>> Open(const std::string& name,
+                                                         uint64_t byte_size);
+  ~ShmRegion();
+  ShmRegion(const ShmRegion&) = delete;
+  ShmRegion& operator=(const ShmRegion&) = delete;
+
+  // Pointer to [offset, offset + bytes) when it lies inside the region
+  // (overflow-safe), else INVALID_ARGUMENT with the numbers.
+  absl::StatusOr<uint8_t*> Resolve(uint64_t offset, uint64_t bytes) const;
+
+  const std::string& name() const { return name_; }
+  uint64_t size() const { return size_; }
+
+ private:
+  ShmRegion(std::string name, uint8_t* base, uint64_t size)
+      : name_(std::move(name)), base_(base), size_(size) {}
+
+  std::string name_;
+  uint8_t* base_;
+  uint64_t size_;
+};
+
+bool IsValidRegionName(const std::string& name);
+
+}  // namespace kiln::server
