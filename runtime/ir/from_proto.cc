@@ -8,11 +8,18 @@ namespace kiln::runtime {
 namespace {
 
 absl::Status NodeError(int index, const kiln::v1::Node& node,
-                       const std::string& msg) {
+                       const std::string& msg,
+                       absl::StatusCode code = absl::StatusCode::kInvalidArgument) {
   std::string target =
       node.has_call() ? absl::StrCat(" (", node.call().target(), ")") : "";
-  return absl::InvalidArgumentError(absl::StrCat(
-      "node ", index, " '", node.name(), "'", target, ": ", msg));
+  return absl::Status(code, absl::StrCat("node ", index, " '", node.name(), "'",
+                                         target, ": ", msg));
+}
+
+// Prefixes `status` with the node while keeping its code.
+absl::Status NodeError(int index, const kiln::v1::Node& node,
+                       const absl::Status& status) {
+  return NodeError(index, node, std::string(status.message()), status.code());
 }
 
 absl::StatusOr<Arg> ArgFromProto(const kiln::v1::Argument& proto, int self,
@@ -139,7 +146,7 @@ absl::StatusOr<Graph> GraphFromProto(const kiln::v1::Graph& proto) {
         node.kind = Node::Kind::kInput;
         node.input_index = graph.num_inputs++;
         auto meta = MetaFromProto(pn.placeholder().meta());
-        if (!meta.ok()) return NodeError(i, pn, std::string(meta.status().message()));
+        if (!meta.ok()) return NodeError(i, pn, meta.status());
         node.outputs.push_back(*std::move(meta));
         break;
       }
@@ -152,7 +159,7 @@ absl::StatusOr<Graph> GraphFromProto(const kiln::v1::Graph& proto) {
           return NodeError(i, pn, "constant hash must be 64 lowercase hex digits");
         }
         auto meta = MetaFromProto(pn.constant().meta());
-        if (!meta.ok()) return NodeError(i, pn, std::string(meta.status().message()));
+        if (!meta.ok()) return NodeError(i, pn, meta.status());
         node.outputs.push_back(*std::move(meta));
         break;
       }
@@ -166,12 +173,12 @@ absl::StatusOr<Graph> GraphFromProto(const kiln::v1::Graph& proto) {
         }
         for (const auto& a : pn.call().args()) {
           auto arg = ArgFromProto(a, i, 0);
-          if (!arg.ok()) return NodeError(i, pn, std::string(arg.status().message()));
+          if (!arg.ok()) return NodeError(i, pn, arg.status());
           node.args.push_back(*std::move(arg));
         }
         for (const auto& kw : pn.call().kwargs()) {
           auto arg = ArgFromProto(kw.value(), i, 0);
-          if (!arg.ok()) return NodeError(i, pn, std::string(arg.status().message()));
+          if (!arg.ok()) return NodeError(i, pn, arg.status());
           node.kwargs.push_back({kw.name(), *std::move(arg)});
         }
         break;

@@ -1,0 +1,142 @@
+// Compile + Execute of small graphs through the real registry and kernels,
+// checked against values computed here.
+#include "runtime/compile/compiler.h"
+
+#include <cmath>
+#include <atomic>
+#include <map>
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "runtime/exec/executor.h"
+#include "runtime/ir/from_proto.h"
+#include "runtime/util/sha256.h"
+#include "tests/testing/proto_graph.h"
+
+namespace kiln::runtime {
+namespace {
+
+using kiln::testing::GraphBuilder;
+using kiln::testing::IntList;
+using kiln::testing::Ref;
+
+// Holds constant bytes by hash, as the daemon's constant store does.
+struct Constants {
+  std::map<std::string, std::vector<float>> data;
+  void Add(const std::vector<float>& v) { data[Sha256Hex(v.data(), v.size() * 4)] = v; }
+  ConstantResolver Resolver() {
+    return [this](const std::string& h) -> absl::StatusOr<ConstantData> {
+      auto it = data.find(h);
+      if (it == data.end()) return absl::NotFoundError(h);
+      auto bytes = std::shared_ptr<const uint8_t>(
+          reinterpret_cast<const uint8_t*>(it->second.data()), [](const uint8_t*) {});
+      return ConstantData{bytes, static_cast<int64_t>(it->second.size() * 4)};
+    };
+  }
+};
+
+TEST(Compiler, RunsAddReluChainAgainstReference) {
+  GraphBuilder b;
+  std::vector<float> bias = {-1.f, 0.5f, 2.f};
+  int x = b.Input({2, 3});
+  int c = b.Constant(bias, {3});
+  int add = b.Call("aten.add.Tensor", {Ref(x), Ref(c)});
+  int relu = b.Call("aten.relu.default", {Ref(add)});
+  int view = b.Call("aten.view.default", {Ref(relu), IntList({3, 2})});
+  b.Output(view);
+  b.Output(add);
+  Constants consts;
+  consts.Add(bias);
+  auto ir = GraphFromProto(b.graph());
+  ASSERT_TRUE(ir.ok()) << ir.status();
+  auto cg = Compile(*std::move(ir), consts.Resolver());
+  ASSERT_TRUE(cg.ok()) << cg.status();
+  ASSERT_EQ((*cg)->output_metas.size(), 2u);
+  EXPECT_EQ((*cg)->output_metas[0].shape, (std::vector<int64_t>{3, 2}));
+
+  std::vector<float> in = {0.f, -1.f, 3.f, 1.5f, -0.5f, -5.f};
+  std::vector<float> out0(6, 99.f), out1(6, 99.f);
+  const void* inputs[] = {in.data()};
+  void* outputs[] = {out0.data(), out1.data()};
+  ASSERT_TRUE(Execute(**cg, inputs, outputs).ok());
+  for (int i = 0; i < 6; ++i) {
+    double sum = static_cast<double>(in[i]) + bias[i % 3];
+    EXPECT_NEAR(out1[i], sum, 1e-6);
+    EXPECT_NEAR(out0[i], std::max(sum, 0.0), 1e-6);
+  }
+}
+
+TEST(Compiler, RefusesMissingConstant) {
+  GraphBuilder b;
+  int x = b.Input({3});
+  int c = b.Constant({1.f, 2.f, 3.f}, {3});
+  b.Output(b.Call("aten.add.Tensor", {Ref(x), Ref(c)}));
+  Constants none;
+  auto cg = Compile(*GraphFromProto(b.graph()), none.Resolver());
+  EXPECT_EQ(cg.status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(Compiler, RefusesConstantWhoseSizeDisagreesWithMeta) {
+  GraphBuilder b;
+  std::vector<float> v = {1.f, 2.f, 3.f};
+  int c = b.Constant(v, {3});
+  b.graph().mutable_nodes(c)->mutable_constant()->mutable_meta()->set_shape(0, 4);
+  b.graph().mutable_nodes(c)->mutable_constant()->mutable_meta()->clear_strides();
+  b.Output(b.Call("aten.relu.default", {Ref(c)}));
+  Constants consts;
+  consts.Add(v);
+  auto cg = Compile(*GraphFromProto(b.graph()), consts.Resolver());
+  EXPECT_EQ(cg.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(Compiler, RefusesReferenceToMissingOutputIndex) {
+  GraphBuilder b;
+  int x = b.Input({3});
+  int r = b.Call("aten.relu.default", {Ref(x)}, "r");
+  b.Output(b.Call("aten.relu.default", {Ref(r, 2)}, "uses_r_2"));
+  Constants none;
+  auto cg = Compile(*GraphFromProto(b.graph()), none.Resolver());
+  EXPECT_EQ(cg.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(cg.status().message().find("uses_r_2"), std::string::npos);
+}
+
+TEST(Compiler, RefusesPlanAboveMemoryLimit) {
+  GraphBuilder b;
+  int x = b.Input({1024, 1024});
+  b.Output(b.Call("aten.relu.default", {Ref(x)}));
+  Constants none;
+  CompileLimits limits;
+  limits.max_arena_bytes = 1 << 20;
+  auto cg = Compile(*GraphFromProto(b.graph()), none.Resolver(), limits);
+  EXPECT_EQ(cg.status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+TEST(Compiler, ConcurrentExecutionsGiveIndependentResults) {
+  GraphBuilder b;
+  int x = b.Input({4096});
+  b.Output(b.Call("aten.relu.default", {Ref(b.Call("aten.add.Tensor", {Ref(x), Ref(x)}))}));
+  Constants none;
+  auto cg = Compile(*GraphFromProto(b.graph()), none.Resolver());
+  ASSERT_TRUE(cg.ok());
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<float> in(4096), out(4096);
+      for (int it = 0; it < 50; ++it) {
+        for (int i = 0; i < 4096; ++i) in[i] = static_cast<float>((i + t * 7 + it) % 13) - 6.f;
+        const void* inputs[] = {in.data()};
+        void* outputs[] = {out.data()};
+        if (!Execute(**cg, inputs, outputs).ok()) failures++;
+        for (int i = 0; i < 4096; ++i) {
+          if (out[i] != std::max(2 * in[i], 0.f)) failures++;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+}
+
+}  // namespace
+}  // namespace kiln::runtime

@@ -1,0 +1,217 @@
+// The real service over a real unix socket and real shared memory: bad
+// requests get clear statuses and the daemon keeps serving good ones.
+#include "server/kiln_service.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+
+#include <grpcpp/grpcpp.h>
+
+#include "gtest/gtest.h"
+#include "runtime/util/sha256.h"
+#include "tests/testing/proto_graph.h"
+
+namespace kiln::server {
+namespace {
+
+using kiln::testing::F32Meta;
+using kiln::testing::GraphBuilder;
+using kiln::testing::Ref;
+namespace fs = std::filesystem;
+
+class KilnServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("kiln-svc-" + std::to_string(getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    service_ = std::make_unique<KilnService>((dir_ / "cache").string());
+    grpc::ServerBuilder builder;
+    target_ = "unix:" + (dir_ / "s.sock").string();
+    builder.AddListeningPort(target_, grpc::InsecureServerCredentials());
+    builder.RegisterService(service_.get());
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+    stub_ = kiln::v1::Kiln::NewStub(grpc::CreateChannel(target_, grpc::InsecureChannelCredentials()));
+    session_ = OpenSession();
+    // One shared-memory region for this client, unlinked once registered.
+    region_name_ = "kiln-svc-test-" + std::to_string(getpid());
+    int fd = shm_open(("/" + region_name_).c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(ftruncate(fd, kRegionBytes), 0);
+    base_ = static_cast<uint8_t*>(mmap(nullptr, kRegionBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+    close(fd);
+    region_id_ = Register(session_, region_name_);
+    shm_unlink(("/" + region_name_).c_str());
+  }
+  void TearDown() override {
+    server_->Shutdown();
+    munmap(base_, kRegionBytes);
+    fs::remove_all(dir_);
+  }
+
+  std::string OpenSession() {
+    grpc::ClientContext ctx;
+    kiln::v1::OpenSessionRequest req;
+    req.set_pid(getpid());
+    kiln::v1::OpenSessionResponse resp;
+    EXPECT_TRUE(stub_->OpenSession(&ctx, req, &resp).ok());
+    return resp.session_id();
+  }
+  uint64_t Register(const std::string& session, const std::string& name) {
+    grpc::ClientContext ctx;
+    kiln::v1::RegisterRegionRequest req;
+    req.set_session_id(session);
+    req.set_name(name);
+    req.set_byte_size(kRegionBytes);
+    kiln::v1::RegisterRegionResponse resp;
+    grpc::Status s = stub_->RegisterRegion(&ctx, req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return resp.region_id();
+  }
+  grpc::Status Compile(const kiln::v1::Graph& graph, kiln::v1::CompileResponse* resp,
+                       const std::string& session = "") {
+    grpc::ClientContext ctx;
+    kiln::v1::CompileRequest req;
+    req.set_session_id(session.empty() ? session_ : session);
+    *req.mutable_graph() = graph;
+    req.set_model_caching(true);
+    return stub_->Compile(&ctx, req, resp);
+  }
+  kiln::v1::TensorDescriptor Desc(uint64_t offset, const std::vector<int64_t>& shape) {
+    kiln::v1::TensorDescriptor d;
+    d.set_region_id(region_id_);
+    d.set_offset(offset);
+    int64_t n = 1;
+    for (int64_t s : shape) n *= s;
+    d.set_byte_size(n * 4);
+    *d.mutable_meta() = F32Meta(shape);
+    return d;
+  }
+  grpc::Status Execute(uint64_t handle, const kiln::v1::TensorDescriptor& in,
+                       const kiln::v1::TensorDescriptor& out, const std::string& session = "") {
+    grpc::ClientContext ctx;
+    kiln::v1::ExecuteRequest req;
+    req.set_session_id(session.empty() ? session_ : session);
+    req.set_handle(handle);
+    *req.add_inputs() = in;
+    *req.add_outputs() = out;
+    kiln::v1::ExecuteResponse resp;
+    return stub_->Execute(&ctx, req, &resp);
+  }
+  uint64_t CompileRelu(int n) {
+    GraphBuilder b;
+    int x = b.Input({n});
+    b.Output(b.Call("aten.relu.default", {Ref(x)}));
+    kiln::v1::CompileResponse resp;
+    grpc::Status s = Compile(b.graph(), &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return resp.handle();
+  }
+  void ExpectReluWorks(uint64_t handle) {
+    float* in = reinterpret_cast<float*>(base_);
+    float* out = reinterpret_cast<float*>(base_ + 4096);
+    for (int i = 0; i < 16; ++i) in[i] = static_cast<float>(i - 8);
+    grpc::Status s = Execute(handle, Desc(0, {16}), Desc(4096, {16}));
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    for (int i = 0; i < 16; ++i) EXPECT_EQ(out[i], std::max(0.f, in[i]));
+  }
+
+  static constexpr int64_t kRegionBytes = 1 << 16;
+  fs::path dir_;
+  std::string target_;
+  std::unique_ptr<KilnService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<kiln::v1::Kiln::Stub> stub_;
+  std::string session_;
+  std::string region_name_;
+  uint64_t region_id_ = 0;
+  uint8_t* base_ = nullptr;
+};
+
+TEST_F(KilnServiceTest, CompileAndExecuteThroughSharedMemory) {
+  ExpectReluWorks(CompileRelu(16));
+}
+
+TEST_F(KilnServiceTest, UnknownOpIsInvalidArgumentAndServingContinues) {
+  GraphBuilder b;
+  int x = b.Input({16});
+  b.Output(b.Call("aten.special_erfcx.default", {Ref(x)}, "erfcx_node"));
+  kiln::v1::CompileResponse resp;
+  grpc::Status s = Compile(b.graph(), &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("erfcx_node"), std::string::npos);
+  ExpectReluWorks(CompileRelu(16));
+}
+
+TEST_F(KilnServiceTest, DanglingReferenceIsInvalidArgument) {
+  GraphBuilder b;
+  int x = b.Input({16});
+  b.Output(b.Call("aten.relu.default", {Ref(x + 3)}));
+  kiln::v1::CompileResponse resp;
+  EXPECT_EQ(Compile(b.graph(), &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  ExpectReluWorks(CompileRelu(16));
+}
+
+TEST_F(KilnServiceTest, DescriptorPastRegionEndIsInvalidArgument) {
+  uint64_t h = CompileRelu(16);
+  grpc::Status s = Execute(h, Desc(kRegionBytes - 32, {16}), Desc(0, {16}));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("past the end"), std::string::npos) << s.error_message();
+  kiln::v1::TensorDescriptor huge = Desc(64, {16});
+  huge.set_byte_size(~uint64_t{0});
+  EXPECT_EQ(Execute(h, huge, Desc(0, {16})).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  ExpectReluWorks(h);
+}
+
+TEST_F(KilnServiceTest, DescriptorWithWrongShapeIsInvalidArgument) {
+  uint64_t h = CompileRelu(16);
+  EXPECT_EQ(Execute(h, Desc(0, {8}), Desc(4096, {16})).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(KilnServiceTest, OtherSessionsHandlesAndRegionsAreNotVisible) {
+  uint64_t h = CompileRelu(16);
+  std::string other = OpenSession();
+  EXPECT_EQ(Execute(h, Desc(0, {16}), Desc(4096, {16}), other).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(Execute(h, Desc(0, {16}), Desc(4096, {16}), "no-such-session").error_code(),
+            grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(KilnServiceTest, ConstantWithWrongHashIsRefused) {
+  std::vector<float> w = {1.f, 2.f, 3.f, 4.f};
+  std::memcpy(base_, w.data(), 16);
+  grpc::ClientContext ctx;
+  kiln::v1::UploadConstantsRequest req;
+  req.set_session_id(session_);
+  auto* c = req.add_constants();
+  c->set_hash(std::string(64, '0'));
+  *c->mutable_data() = Desc(0, {4});
+  kiln::v1::UploadConstantsResponse resp;
+  EXPECT_EQ(stub_->UploadConstants(&ctx, req, &resp).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+
+  grpc::ClientContext ok_ctx;
+  c->set_hash(runtime::Sha256Hex(w.data(), 16));
+  grpc::Status s = stub_->UploadConstants(&ok_ctx, req, &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(resp.stored(), 1u);
+}
+
+TEST_F(KilnServiceTest, SecondCompileOfTheSameGraphIsACacheHit) {
+  CompileRelu(32);
+  GraphBuilder b;
+  int x = b.Input({32}, "renamed");
+  b.Output(b.Call("aten.relu.default", {Ref(x)}, "also_renamed"));
+  kiln::v1::CompileResponse resp;
+  ASSERT_TRUE(Compile(b.graph(), &resp).ok());
+  EXPECT_TRUE(resp.cache_hit());
+}
+
+}  // namespace
+}  // namespace kiln::server

@@ -1,0 +1,61 @@
+// Shared-memory regions: names are confined to kiln-* objects in /dev/shm,
+// and every descriptor is bounds-checked without overflow.
+#include "server/shm_region.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <limits>
+
+#include "gtest/gtest.h"
+
+namespace kiln::server {
+namespace {
+
+std::string MakeObject(size_t size) {
+  std::string name = "kiln-test-" + std::to_string(getpid()) + "-" + std::to_string(size);
+  int fd = shm_open(("/" + name).c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  EXPECT_GE(fd, 0);
+  EXPECT_EQ(ftruncate(fd, static_cast<off_t>(size)), 0);
+  close(fd);
+  return name;
+}
+
+TEST(ShmRegion, RejectsNamesOutsideThePrefixOrWithPathCharacters) {
+  for (const char* bad : {"", "kiln-", "other", "kiln-../etc/passwd", "kiln-a/b", "/kiln-a",
+                          "kiln-a.b", "KILN-a"}) {
+    EXPECT_FALSE(IsValidRegionName(bad)) << bad;
+    EXPECT_EQ(ShmRegion::Open(bad, 64).status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+  EXPECT_TRUE(IsValidRegionName("kiln-123_abc-XYZ"));
+}
+
+TEST(ShmRegion, MissingObjectIsNotFound) {
+  EXPECT_EQ(ShmRegion::Open("kiln-does-not-exist-42", 64).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST(ShmRegion, RejectsSizeLargerThanTheObject) {
+  std::string name = MakeObject(4096);
+  EXPECT_EQ(ShmRegion::Open(name, 8192).status().code(), absl::StatusCode::kInvalidArgument);
+  shm_unlink(("/" + name).c_str());
+}
+
+TEST(ShmRegion, ResolveChecksBoundsWithoutOverflow) {
+  std::string name = MakeObject(4096);
+  auto region = ShmRegion::Open(name, 4096);
+  shm_unlink(("/" + name).c_str());  // the mapping outlives the name
+  ASSERT_TRUE(region.ok()) << region.status();
+  EXPECT_TRUE((*region)->Resolve(0, 4096).ok());
+  EXPECT_TRUE((*region)->Resolve(4000, 96).ok());
+  EXPECT_FALSE((*region)->Resolve(4000, 97).ok());
+  EXPECT_FALSE((*region)->Resolve(4097, 0).ok());
+  const uint64_t max = std::numeric_limits<uint64_t>::max();
+  EXPECT_FALSE((*region)->Resolve(8, max).ok());
+  EXPECT_FALSE((*region)->Resolve(max, 8).ok());
+  EXPECT_EQ((*region)->Resolve(4000, 97).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace kiln::server
