@@ -1,0 +1,264 @@
+"""The torch.compile backend: torch.compile(model, backend="kiln").
+
+Dynamo graph -> functional ATen graph (lowering.py) -> partitions the daemon
+supports (partition.py), each replaced by a KilnSubgraph; everything else
+runs in eager. Counters of what ran where are exposed by stats().
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+import operator
+import re
+import threading
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+import torch.fx as fx
+
+from kiln import lowering, partition
+from kiln.connection import Connection, get_connection
+from kiln.options import KilnOptions
+from kiln.subgraph import KilnSubgraph
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class BackendStats:
+    """What the backend did since the last reset_stats() (process-wide)."""
+    graphs: int = 0                # graphs handed to the backend
+    eager_graphs: int = 0          # of which run entirely in eager (autograd, lowering failed)
+    partitions: int = 0            # daemon partitions created
+    fallback_partitions: int = 0   # partitions the daemon rejected (now eager)
+    nodes_in_daemon: int = 0       # ATen nodes in live daemon partitions
+    nodes_in_eager: int = 0        # ATen (or Dynamo, for eager graphs) nodes left in eager
+
+
+_stats = BackendStats()
+_stats_lock = threading.Lock()
+_warned: set[str] = set()
+
+
+def stats() -> BackendStats:
+    """A copy of the backend's counters."""
+    with _stats_lock:
+        return dataclasses.replace(_stats)
+
+
+def reset_stats() -> None:
+    global _stats
+    with _stats_lock:
+        _stats = BackendStats()
+
+
+def _bump(**deltas: int) -> None:
+    with _stats_lock:
+        for key, delta in deltas.items():
+            setattr(_stats, key, getattr(_stats, key) + delta)
+
+
+def _warn_once(key: str, message: str, *args: object) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        log.warning(message, *args)
+
+
+def _needs_grad(args: Sequence[object]) -> bool:
+    return torch.is_grad_enabled() and any(
+        isinstance(a, torch.Tensor) and a.requires_grad for a in args)
+
+
+def _count_calls(gm: fx.GraphModule) -> int:
+    return sum(1 for n in gm.graph.nodes if n.op == "call_function")
+
+
+class CompiledGraph:
+    """What the backend returns for one Dynamo graph."""
+
+    def __init__(self, eager: Callable[..., Any], split: fx.GraphModule | None,
+                 subgraphs: Sequence[KilnSubgraph]):
+        self.eager = eager
+        self.split = split
+        self.subgraphs = list(subgraphs)
+
+    def __call__(self, *args: Any) -> Any:
+        if self.split is None:
+            return self.eager(*args)
+        if _needs_grad(args):
+            _warn_once("grad", "kiln: graph needs autograd; running it in eager "
+                       "(training is not supported yet)")
+            return self.eager(*args)
+        return self.split(*args)
+
+
+def _fetch_attr(gm: fx.GraphModule, target: str) -> torch.Tensor:
+    value: Any = gm
+    for part in target.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _on_fallback(sub: KilnSubgraph) -> None:
+    _bump(fallback_partitions=1, nodes_in_daemon=-sub.num_nodes, nodes_in_eager=sub.num_nodes)
+
+
+def _eager_graph(gm: fx.GraphModule) -> CompiledGraph:
+    _bump(eager_graphs=1, nodes_in_eager=_count_calls(gm))
+    return CompiledGraph(gm.forward, None, [])
+
+
+def _is_symbolic(args: Sequence[Any]) -> bool:
+    for a in args:
+        if isinstance(a, torch.SymInt):
+            return True
+        if isinstance(a, torch.Tensor) and any(not isinstance(d, int) for d in a.shape):
+            return True
+    return False
+
+
+class SpecializedGraph:
+    """A Dynamo graph with symbolic shapes, compiled once per concrete signature.
+
+    The daemon takes static shapes only; each new combination of input
+    shapes (up to MAX_SPECIALIZATIONS) gets a static compile, the rest run
+    in eager.
+    """
+
+    MAX_SPECIALIZATIONS = 8
+
+    def __init__(self, gm: fx.GraphModule, opts: KilnOptions, conn: Connection):
+        self.gm = gm
+        self.opts = opts
+        self.conn = conn
+        self.compiled: dict[tuple, CompiledGraph] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, *args: Any) -> Any:
+        if _needs_grad(args):
+            _warn_once("grad", "kiln: graph needs autograd; running it in eager "
+                       "(training is not supported yet)")
+            return self.gm(*args)
+        key = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a
+                    for a in args)
+        with self._lock:
+            compiled = self.compiled.get(key)
+            if compiled is None:
+                if len(self.compiled) >= self.MAX_SPECIALIZATIONS:
+                    _warn_once(f"spec:{id(self)}", "kiln: more than %d input shapes for one "
+                               "graph; new shapes run in eager", self.MAX_SPECIALIZATIONS)
+                    return self.gm(*args)
+                compiled = compile_graph(self.gm, args, self.opts, self.conn)
+                self.compiled[key] = compiled
+        return compiled(*args)
+
+
+_NODE_IN_MESSAGE = re.compile(r"node '([^']+)'")
+MAX_REPARTITIONS = 8
+
+
+def _rejected_node(sub: KilnSubgraph) -> str | None:
+    """The node a daemon rejection names, if it is one of sub's op nodes."""
+    match = _NODE_IN_MESSAGE.search(sub.fallback_reason or "")
+    if match is None:
+        return None
+    names = {n.name for n in sub.eager.graph.nodes if n.op == "call_function"}
+    return match.group(1) if match.group(1) in names else None
+
+
+def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any],
+                  opts: KilnOptions, conn: Connection) -> Callable[..., Any]:
+    """Lowers, partitions and compiles one Dynamo graph.
+
+    When the daemon rejects a partition naming one node (e.g. batch norm in
+    training mode), that node is moved to eager and the graph partitioned
+    again, so one unsupported use does not drag its neighbours into eager.
+    """
+    if _is_symbolic(example_inputs):
+        return SpecializedGraph(gm, opts, conn)
+    _bump(graphs=1)
+    if _needs_grad(example_inputs):
+        _warn_once("grad", "kiln: graph needs autograd; running it in eager "
+                   "(training is not supported yet)")
+        return _eager_graph(gm)
+    try:
+        lowered = lowering.lower(gm, example_inputs)
+    except lowering.LoweringError as e:
+        _warn_once(f"lower:{e}", "kiln: running graph in eager: %s", e)
+        return _eager_graph(gm)
+
+    caps = partition.capabilities_from_proto(conn.capabilities())
+    excluded: set[str] = set()
+    for attempt in range(MAX_REPARTITIONS + 1):
+        split = partition.partition(copy.deepcopy(lowered.gm), caps, excluded)
+        subgraphs = _compile_partitions(split, lowered, example_inputs, opts, conn)
+        rejected = {name for name in map(_rejected_node, subgraphs) if name} - excluded
+        if not rejected or attempt == MAX_REPARTITIONS:
+            break
+        log.warning("kiln: moving %s to eager and partitioning again",
+                    ", ".join(sorted(rejected)))
+        excluded |= rejected
+        for sub in subgraphs:
+            sub.close()
+
+    eager_nodes = 0
+    for node in split.graph.nodes:
+        if node.op == "call_function":
+            # getitems on a fused partition's tuple are plumbing, not work.
+            source = node.args[0] if node.args else None
+            if not (node.target is operator.getitem and isinstance(source, fx.Node)
+                    and source.op == "call_module"):
+                eager_nodes += 1
+    for sub in subgraphs:
+        if sub.fallback:
+            _bump(fallback_partitions=1)
+            eager_nodes += sub.num_nodes
+        else:
+            _bump(nodes_in_daemon=sub.num_nodes)
+        sub.on_fallback = _on_fallback
+    _bump(partitions=len(subgraphs), nodes_in_eager=eager_nodes)
+    return CompiledGraph(gm.forward, split, subgraphs)
+
+
+def _compile_partitions(split: fx.GraphModule, lowered: lowering.LoweredGraph,
+                        example_inputs: Sequence[Any], opts: KilnOptions,
+                        conn: Connection) -> list[KilnSubgraph]:
+    """Replaces each fused submodule of split by a compiled KilnSubgraph."""
+    placeholder_index = {n: i for i, n in enumerate(
+        n for n in split.graph.nodes if n.op == "placeholder")}
+    subgraphs = []
+    for node in split.graph.nodes:
+        if node.op != "call_module":
+            continue
+        fused = getattr(split, node.target)
+        # Parameters/buffers feeding the partition directly are compiled in
+        # as constants; KilnSubgraph only needs their real values here.
+        constant_positions, constant_args = [], []
+        for pos, arg in enumerate(node.args):
+            index = placeholder_index.get(arg)
+            if index is not None and index in lowered.constant_inputs:
+                constant_positions.append(pos)
+                constant_args.append(example_inputs[index])
+            elif isinstance(arg, fx.Node) and arg.op == "get_attr":
+                constant_positions.append(pos)
+                constant_args.append(_fetch_attr(split, arg.target))
+            else:
+                constant_args.append(None)
+        sub = KilnSubgraph(node.target, fused, constant_positions, constant_args,
+                           conn, model_caching=opts.model_caching)
+        setattr(split, node.target, sub)
+        subgraphs.append(sub)
+    split.recompile()
+    return subgraphs
+
+
+def kiln_backend(gm: fx.GraphModule, example_inputs: Sequence[Any],
+                 options: Mapping[str, Any] | None = None,
+                 mode: str | None = None) -> Callable[..., Any]:
+    """torch.compile backend entry point (registered as "kiln")."""
+    opts = KilnOptions.from_mapping(options)
+    if mode not in (None, "default"):
+        _warn_once(f"mode:{mode}", "kiln: ignoring torch.compile mode=%r", mode)
+    conn = get_connection(opts.socket, opts.autostart)
+    return compile_graph(gm, example_inputs, opts, conn)

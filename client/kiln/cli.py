@@ -1,0 +1,91 @@
+"""The `kiln` command: `kiln status` (daemon stats), `kiln stop`, `kiln start`."""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+
+import grpc
+
+from kiln import daemon
+from kiln.v1 import kiln_pb2, kiln_pb2_grpc
+
+
+def _stub(socket_path: str) -> tuple[grpc.Channel, kiln_pb2_grpc.KilnStub]:
+    channel = grpc.insecure_channel(daemon.target_for(socket_path))
+    return channel, kiln_pb2_grpc.KilnStub(channel)
+
+
+def format_stats(s: kiln_pb2.StatsResponse, socket_path: str) -> str:
+    mib = s.constant_bytes / (1 << 20)
+    return "\n".join([
+        f"kilnd {s.runtime_version} (pid {s.pid}) on {socket_path}, up {s.uptime_s:.0f} s",
+        f"  cache dir:       {s.cache_dir}",
+        f"  graphs compiled: {s.graphs_compiled} (cache hits {s.cache_hits}: "
+        f"{s.memory_cache_hits} memory, {s.disk_cache_hits} disk; misses {s.cache_misses})",
+        f"  executes:        {s.executes} ({s.execute_errors} errors)",
+        f"  sessions:        {s.sessions}, live handles: {s.live_handles}",
+        f"  constants:       {s.constants} ({mib:.1f} MiB)",
+    ])
+
+
+def _status(socket_path: str) -> int:
+    channel, stub = _stub(socket_path)
+    try:
+        s = stub.GetStats(kiln_pb2.StatsRequest(), timeout=5.0)
+    except grpc.RpcError as e:
+        print(f"kilnd is not answering on {socket_path}: {e.code().name}", file=sys.stderr)
+        return 1
+    finally:
+        channel.close()
+    print(format_stats(s, socket_path))
+    return 0
+
+
+def _stop(socket_path: str) -> int:
+    channel, stub = _stub(socket_path)
+    try:
+        pid = stub.GetStats(kiln_pb2.StatsRequest(), timeout=5.0).pid
+    except grpc.RpcError:
+        print(f"kilnd is not running on {socket_path}")
+        return 0
+    finally:
+        channel.close()
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and daemon.probe(socket_path, 0.5):
+        time.sleep(0.1)
+    if daemon.probe(socket_path, 0.5):
+        print(f"kilnd (pid {pid}) did not stop within 10 s", file=sys.stderr)
+        return 1
+    print(f"stopped kilnd (pid {pid}) on {socket_path}")
+    return 0
+
+
+def _start(socket_path: str) -> int:
+    try:
+        daemon.ensure_daemon(socket_path, autostart=True)
+    except daemon.DaemonError as e:
+        print(e, file=sys.stderr)
+        return 1
+    print(f"kilnd is serving on {socket_path}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="kiln", description="Control the kilnd daemon.")
+    parser.add_argument("--socket", default=None,
+                        help="daemon socket (default: $KILN_SOCKET or the per-user default)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("status", help="print the daemon's stats")
+    sub.add_parser("start", help="start the daemon if it is not running")
+    sub.add_parser("stop", help="stop the daemon (SIGTERM)")
+    ns = parser.parse_args(argv)
+    socket_path = ns.socket or daemon.default_socket_path()
+    return {"status": _status, "start": _start, "stop": _stop}[ns.command](socket_path)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,281 @@
+"""The client's link to kilnd: channel, session, shared memory, constants.
+
+One Connection per (socket, autostart) per process, shared by every compiled
+graph. Every RPC carries a deadline. When the daemon goes away (UNAVAILABLE,
+or NOT_FOUND for state it has forgotten), callers invoke reconnect(), which
+starts the daemon again if allowed, opens a new session and bumps
+`generation`; everything registered under the old generation (regions,
+constants, compiled handles) is then re-created lazily by its owner.
+
+Thread-safety: all methods may be called from any thread. Reconnection is
+serialised by a lock; each thread gets its own shared-memory arena.
+"""
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+from typing import Mapping
+
+import grpc
+import torch
+
+from kiln import daemon, shm
+from kiln.v1 import kiln_pb2, kiln_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+# Deadlines per RPC, in seconds.
+SMALL_CALL_TIMEOUT_S = 10.0
+UPLOAD_TIMEOUT_S = 120.0
+COMPILE_TIMEOUT_S = 600.0
+EXECUTE_TIMEOUT_S = 60.0
+
+# Constants are uploaded through temporary regions of at most this size
+# (one constant larger than this gets a region of its own).
+UPLOAD_BATCH_BYTES = 256 << 20
+
+_CHANNEL_OPTIONS = [
+    ("grpc.max_send_message_length", 64 << 20),
+    ("grpc.max_receive_message_length", 64 << 20),
+]
+
+
+def is_daemon_lost(error: grpc.RpcError) -> bool:
+    """True for errors after which reconnecting (and retrying once) may help."""
+    return error.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.NOT_FOUND)
+
+
+def sha256_of(tensor: torch.Tensor) -> str:
+    """Lowercase hex SHA-256 of the tensor's contiguous bytes."""
+    import hashlib
+    t = tensor.detach()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    flat = t.contiguous().reshape(-1).view(torch.uint8)
+    return hashlib.sha256(flat.numpy()).hexdigest()
+
+
+class Connection:
+    def __init__(self, socket_path: str, autostart: bool = True):
+        self.socket_path = socket_path
+        self.autostart = autostart
+        self.pid = os.getpid()
+        self.generation = 0
+        self.session_id = ""
+        self.runtime_version = ""
+        self._lock = threading.RLock()
+        self._channel: grpc.Channel | None = None
+        self._stub: kiln_pb2_grpc.KilnStub | None = None
+        self._capabilities: kiln_pb2.CapabilitiesResponse | None = None
+        self._local = threading.local()
+        self._present: set[str] = set()  # constant hashes the daemon holds
+        # Handles of garbage-collected subgraphs, released on the next
+        # flush (a finalizer must not make RPCs itself).
+        self._dead_handles: list[tuple[int, int]] = []
+
+    # ------------------------------------------------------------ session --
+
+    def connect(self) -> None:
+        """Ensures a daemon is running and opens a session (if none is open)."""
+        with self._lock:
+            if self._stub is None:
+                self._open()
+
+    def _open(self) -> None:
+        daemon.ensure_daemon(self.socket_path, self.autostart)
+        channel = grpc.insecure_channel(daemon.target_for(self.socket_path),
+                                        options=_CHANNEL_OPTIONS)
+        stub = kiln_pb2_grpc.KilnStub(channel)
+        try:
+            response = stub.OpenSession(
+                kiln_pb2.OpenSessionRequest(pid=os.getpid(), client_name="kiln-python"),
+                timeout=SMALL_CALL_TIMEOUT_S)
+        except grpc.RpcError:
+            channel.close()
+            raise
+        self._channel, self._stub = channel, stub
+        self.session_id = response.session_id
+        self.runtime_version = response.runtime_version
+        self._present = set()
+        self.generation += 1
+        log.debug("session %s opened on %s (generation %d)",
+                  self.session_id, self.socket_path, self.generation)
+
+    def reconnect(self, failed_generation: int) -> None:
+        """Replaces a session lost in failed_generation (no-op if already replaced)."""
+        with self._lock:
+            if self.generation != failed_generation and self._stub is not None:
+                return
+            log.warning("kilnd on %s went away; reconnecting", self.socket_path)
+            self._drop_channel()
+            self._open()
+
+    def _drop_channel(self) -> None:
+        if self._channel is not None:
+            self._channel.close()
+        self._channel = self._stub = None
+        self.session_id = ""
+
+    def close(self) -> None:
+        """Closes the session (best effort) and the channel."""
+        with self._lock:
+            if self._stub is not None and self.pid == os.getpid():
+                try:
+                    self._stub.CloseSession(
+                        kiln_pb2.CloseSessionRequest(session_id=self.session_id), timeout=1.0)
+                except grpc.RpcError:
+                    pass
+            self._drop_channel()
+
+    @property
+    def stub(self) -> kiln_pb2_grpc.KilnStub:
+        self.connect()
+        assert self._stub is not None
+        return self._stub
+
+    def call(self, method: str, request: object, timeout: float = SMALL_CALL_TIMEOUT_S,
+             retry: bool = True):
+        """One RPC with a deadline; on daemon loss, reconnects and retries once.
+
+        Only for requests that do not depend on session state other than
+        session_id (which is refreshed on retry).
+        """
+        generation = self.generation
+        stub = self.stub
+        try:
+            if hasattr(request, "session_id"):
+                request.session_id = self.session_id
+            return getattr(stub, method)(request, timeout=timeout)
+        except grpc.RpcError as e:
+            if not (retry and is_daemon_lost(e)):
+                raise
+            self.reconnect(generation)
+            if hasattr(request, "session_id"):
+                request.session_id = self.session_id
+            return getattr(self.stub, method)(request, timeout=timeout)
+
+    def defer_release(self, generation: int, handle: int) -> None:
+        """Queues a handle for release; safe to call from a finalizer."""
+        self._dead_handles.append((generation, handle))
+
+    def flush_releases(self) -> None:
+        """Releases queued handles that belong to the current session."""
+        while self._dead_handles:
+            generation, handle = self._dead_handles.pop()
+            if generation != self.generation or self._stub is None:
+                continue
+            try:
+                self._stub.Release(
+                    kiln_pb2.ReleaseRequest(session_id=self.session_id, handle=handle),
+                    timeout=SMALL_CALL_TIMEOUT_S)
+            except grpc.RpcError as e:
+                log.debug("Release(%d) failed: %s", handle, e.details())
+
+    # --------------------------------------------------------------- info --
+
+    def capabilities(self) -> kiln_pb2.CapabilitiesResponse:
+        with self._lock:
+            if self._capabilities is None:
+                self._capabilities = self.call("GetCapabilities", kiln_pb2.CapabilitiesRequest())
+            return self._capabilities
+
+    def stats(self) -> kiln_pb2.StatsResponse:
+        return self.call("GetStats", kiln_pb2.StatsRequest())
+
+    # ------------------------------------------------------ shared memory --
+
+    def _register(self, name: str, byte_size: int) -> int:
+        response = self.stub.RegisterRegion(
+            kiln_pb2.RegisterRegionRequest(session_id=self.session_id, name=name,
+                                           byte_size=byte_size),
+            timeout=SMALL_CALL_TIMEOUT_S)
+        return response.region_id
+
+    def _unregister(self, region_id: int) -> None:
+        try:
+            self.stub.UnregisterRegion(
+                kiln_pb2.UnregisterRegionRequest(session_id=self.session_id, region_id=region_id),
+                timeout=SMALL_CALL_TIMEOUT_S)
+        except grpc.RpcError as e:
+            log.debug("UnregisterRegion(%d) failed: %s", region_id, e.details())
+
+    def arena(self) -> shm.Arena:
+        """This thread's arena, registered in the current generation."""
+        self.connect()
+        arena = getattr(self._local, "arena", None)
+        if arena is None or arena.generation != self.generation:
+            if arena is not None:
+                arena.close()  # its region died with the old session
+            arena = shm.Arena(self._register, self._unregister, self.generation)
+            self._local.arena = arena
+        return arena
+
+    # ---------------------------------------------------------- constants --
+
+    def ensure_constants(self, constants: Mapping[str, torch.Tensor]) -> None:
+        """Makes sure the daemon holds every constant (hash -> tensor).
+
+        Raises grpc.RpcError as the daemon reports it (the caller decides
+        whether to reconnect).
+        """
+        with self._lock:
+            wanted = [h for h in constants if h not in self._present]
+            if not wanted:
+                return
+            response = self.stub.QueryConstants(
+                kiln_pb2.QueryConstantsRequest(hashes=wanted), timeout=SMALL_CALL_TIMEOUT_S)
+            missing = list(dict.fromkeys(response.missing))
+            batch: list[str] = []
+            batch_bytes = 0
+            for h in missing:
+                size = shm.align(constants[h].numel() * constants[h].element_size())
+                if batch and batch_bytes + size > UPLOAD_BATCH_BYTES:
+                    self._upload(batch, constants)
+                    batch, batch_bytes = [], 0
+                batch.append(h)
+                batch_bytes += size
+            if batch:
+                self._upload(batch, constants)
+            self._present.update(wanted)
+
+    def _upload(self, hashes: list[str], constants: Mapping[str, torch.Tensor]) -> None:
+        total = sum(shm.align(constants[h].numel() * constants[h].element_size()) for h in hashes)
+        region = shm.Region(max(total, shm.ALIGNMENT), self._register)
+        try:
+            request = kiln_pb2.UploadConstantsRequest(session_id=self.session_id)
+            offset = 0
+            for h in hashes:
+                t = constants[h].detach()
+                request.constants.append(
+                    kiln_pb2.ConstantUpload(hash=h, data=region.write(offset, t)))
+                offset += shm.align(t.numel() * t.element_size())
+            self.stub.UploadConstants(request, timeout=UPLOAD_TIMEOUT_S)
+        finally:
+            self._unregister(region.region_id)
+            region.close()
+
+
+_connections: dict[tuple[str, bool], Connection] = {}
+_connections_lock = threading.Lock()
+
+
+def get_connection(socket_path: str | None = None, autostart: bool = True) -> Connection:
+    """The process-wide connection for a socket (default socket if None)."""
+    path = socket_path or daemon.default_socket_path()
+    key = (path, autostart)
+    with _connections_lock:
+        conn = _connections.get(key)
+        if conn is None or conn.pid != os.getpid():
+            # A connection inherited over fork() is unusable in the child.
+            conn = Connection(path, autostart)
+            _connections[key] = conn
+        return conn
+
+
+@atexit.register
+def _close_all() -> None:
+    for conn in list(_connections.values()):
+        if conn.pid == os.getpid():
+            conn.close()

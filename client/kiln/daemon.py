@@ -1,0 +1,154 @@
+"""Finding, probing and starting the kilnd daemon.
+
+The daemon is shared by every client of a user: it listens on a unix socket
+(see default_socket_path) and is started on demand, detached, by whichever
+client first finds nothing answering. A flock on <socketdir>/start.lock makes
+concurrent starters end with one daemon.
+"""
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import grpc
+
+from kiln.v1 import kiln_pb2, kiln_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+START_TIMEOUT_S = 30.0
+PROBE_TIMEOUT_S = 2.0
+
+
+class DaemonError(RuntimeError):
+    """The daemon could not be reached or started."""
+
+
+def default_socket_path() -> str:
+    """$KILN_SOCKET, else $XDG_RUNTIME_DIR/kiln/kilnd.sock, else /tmp/kiln-<uid>/kilnd.sock."""
+    env = os.environ.get("KILN_SOCKET")
+    if env:
+        return env
+    runtime_dir = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime_dir:
+        return os.path.join(runtime_dir, "kiln", "kilnd.sock")
+    return f"/tmp/kiln-{os.getuid()}/kilnd.sock"
+
+
+def default_cache_dir() -> str:
+    """$KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln."""
+    env = os.environ.get("KILN_CACHE_DIR")
+    if env:
+        return env
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    if xdg:
+        return os.path.join(xdg, "kiln")
+    return os.path.join(os.path.expanduser("~"), ".cache", "kiln")
+
+
+def target_for(socket_path: str) -> str:
+    """The gRPC target string for a unix socket path."""
+    return f"unix:{socket_path}"
+
+
+def log_path_for(socket_path: str) -> str:
+    return os.path.join(os.path.dirname(socket_path) or ".", "kilnd.log")
+
+
+def find_daemon_binary() -> str:
+    """$KILN_DAEMON, else kilnd on PATH, else <sys.prefix>/bin/kilnd."""
+    env = os.environ.get("KILN_DAEMON")
+    if env:
+        return env
+    on_path = shutil.which("kilnd")
+    if on_path:
+        return on_path
+    candidate = os.path.join(sys.prefix, "bin", "kilnd")
+    if os.access(candidate, os.X_OK):
+        return candidate
+    raise DaemonError(
+        "cannot find the kilnd binary: set $KILN_DAEMON, put kilnd on PATH "
+        f"or install it as {candidate}")
+
+
+def probe(socket_path: str, timeout_s: float = PROBE_TIMEOUT_S) -> bool:
+    """True if a daemon answers GetCapabilities on the socket."""
+    if not os.path.exists(socket_path):
+        return False
+    channel = grpc.insecure_channel(target_for(socket_path))
+    try:
+        kiln_pb2_grpc.KilnStub(channel).GetCapabilities(
+            kiln_pb2.CapabilitiesRequest(), timeout=timeout_s)
+        return True
+    except grpc.RpcError:
+        return False
+    finally:
+        channel.close()
+
+
+def _wait_ready(socket_path: str, proc: subprocess.Popen | None,
+                deadline: float, log_file: str) -> None:
+    while time.monotonic() < deadline:
+        remaining = max(0.1, deadline - time.monotonic())
+        if probe(socket_path, timeout_s=min(PROBE_TIMEOUT_S, remaining)):
+            return
+        if proc is not None and proc.poll() is not None:
+            raise DaemonError(
+                f"kilnd exited with code {proc.returncode} before serving on "
+                f"{socket_path}; see {log_file}{_log_tail(log_file)}")
+        time.sleep(0.05)
+    raise DaemonError(
+        f"kilnd did not answer on {socket_path} within {START_TIMEOUT_S:.0f} s; "
+        f"see {log_file}{_log_tail(log_file)}")
+
+
+def _log_tail(log_file: str, lines: int = 5) -> str:
+    try:
+        with open(log_file, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 4096))
+            tail = f.read().decode(errors="replace").splitlines()[-lines:]
+    except OSError:
+        return ""
+    return "".join("\n  " + line for line in tail)
+
+
+def ensure_daemon(socket_path: str, autostart: bool = True,
+                  timeout_s: float = START_TIMEOUT_S) -> None:
+    """Returns once a daemon answers on socket_path, starting one if allowed.
+
+    Raises DaemonError naming the socket (and the daemon log, if started).
+    """
+    if probe(socket_path):
+        return
+    if not autostart:
+        raise DaemonError(
+            f"no kilnd daemon answers on {socket_path} and auto-start is off "
+            "(KILN_AUTOSTART=0 / options={'autostart': False}); start it with "
+            f"`kilnd --socket {socket_path}`")
+    socket_dir = os.path.dirname(socket_path) or "."
+    os.makedirs(socket_dir, mode=0o700, exist_ok=True)
+    log_file = log_path_for(socket_path)
+    deadline = time.monotonic() + timeout_s
+    with open(os.path.join(socket_dir, "start.lock"), "a+") as lock:
+        # Whoever holds the lock starts the daemon; the others find it
+        # answering once they get the lock.
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if probe(socket_path):
+                return
+            binary = find_daemon_binary()
+            cmd = [binary, "--socket", socket_path]
+            log.info("starting %s (log: %s)", " ".join(cmd), log_file)
+            with open(log_file, "ab") as out:
+                proc = subprocess.Popen(
+                    cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                    start_new_session=True, close_fds=True)
+            _wait_ready(socket_path, proc, deadline, log_file)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

@@ -1,0 +1,111 @@
+"""Dynamo graph -> functional ATen graph, and which inputs are weights.
+
+Dynamo hands the backend parameters and buffers as ordinary graph inputs.
+They are recognised from the placeholder's GraphArg source (or the example
+being an nn.Parameter) so the daemon can treat them as frozen constants.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import torch
+import torch.fx as fx
+from torch._decomp import core_aten_decompositions
+from torch.fx.experimental.proxy_tensor import make_fx
+
+
+class LoweringError(RuntimeError):
+    """The graph cannot be lowered to a static functional ATen graph."""
+
+
+@dataclasses.dataclass
+class LoweredGraph:
+    # Functional ATen graph; its placeholders map 1:1 to example_inputs.
+    gm: fx.GraphModule
+    # Indices (into example_inputs) of parameters and buffers.
+    constant_inputs: frozenset[int]
+
+
+def _source_names(source: object) -> list[str]:
+    """Type names and members along a Dynamo source chain."""
+    names = []
+    while source is not None:
+        names.append(type(source).__name__)
+        for attr in ("member", "index"):
+            value = getattr(source, attr, None)
+            if isinstance(value, str):
+                names.append(value)
+        source = getattr(source, "base", None)
+    return names
+
+
+def is_param_or_buffer(node: fx.Node, example: object) -> bool:
+    """True if a Dynamo placeholder is an nn.Module parameter or buffer."""
+    if isinstance(example, torch.nn.Parameter):
+        return True
+    grapharg = node.meta.get("grapharg")
+    if grapharg is None:
+        return False
+    if isinstance(getattr(grapharg, "example", None), torch.nn.Parameter):
+        return True
+    names = _source_names(getattr(grapharg, "source", None))
+    return ("UnspecializedParamBufferSource" in names or "ParamBufferSource" in names
+            or "_parameters" in names or "_buffers" in names)
+
+
+def decompositions() -> dict:
+    """The decomposition table used for lowering (core ATen)."""
+    return core_aten_decompositions()
+
+
+def lower(gm: fx.GraphModule, example_inputs: Sequence[object]) -> LoweredGraph:
+    """Traces gm into a functional ATen graph with static shapes.
+
+    Raises LoweringError for graphs kiln cannot take whole (symbolic shapes,
+    non-tensor inputs); the caller runs those in eager.
+    """
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(example_inputs):
+        raise LoweringError(
+            f"{len(placeholders)} placeholders but {len(example_inputs)} example inputs")
+    for node, example in zip(placeholders, example_inputs):
+        # Concrete ints (sizes of a specialised dynamic-shape graph) are
+        # baked in by tracing; symbolic values cannot be.
+        if isinstance(example, int) and not isinstance(example, bool):
+            continue
+        if not isinstance(example, torch.Tensor):
+            raise LoweringError(f"input {node.name!r} is a {type(example).__name__}, "
+                                "not a tensor or int")
+        if any(not isinstance(s, int) for s in example.shape):
+            raise LoweringError(f"input {node.name!r} has a symbolic shape")
+    constants = frozenset(i for i, (n, e) in enumerate(zip(placeholders, example_inputs))
+                          if isinstance(e, torch.Tensor) and is_param_or_buffer(n, e))
+
+    fake_mode = torch._guards.detect_fake_mode(example_inputs)
+    if fake_mode is None:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        fake_mode = FakeTensorMode()
+    # tracing_mode="real" on fake inputs: "fake" would create fresh symbols
+    # Dynamo's guards know nothing about.
+    with torch.no_grad(), fake_mode:
+        fake_inputs = [fake_mode.from_tensor(t) if isinstance(t, torch.Tensor) else t
+                       for t in example_inputs]
+        aten = make_fx(torch.func.functionalize(gm, remove="mutations"),
+                       decomposition_table=decompositions(),
+                       tracing_mode="real")(*fake_inputs)
+    aten.graph.eliminate_dead_code()
+    aten.recompile()
+
+    lowered_placeholders = [n for n in aten.graph.nodes if n.op == "placeholder"]
+    if len(lowered_placeholders) != len(example_inputs):
+        raise LoweringError(f"lowered graph has {len(lowered_placeholders)} inputs, "
+                            f"expected {len(example_inputs)}")
+    for node, example in zip(lowered_placeholders, example_inputs):
+        if not isinstance(example, torch.Tensor):
+            continue
+        val = node.meta.get("val")
+        if (not isinstance(val, torch.Tensor) or val.dtype != example.dtype
+                or tuple(val.shape) != tuple(example.shape)):
+            raise LoweringError(f"lowered input {node.name!r} does not match its example input")
+    return LoweredGraph(aten, constants)

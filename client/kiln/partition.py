@@ -1,0 +1,107 @@
+"""Splitting an ATen graph into daemon partitions and eager nodes.
+
+What the daemon supports comes only from its GetCapabilities answer (which
+reads runtime/ops/ops.def), never from a list kept here.
+"""
+from __future__ import annotations
+
+import operator
+from typing import Collection, Iterable, Mapping
+
+import torch
+import torch.fx as fx
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import OperatorSupportBase
+
+from kiln import shm
+from kiln.v1 import kiln_pb2
+
+# Ops that only reshape/alias: a partition made of nothing else is not worth
+# a round trip to the daemon.
+_NON_COMPUTE = frozenset({
+    "aten.view.default", "aten._unsafe_view.default", "aten.reshape.default",
+    "aten.permute.default", "aten.t.default", "aten.flatten.using_ints",
+    "aten.squeeze.dim", "aten.squeeze.dims", "aten.unsqueeze.default",
+    "aten.expand.default", "aten.clone.default", "aten.alias.default",
+})
+
+Capabilities = Mapping[str, frozenset[torch.dtype]]
+
+
+def capabilities_from_proto(
+        response: kiln_pb2.CapabilitiesResponse) -> dict[str, frozenset[torch.dtype]]:
+    """target -> torch dtypes the daemon's kernel accepts."""
+    caps = {}
+    for op in response.ops:
+        dtypes = set()
+        for d in op.dtypes:
+            try:
+                dtypes.add(shm.torch_dtype(d))
+            except KeyError:
+                pass
+        caps[op.target] = frozenset(dtypes)
+    return caps
+
+
+def _tensors(value: object) -> Iterable[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _tensors(item)
+
+
+class KilnOperatorSupport(OperatorSupportBase):
+    """Accepts call_function nodes the daemon lists, with supported dtypes.
+
+    Dtypes are checked on every tensor input and on the (first) output; a
+    multi-output op's secondary outputs (e.g. max_pool2d indices, int64)
+    are the kernel's business.
+    """
+
+    def __init__(self, capabilities: Capabilities, excluded: Collection[str] = ()):
+        super().__init__()
+        self.capabilities = capabilities
+        self.excluded = frozenset(excluded)  # node names kept in eager
+
+    def is_node_supported(self, submodules: Mapping[str, torch.nn.Module], node: fx.Node) -> bool:
+        if node.op != "call_function" or node.name in self.excluded:
+            return False
+        if node.target is operator.getitem:
+            source = node.args[0]
+            return isinstance(source, fx.Node) and self.is_node_supported(submodules, source)
+        if not isinstance(node.target, torch._ops.OpOverload):
+            return False
+        dtypes = self.capabilities.get(str(node.target))
+        if dtypes is None:
+            return False
+        inputs = [a.meta.get("val") for a in node.all_input_nodes]
+        for val in inputs:
+            for t in _tensors(val):
+                if t.dtype not in dtypes:
+                    return False
+        out = node.meta.get("val")
+        if isinstance(out, (list, tuple)):
+            out = out[0] if out else None
+        if not isinstance(out, torch.Tensor) or out.dtype not in dtypes:
+            return False
+        return all(isinstance(s, int) for s in out.shape)
+
+
+def is_compute_node(node: fx.Node) -> bool:
+    return (node.op == "call_function" and node.target is not operator.getitem
+            and str(node.target) not in _NON_COMPUTE)
+
+
+def partition(gm: fx.GraphModule, capabilities: Capabilities,
+              excluded: Collection[str] = ()) -> fx.GraphModule:
+    """Fuses supported regions of gm into `fused_<n>` submodules (in place).
+
+    Nodes outside every partition, and those named in `excluded`, stay in gm
+    and run in eager.
+    """
+    partitioner = CapabilityBasedPartitioner(
+        gm, KilnOperatorSupport(capabilities, excluded), allows_single_node_partition=True)
+    partitions = [p for p in partitioner.propose_partitions()
+                  if any(is_compute_node(n) for n in p.nodes)]
+    return partitioner.fuse_partitions(partitions)

@@ -1,0 +1,164 @@
+"""POSIX shared-memory regions and the per-thread arena tensors travel through.
+
+A Region is a /dev/shm file the client creates, maps and registers with the
+daemon, then unlinks at once: the mapping (ours and the daemon's) keeps the
+memory alive, and nothing is left behind in /dev/shm if either process dies.
+
+An Arena owns one region and grows it (registers a bigger one) when a call
+needs more room; calls reuse it. An arena is not thread-safe: each thread
+uses its own (see Connection.arena()).
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import secrets
+from typing import Callable, Sequence
+
+import torch
+
+from kiln.v1 import kiln_pb2
+
+ALIGNMENT = 64
+MIN_REGION_BYTES = 1 << 20
+
+_DTYPES = {
+    torch.float32: kiln_pb2.FLOAT32,
+    torch.float64: kiln_pb2.FLOAT64,
+    torch.float16: kiln_pb2.FLOAT16,
+    torch.bfloat16: kiln_pb2.BFLOAT16,
+    torch.int64: kiln_pb2.INT64,
+    torch.int32: kiln_pb2.INT32,
+    torch.int16: kiln_pb2.INT16,
+    torch.int8: kiln_pb2.INT8,
+    torch.uint8: kiln_pb2.UINT8,
+    torch.bool: kiln_pb2.BOOL,
+}
+_TORCH_DTYPES = {v: k for k, v in _DTYPES.items()}
+
+
+def wire_dtype(dtype: torch.dtype) -> int:
+    """The kiln.v1.DType of a torch dtype; KeyError if it has none."""
+    return _DTYPES[dtype]
+
+
+def torch_dtype(dtype: int) -> torch.dtype:
+    return _TORCH_DTYPES[dtype]
+
+
+def contiguous_strides(shape: Sequence[int]) -> list[int]:
+    strides, acc = [], 1
+    for size in reversed(list(shape)):
+        strides.append(acc)
+        acc *= max(int(size), 1)
+    return strides[::-1]
+
+
+def tensor_meta(dtype: torch.dtype, shape: Sequence[int]) -> kiln_pb2.TensorMeta:
+    """A contiguous TensorMeta."""
+    shape = [int(s) for s in shape]
+    return kiln_pb2.TensorMeta(dtype=wire_dtype(dtype), shape=shape,
+                               strides=contiguous_strides(shape))
+
+
+def nbytes(dtype: torch.dtype, shape: Sequence[int]) -> int:
+    n = 1
+    for s in shape:
+        n *= int(s)
+    return n * torch.empty((), dtype=dtype).element_size()
+
+
+def align(n: int) -> int:
+    return (n + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+
+
+# Registers a region with the daemon: (name, byte_size) -> region_id.
+RegisterFn = Callable[[str, int], int]
+UnregisterFn = Callable[[int], None]
+
+
+class Region:
+    """One mapped /dev/shm file, registered with the daemon as region_id."""
+
+    def __init__(self, byte_size: int, register: RegisterFn):
+        self.byte_size = byte_size
+        self.name = f"kiln-{os.getpid()}-{secrets.token_hex(8)}"
+        path = f"/dev/shm/{self.name}"
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        try:
+            os.ftruncate(fd, byte_size)
+            self._mmap = mmap.mmap(fd, byte_size)
+        except BaseException:
+            os.unlink(path)
+            raise
+        finally:
+            os.close(fd)
+        try:
+            self.region_id = register(self.name, byte_size)
+        finally:
+            # The daemon has mapped it (or failed); either way the name is
+            # no longer needed.
+            os.unlink(path)
+        # One uint8 tensor over the whole mapping; slices of it alias the
+        # shared memory.
+        self._bytes = torch.frombuffer(self._mmap, dtype=torch.uint8)
+
+    def view(self, offset: int, dtype: torch.dtype, shape: Sequence[int]) -> torch.Tensor:
+        """A tensor aliasing the region at offset (valid while the region lives)."""
+        size = nbytes(dtype, shape)
+        return self._bytes[offset:offset + size].view(dtype).view(list(shape))
+
+    def descriptor(self, offset: int, dtype: torch.dtype,
+                   shape: Sequence[int]) -> kiln_pb2.TensorDescriptor:
+        return kiln_pb2.TensorDescriptor(
+            region_id=self.region_id, offset=offset,
+            byte_size=nbytes(dtype, shape), meta=tensor_meta(dtype, shape))
+
+    def write(self, offset: int, tensor: torch.Tensor) -> kiln_pb2.TensorDescriptor:
+        """Copies tensor (any strides) contiguously to offset."""
+        self.view(offset, tensor.dtype, tensor.shape).copy_(tensor)
+        return self.descriptor(offset, tensor.dtype, tensor.shape)
+
+    def close(self) -> None:
+        self._bytes = None
+        try:
+            self._mmap.close()
+        except BufferError:
+            # A view of it is still alive somewhere; the mapping goes with
+            # the last reference.
+            pass
+
+
+class Arena:
+    """A growable region reused across calls by one thread.
+
+    `generation` is the connection generation the region was registered in;
+    after a reconnect the region is unknown to the (new) daemon and is
+    replaced on the next reserve().
+    """
+
+    def __init__(self, register: RegisterFn, unregister: UnregisterFn, generation: int):
+        self._register = register
+        self._unregister = unregister
+        self.generation = generation
+        self.region: Region | None = None
+
+    def reserve(self, byte_size: int) -> Region:
+        """The arena's region, grown to at least byte_size bytes."""
+        if self.region is None or self.region.byte_size < byte_size:
+            old = self.region
+            size = max(MIN_REGION_BYTES, byte_size,
+                       2 * old.byte_size if old else 0)
+            size = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE * mmap.PAGESIZE
+            self.region = Region(size, self._register)
+            if old is not None:
+                try:
+                    self._unregister(old.region_id)
+                finally:
+                    old.close()
+        return self.region
+
+    def close(self) -> None:
+        if self.region is not None:
+            self.region.close()
+            self.region = None
