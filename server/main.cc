@@ -16,6 +16,7 @@
 #include "server/kiln_service.h"
 #include "server/socket_lock.h"
 #include "spdlog/sinks/basic_file_sink.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 
 namespace {
@@ -37,10 +38,13 @@ int Run(int argc, char** argv) {
     std::printf("kilnd %s\n", KILN_RUNTIME_VERSION);
     return 0;
   }
+  // Logs go to stderr (stdout stays free for --help/--version) or a file.
   if (!config->log_file.empty()) {
     spdlog::set_default_logger(spdlog::basic_logger_mt("kilnd", config->log_file));
-    spdlog::flush_on(spdlog::level::info);
+  } else {
+    spdlog::set_default_logger(spdlog::stderr_color_mt("kilnd"));
   }
+  spdlog::flush_on(spdlog::level::info);
   spdlog::set_level(spdlog::level::from_str(config->log_level));
   spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e [kilnd %P] %^%l%$ %v");
 
