@@ -1,0 +1,196 @@
+// Kernel benchmarks at resnet18 / MLP sizes: convolution (oneDNN, prepacked
+// constant weights), linear/addmm, and the memory-bound ops between them.
+// Each benchmark prepares one node through the op registry and times Run().
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "benchmark/benchmark.h"
+#include "runtime/ir/graph.h"
+#include "runtime/ops/op_def.h"
+#include "runtime/ops/registry.h"
+
+namespace kiln::runtime {
+namespace {
+
+Arg Int(int64_t v) {
+  Arg a;
+  a.kind = Arg::Kind::kInt;
+  a.i = v;
+  return a;
+}
+Arg Bool(bool v) {
+  Arg a;
+  a.kind = Arg::Kind::kBool;
+  a.b = v;
+  return a;
+}
+Arg Ints(std::vector<int64_t> v) {
+  Arg a;
+  a.kind = Arg::Kind::kList;
+  for (int64_t x : v) a.list.push_back(Int(x));
+  return a;
+}
+
+// One op node over f32 inputs/constants, with 64-byte aligned buffers.
+class OneNode {
+ public:
+  explicit OneNode(std::string target) : target_(std::move(target)) {}
+
+  Arg Tensor(std::vector<int64_t> shape, bool constant) {
+    Node n;
+    n.kind = constant ? Node::Kind::kConstant : Node::Kind::kInput;
+    n.outputs.push_back(TensorMeta{DType::kF32, std::move(shape)});
+    buffers_.push_back(Alloc(n.outputs[0].ByteSize()));
+    std::mt19937 gen(buffers_.size());
+    std::uniform_real_distribution<float> dist(-1, 1);
+    float* p = static_cast<float*>(buffers_.back().get());
+    for (int64_t i = 0; i < n.outputs[0].NumElements(); ++i) p[i] = dist(gen);
+    graph_.nodes.push_back(std::move(n));
+    Arg a;
+    a.kind = Arg::Kind::kTensor;
+    a.tensor = ValueRef{static_cast<int>(graph_.nodes.size()) - 1, 0};
+    return a;
+  }
+
+  bool Prepare(std::vector<Arg> args, benchmark::State& state) {
+    Node op;
+    op.name = "bench";
+    op.target = target_;
+    op.op_index = FindOp(target_);
+    op.args = std::move(args);
+    std::vector<const void*> constants;
+    for (size_t i = 0; i < graph_.nodes.size(); ++i) {
+      constants.push_back(graph_.nodes[i].kind == Node::Kind::kConstant
+                              ? buffers_[i].get()
+                              : nullptr);
+    }
+    graph_.nodes.push_back(std::move(op));
+    constants.push_back(nullptr);
+    NodeArgs node_args(graph_, graph_.nodes.back(), constants);
+    absl::StatusOr<PreparedOp> p = AllOps()[FindOp(target_)].prepare(node_args);
+    if (!p.ok()) {
+      state.SkipWithError(std::string(p.status().message()).c_str());
+      return false;
+    }
+    outputs_meta_ = p->outputs;
+    kernel_ = std::move(p->kernel);
+    for (const ValueRef& ref : TensorInputsOf(graph_.nodes.back())) {
+      inputs_.push_back(
+          TensorView{buffers_[ref.node].get(), &graph_.MetaOf(ref)});
+    }
+    for (const TensorMeta& m : outputs_meta_) {
+      out_buffers_.push_back(Alloc(m.ByteSize()));
+      outputs_.push_back(TensorView{out_buffers_.back().get(), &m});
+    }
+    scratch_ = Alloc(kernel_->ScratchBytes());
+    return true;
+  }
+
+  bool Run(benchmark::State& state) {
+    KernelContext ctx;
+    ctx.inputs = inputs_;
+    ctx.outputs = outputs_;
+    ctx.scratch = scratch_.get();
+    absl::Status s = kernel_->Run(ctx);
+    if (!s.ok()) state.SkipWithError(std::string(s.message()).c_str());
+    return s.ok();
+  }
+
+ private:
+  struct Free {
+    void operator()(void* p) const { std::free(p); }
+  };
+  using Buffer = std::unique_ptr<void, Free>;
+  static Buffer Alloc(int64_t bytes) {
+    return Buffer(std::aligned_alloc(64, (std::max<int64_t>(bytes, 1) + 63) /
+                                             64 * 64));
+  }
+
+  std::string target_;
+  Graph graph_;
+  std::vector<Buffer> buffers_, out_buffers_;
+  Buffer scratch_;
+  std::vector<TensorMeta> outputs_meta_;
+  std::unique_ptr<Kernel> kernel_;
+  std::vector<TensorView> inputs_, outputs_;
+};
+
+// Args: C_in, H (= W), C_out, kernel, stride.
+void BM_Conv2d(benchmark::State& state) {
+  const int64_t c = state.range(0), h = state.range(1), oc = state.range(2),
+                k = state.range(3), s = state.range(4);
+  OneNode n("aten.convolution.default");
+  Arg x = n.Tensor({1, c, h, h}, false);
+  Arg w = n.Tensor({oc, c, k, k}, true);
+  Arg none;
+  if (!n.Prepare({x, w, none, Ints({s, s}), Ints({k / 2, k / 2}),
+                  Ints({1, 1}), Bool(false), Ints({0, 0}), Int(1)},
+                 state)) {
+    return;
+  }
+  for (auto _ : state) {
+    if (!n.Run(state)) break;
+  }
+  const int64_t oh = (h + 2 * (k / 2) - k) / s + 1;
+  state.counters["GFLOPS"] = benchmark::Counter(
+      2.0 * oc * oh * oh * c * k * k * state.iterations(),
+      benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_Conv2d)
+    ->Args({3, 224, 64, 7, 2})   // conv1
+    ->Args({64, 56, 64, 3, 1})   // layer1
+    ->Args({128, 28, 128, 3, 1})  // layer2
+    ->Args({256, 14, 256, 3, 1})  // layer3
+    ->Args({512, 7, 512, 3, 1})   // layer4
+    ->Args({256, 14, 512, 1, 2})  // downsample
+    ->Unit(benchmark::kMicrosecond);
+
+// Args: M, K, N, weight constant (1) or computed (0).
+void BM_Linear(benchmark::State& state) {
+  const int64_t m = state.range(0), k = state.range(1), nn = state.range(2);
+  OneNode n("aten.linear.default");
+  Arg x = n.Tensor({m, k}, false);
+  Arg w = n.Tensor({nn, k}, state.range(3) != 0);
+  Arg b = n.Tensor({nn}, state.range(3) != 0);
+  if (!n.Prepare({x, w, b}, state)) return;
+  for (auto _ : state) {
+    if (!n.Run(state)) break;
+  }
+  state.counters["GFLOPS"] = benchmark::Counter(
+      2.0 * m * k * nn * state.iterations(), benchmark::Counter::kIsRate,
+      benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_Linear)
+    ->Args({1, 512, 1000, 1})  // resnet18 fc
+    ->Args({64, 784, 128, 1})  // MLP
+    ->Args({64, 784, 128, 0})
+    ->Unit(benchmark::kMicrosecond);
+
+void BM_MaxPool(benchmark::State& state) {
+  OneNode n("aten.max_pool2d_with_indices.default");
+  Arg x = n.Tensor({1, 64, 112, 112}, false);
+  if (!n.Prepare({x, Ints({3, 3}), Ints({2, 2}), Ints({1, 1})}, state)) return;
+  for (auto _ : state) {
+    if (!n.Run(state)) break;
+  }
+}
+BENCHMARK(BM_MaxPool)->Unit(benchmark::kMicrosecond);
+
+void BM_Add(benchmark::State& state) {
+  OneNode add("aten.add.Tensor");
+  Arg a = add.Tensor({1, 64, 56, 56}, false);
+  Arg b = add.Tensor({1, 64, 56, 56}, false);
+  if (!add.Prepare({a, b}, state)) return;
+  for (auto _ : state) {
+    if (!add.Run(state)) break;
+  }
+  state.SetBytesProcessed(3 * 64 * 56 * 56 * 4 * state.iterations());
+}
+BENCHMARK(BM_Add)->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+}  // namespace kiln::runtime

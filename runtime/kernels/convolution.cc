@@ -1,0 +1,332 @@
+// aten.convolution.default: 2-D, non-transposed, f32, on oneDNN.
+//
+// The node's input and output are plain NCHW. oneDNN picks the layouts it
+// computes in; constant weights are reordered once at prepare time into
+// the weight layout, everything else is reordered per run through scratch
+// memory (activations in and out, computed weights).
+#include <array>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/kernels/kernel_util.h"
+#include "runtime/kernels/onednn_util.h"
+#include "runtime/ops/prepare_fns.h"
+#include "runtime/util/status_macros.h"
+
+namespace kiln::runtime {
+namespace {
+
+using dnnl::memory;
+using tag = dnnl::memory::format_tag;
+using dt = dnnl::memory::data_type;
+
+constexpr size_t kAlign = 64;
+size_t AlignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+// A per-run reorder between a plain and a blocked layout, with its
+// destination (or source) and its scratchpad carved out of run scratch.
+struct StagedReorder {
+  dnnl::reorder::primitive_desc pd;
+  dnnl::reorder prim;
+  size_t buffer_offset = 0;  // the blocked tensor in scratch
+  size_t pad_offset = 0;     // the reorder's own scratchpad
+
+  // Creates the reorder from `from` to `to`; `blocked` (one of them) gets a
+  // scratch region. Advances *scratch_bytes.
+  static StagedReorder Make(const memory::desc& from, const memory::desc& to,
+                            const memory::desc& blocked,
+                            size_t* scratch_bytes) {
+    StagedReorder r;
+    r.pd = dnnl::reorder::primitive_desc(CpuEngine(), from, CpuEngine(), to,
+                                         ReentrantAttr());
+    r.prim = dnnl::reorder(r.pd);
+    r.buffer_offset = *scratch_bytes;
+    *scratch_bytes += AlignUp(blocked.get_size());
+    r.pad_offset = *scratch_bytes;
+    *scratch_bytes += AlignUp(r.pd.scratchpad_desc().get_size());
+    return r;
+  }
+
+  void Run(dnnl::stream& stream, const memory& from, const memory& to,
+           char* scratch) const {
+    std::unordered_map<int, memory> args = {{DNNL_ARG_FROM, from},
+                                            {DNNL_ARG_TO, to}};
+    if (pd.scratchpad_desc().get_size() > 0) {
+      args[DNNL_ARG_SCRATCHPAD] =
+          memory(pd.scratchpad_desc(), CpuEngine(), scratch + pad_offset);
+    }
+    prim.execute(stream, args);
+  }
+};
+
+class ConvolutionKernel final : public Kernel {
+ public:
+  struct Config {
+    dnnl::convolution_forward::primitive_desc pd;
+    dnnl::convolution_forward conv;
+    // Plain (NCHW / OIHW / GOIHW) layouts of the node's tensors.
+    memory::desc src_md, user_weights_md, bias_md, dst_md;
+    int input_index = -1, weight_index = -1, bias_index = -1;
+    bool empty = false;  // zero-sized batch: nothing to compute
+    std::optional<memory> packed_weights;  // constant weights, prepacked
+    std::optional<memory> bias;            // constant bias, copied
+    // Present when the primitive wants a blocked layout for that tensor.
+    std::optional<StagedReorder> src_reorder, dst_reorder, weight_reorder;
+    // Scratch: [conv scratchpad | staged tensors and reorder pads].
+    size_t scratch_bytes = 0;
+  };
+
+  explicit ConvolutionKernel(Config c) : c_(std::move(c)) {}
+
+  size_t ScratchBytes() const override { return c_.scratch_bytes; }
+
+  absl::Status Run(const KernelContext& ctx) const override {
+    if (c_.empty) return absl::OkStatus();
+    try {
+      const dnnl::engine& engine = CpuEngine();
+      char* scratch = static_cast<char*>(ctx.scratch);
+      dnnl::stream stream(engine);
+      memory user_src(c_.src_md, engine, ctx.inputs[c_.input_index].data);
+      memory user_dst(c_.dst_md, engine, ctx.outputs[0].data);
+      memory src = user_src, dst = user_dst;
+      if (c_.src_reorder) {
+        src = memory(c_.pd.src_desc(), engine,
+                     scratch + c_.src_reorder->buffer_offset);
+        c_.src_reorder->Run(stream, user_src, src, scratch);
+      }
+      if (c_.dst_reorder) {
+        dst = memory(c_.pd.dst_desc(), engine,
+                     scratch + c_.dst_reorder->buffer_offset);
+      }
+      memory weights;
+      if (c_.packed_weights) {
+        weights = *c_.packed_weights;
+      } else {
+        weights = memory(c_.user_weights_md, engine,
+                         ctx.inputs[c_.weight_index].data);
+        if (c_.weight_reorder) {
+          memory blocked(c_.pd.weights_desc(), engine,
+                         scratch + c_.weight_reorder->buffer_offset);
+          c_.weight_reorder->Run(stream, weights, blocked, scratch);
+          weights = blocked;
+        }
+      }
+      std::unordered_map<int, memory> exec_args = {{DNNL_ARG_SRC, src},
+                                                   {DNNL_ARG_WEIGHTS, weights},
+                                                   {DNNL_ARG_DST, dst}};
+      // The executor may pass no scratch at all when none was asked for.
+      if (c_.pd.scratchpad_desc().get_size() > 0) {
+        exec_args[DNNL_ARG_SCRATCHPAD] =
+            memory(c_.pd.scratchpad_desc(), engine, scratch);
+      }
+      if (c_.bias) {
+        exec_args[DNNL_ARG_BIAS] = *c_.bias;
+      } else if (c_.bias_index >= 0) {
+        exec_args[DNNL_ARG_BIAS] =
+            memory(c_.bias_md, engine, ctx.inputs[c_.bias_index].data);
+      }
+      c_.conv.execute(stream, exec_args);
+      if (c_.dst_reorder) c_.dst_reorder->Run(stream, dst, user_dst, scratch);
+      stream.wait();
+    } catch (const dnnl::error& e) {
+      return DnnlRunError(e, "convolution");
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  Config c_;
+};
+
+}  // namespace
+
+absl::StatusOr<PreparedOp> PrepareConvolution(const NodeArgs& args) {
+  KILN_ASSIGN_OR_RETURN(TensorMeta input, args.Tensor(0, "input"));
+  KILN_ASSIGN_OR_RETURN(TensorMeta weight, args.Tensor(1, "weight"));
+  KILN_ASSIGN_OR_RETURN(std::optional<TensorMeta> bias,
+                        args.OptionalTensor(2, "bias"));
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> stride_list,
+                        args.IntList(3, "stride"));
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> padding_list,
+                        args.IntList(4, "padding"));
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> dilation_list,
+                        args.IntList(5, "dilation"));
+  KILN_ASSIGN_OR_RETURN(bool transposed, args.Bool(6, "transposed", false));
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> output_padding,
+                        args.IntList(7, "output_padding", {0}));
+  KILN_ASSIGN_OR_RETURN(int64_t groups, args.Int(8, "groups", 1));
+
+  KILN_RETURN_IF_ERROR(RequireDType(args, input, "input"));
+  KILN_RETURN_IF_ERROR(RequireDType(args, weight, "weight"));
+  if (bias) KILN_RETURN_IF_ERROR(RequireDType(args, *bias, "bias"));
+  if (transposed) {
+    return args.Unimplemented("transposed convolution is not supported");
+  }
+  if (input.rank() != 4) {
+    return args.Unimplemented(absl::StrCat(
+        "only 2-D convolution with a 4-D (NCHW) input is supported, got ",
+        input.ToString()));
+  }
+  if (weight.rank() != 4) {
+    return args.Error(absl::StrCat(
+        "weight must be 4-D (OIHW) for a 4-D input, got ", weight.ToString()));
+  }
+  KILN_ASSIGN_OR_RETURN(auto stride, ExpandPair(args, stride_list, "stride"));
+  KILN_ASSIGN_OR_RETURN(auto padding,
+                        ExpandPair(args, padding_list, "padding"));
+  KILN_ASSIGN_OR_RETURN(auto dilation,
+                        ExpandPair(args, dilation_list, "dilation"));
+  for (int64_t op : output_padding) {
+    if (op != 0) {
+      return args.Error(absl::StrCat(
+          "output_padding must be 0 for a non-transposed convolution, got ",
+          ShapeString(output_padding)));
+    }
+  }
+  for (int i = 0; i < 2; ++i) {
+    if (stride[i] <= 0) {
+      return args.Error(absl::StrCat("stride must be positive, got ",
+                                     ShapeString(stride_list)));
+    }
+    if (dilation[i] <= 0) {
+      return args.Error(absl::StrCat("dilation must be positive, got ",
+                                     ShapeString(dilation_list)));
+    }
+    if (padding[i] < 0) {
+      return args.Error(absl::StrCat("padding must be non-negative, got ",
+                                     ShapeString(padding_list)));
+    }
+  }
+  const int64_t n = input.shape[0], c = input.shape[1], h = input.shape[2],
+                w = input.shape[3];
+  const int64_t oc = weight.shape[0], icg = weight.shape[1],
+                kh = weight.shape[2], kw = weight.shape[3];
+  if (groups <= 0) {
+    return args.Error(absl::StrCat("groups must be positive, got ", groups));
+  }
+  if (c % groups != 0) {
+    return args.Error(absl::StrCat("groups (", groups,
+                                   ") must divide the input channels (", c,
+                                   ")"));
+  }
+  if (oc % groups != 0) {
+    return args.Error(absl::StrCat("groups (", groups,
+                                   ") must divide the output channels (", oc,
+                                   ")"));
+  }
+  if (icg * groups != c) {
+    return args.Error(absl::StrCat(
+        "weight ", weight.ToString(), " expects ", icg * groups,
+        " input channels with groups=", groups, ", but input ",
+        input.ToString(), " has ", c));
+  }
+  if (c == 0 || oc == 0 || kh == 0 || kw == 0) {
+    return args.Unimplemented(absl::StrCat(
+        "convolution with zero channels or an empty kernel: input ",
+        input.ToString(), ", weight ", weight.ToString()));
+  }
+  if (bias && (bias->rank() != 1 || bias->shape[0] != oc)) {
+    return args.Error(absl::StrCat("bias must have shape [", oc, "], got ",
+                                   bias->ToString()));
+  }
+  const std::array<int64_t, 2> in_hw = {h, w}, k_hw = {kh, kw};
+  std::array<int64_t, 2> out_hw;
+  for (int i = 0; i < 2; ++i) {
+    const int64_t eff_k = dilation[i] * (k_hw[i] - 1) + 1;
+    const int64_t padded = in_hw[i] + 2 * padding[i];
+    if (padded < eff_k) {
+      return args.Error(absl::StrCat(
+          "padded input size ", padded, " in spatial dim ", i,
+          " is smaller than the dilated kernel size ", eff_k, " (input ",
+          input.ToString(), ", weight ", weight.ToString(), ")"));
+    }
+    out_hw[i] = (padded - eff_k) / stride[i] + 1;
+  }
+
+  PreparedOp op;
+  op.outputs.push_back(
+      TensorMeta{DType::kF32, {n, oc, out_hw[0], out_hw[1]}});
+  ConvolutionKernel::Config cfg;
+  cfg.input_index = InputIndex(args, 0, "input");
+  cfg.weight_index = InputIndex(args, 1, "weight");
+  cfg.bias_index = bias ? InputIndex(args, 2, "bias") : -1;
+  if (n == 0) {
+    cfg.empty = true;
+    op.kernel = std::make_unique<ConvolutionKernel>(std::move(cfg));
+    return op;
+  }
+
+  try {
+    const dnnl::engine& engine = CpuEngine();
+    cfg.src_md = memory::desc({n, c, h, w}, dt::f32, tag::nchw);
+    cfg.dst_md =
+        memory::desc({n, oc, out_hw[0], out_hw[1]}, dt::f32, tag::nchw);
+    memory::dims weight_dims;
+    if (groups == 1) {
+      weight_dims = {oc, icg, kh, kw};
+      cfg.user_weights_md = memory::desc(weight_dims, dt::f32, tag::oihw);
+    } else {
+      // Same bytes as OIHW: O splits into (G, O/G).
+      weight_dims = {groups, oc / groups, icg, kh, kw};
+      cfg.user_weights_md = memory::desc(weight_dims, dt::f32, tag::goihw);
+    }
+    const memory::desc any_weights(weight_dims, dt::f32, tag::any);
+    // Activations in `any` too: the direct JIT kernels want channel-blocked
+    // layouts and beat the plain-layout (im2col + GEMM) path by far more
+    // than the two per-run reorders cost.
+    const memory::desc any_src({n, c, h, w}, dt::f32, tag::any);
+    const memory::desc any_dst({n, oc, out_hw[0], out_hw[1]}, dt::f32,
+                               tag::any);
+    if (bias) cfg.bias_md = memory::desc({oc}, dt::f32, tag::x);
+    // oneDNN counts dilation from 0 (no gap), ATen from 1.
+    const memory::dims strides = {stride[0], stride[1]};
+    const memory::dims dil = {dilation[0] - 1, dilation[1] - 1};
+    const memory::dims pad = {padding[0], padding[1]};
+    const dnnl::primitive_attr attr = ReentrantAttr();
+    cfg.pd = bias ? dnnl::convolution_forward::primitive_desc(
+                        engine, dnnl::prop_kind::forward_inference,
+                        dnnl::algorithm::convolution_direct, any_src,
+                        any_weights, cfg.bias_md, any_dst, strides, dil, pad,
+                        pad, attr)
+                  : dnnl::convolution_forward::primitive_desc(
+                        engine, dnnl::prop_kind::forward_inference,
+                        dnnl::algorithm::convolution_direct, any_src,
+                        any_weights, any_dst, strides, dil, pad, pad, attr);
+    cfg.conv = dnnl::convolution_forward(cfg.pd);
+    size_t scratch = AlignUp(cfg.pd.scratchpad_desc().get_size());
+    if (cfg.pd.src_desc() != cfg.src_md) {
+      cfg.src_reorder = StagedReorder::Make(cfg.src_md, cfg.pd.src_desc(),
+                                            cfg.pd.src_desc(), &scratch);
+    }
+    if (cfg.pd.dst_desc() != cfg.dst_md) {
+      cfg.dst_reorder = StagedReorder::Make(cfg.pd.dst_desc(), cfg.dst_md,
+                                            cfg.pd.dst_desc(), &scratch);
+    }
+    const void* weight_data = args.ConstantData(1, "weight");
+    if (weight_data != nullptr) {
+      cfg.packed_weights =
+          ReorderToNew(cfg.user_weights_md, weight_data, cfg.pd.weights_desc());
+    } else if (cfg.pd.weights_desc() != cfg.user_weights_md) {
+      cfg.weight_reorder =
+          StagedReorder::Make(cfg.user_weights_md, cfg.pd.weights_desc(),
+                              cfg.pd.weights_desc(), &scratch);
+    }
+    const void* bias_data = bias ? args.ConstantData(2, "bias") : nullptr;
+    if (bias_data != nullptr) {
+      memory b(cfg.bias_md, engine);
+      std::memcpy(b.get_data_handle(), bias_data, oc * sizeof(float));
+      cfg.bias = b;
+    }
+    cfg.scratch_bytes = scratch;
+  } catch (const dnnl::error& e) {
+    return args.Unimplemented(
+        absl::StrCat("oneDNN cannot build this convolution: ", e.what()));
+  }
+  op.kernel = std::make_unique<ConvolutionKernel>(std::move(cfg));
+  return op;
+}
+
+}  // namespace kiln::runtime

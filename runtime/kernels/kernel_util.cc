@@ -1,0 +1,70 @@
+// Helpers shared by the ops' prepare functions (see kernel_util.h).
+#include "runtime/kernels/kernel_util.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "runtime/ir/graph.h"
+
+namespace kiln::runtime {
+
+absl::Status RequireDType(const NodeArgs& args, const TensorMeta& meta,
+                          const char* what, DType dtype) {
+  if (meta.dtype == dtype) return absl::OkStatus();
+  return args.Error(absl::StrCat(what, " must be ",
+                                 std::string(DTypeName(dtype)), ", got ",
+                                 meta.ToString()));
+}
+
+int InputIndex(const NodeArgs& args, int pos, const char* name) {
+  const Arg* target = args.Find(pos, name);
+  if (target == nullptr || target->kind != Arg::Kind::kTensor) return -1;
+  const Node& node = args.node();
+  int index = 0;
+  std::vector<ValueRef> refs;
+  auto visit = [&](const Arg& arg) -> bool {
+    if (&arg == target) return true;
+    refs.clear();
+    CollectTensorRefs(arg, &refs);
+    index += static_cast<int>(refs.size());
+    return false;
+  };
+  for (const Arg& a : node.args) {
+    if (visit(a)) return index;
+  }
+  for (const NamedArg& a : node.kwargs) {
+    if (visit(a.value)) return index;
+  }
+  return -1;
+}
+
+absl::StatusOr<int> WrapDim(const NodeArgs& args, int64_t dim, int rank) {
+  const int64_t r = rank == 0 ? 1 : rank;
+  if (dim < -r || dim >= r) {
+    return args.Error(absl::StrCat("dimension ", dim,
+                                   " is out of range for a tensor of rank ",
+                                   rank, " (expected [", -r, ", ", r - 1,
+                                   "])"));
+  }
+  return static_cast<int>(dim < 0 ? dim + r : dim);
+}
+
+absl::StatusOr<std::array<int64_t, 2>> ExpandPair(
+    const NodeArgs& args, const std::vector<int64_t>& values,
+    const char* name) {
+  if (values.size() == 1) return std::array<int64_t, 2>{values[0], values[0]};
+  if (values.size() == 2) return std::array<int64_t, 2>{values[0], values[1]};
+  return args.Error(absl::StrCat(name, " must have 1 or 2 values, got ",
+                                 values.size()));
+}
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
+}
+
+int64_t Product(const std::vector<int64_t>& shape, int begin, int end) {
+  int64_t p = 1;
+  for (int i = begin; i < end; ++i) p *= shape[i];
+  return p;
+}
+
+}  // namespace kiln::runtime

@@ -1,0 +1,361 @@
+// 2-D pooling over NCHW / CHW f32 tensors: aten.max_pool2d_with_indices,
+// aten.avg_pool2d and aten._adaptive_avg_pool2d, matching ATen's CPU
+// kernels' window arithmetic (ceil_mode, padding, count_include_pad,
+// divisor_override, adaptive start/end).
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/exec/parallel.h"
+#include "runtime/kernels/kernel_util.h"
+#include "runtime/ops/prepare_fns.h"
+#include "runtime/util/status_macros.h"
+
+namespace kiln::runtime {
+namespace {
+
+struct PoolGeometry {
+  int64_t planes = 0;  // N * C: every plane is pooled independently
+  int64_t ih = 0, iw = 0, oh = 0, ow = 0;
+  int64_t kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
+};
+
+// Grain in planes so each task does at least ~16K output elements.
+int64_t PlaneGrain(const PoolGeometry& g) {
+  return std::max<int64_t>(
+      1, (int64_t{1} << 14) / std::max<int64_t>(1, g.oh * g.ow));
+}
+
+int64_t FloorDiv(int64_t a, int64_t b) {
+  const int64_t q = a / b;
+  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+
+// ATen's pooling_output_shape.
+int64_t PoolOutputSize(int64_t in, int64_t k, int64_t pad, int64_t stride,
+                       int64_t dilation, bool ceil_mode) {
+  int64_t out = FloorDiv(in + 2 * pad - dilation * (k - 1) - 1 +
+                             (ceil_mode ? stride - 1 : 0),
+                         stride) +
+                1;
+  // The last window must start inside the input or the left padding.
+  if (ceil_mode && (out - 1) * stride >= in + pad) --out;
+  return out;
+}
+
+// Checks the input (CHW or NCHW, f32, non-empty planes) and fills planes,
+// ih, iw. Returns the leading dims to which (oh, ow) are appended.
+absl::StatusOr<std::vector<int64_t>> CheckPoolInput(const NodeArgs& args,
+                                                    const TensorMeta& input,
+                                                    PoolGeometry* g) {
+  KILN_RETURN_IF_ERROR(RequireDType(args, input, "self"));
+  if (input.rank() != 3 && input.rank() != 4) {
+    return args.Error(absl::StrCat(
+        "expected a 3-D (CHW) or 4-D (NCHW) input, got ", input.ToString()));
+  }
+  const int r = input.rank();
+  for (int d = r - 3; d < r; ++d) {
+    if (input.shape[d] == 0) {
+      return args.Error(absl::StrCat(
+          "input ", input.ToString(),
+          " must have non-zero channel and spatial sizes"));
+    }
+  }
+  g->planes = Product(input.shape, 0, r - 2);
+  g->ih = input.shape[r - 2];
+  g->iw = input.shape[r - 1];
+  return std::vector<int64_t>(input.shape.begin(), input.shape.end() - 2);
+}
+
+// Reads kernel_size/stride/padding(/dilation) at positions 1..4, checks them
+// like ATen's pool2d_shape_check and computes the output size.
+absl::Status ReadWindow(const NodeArgs& args, bool has_dilation,
+                        bool ceil_mode, PoolGeometry* g) {
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> k_list,
+                        args.IntList(1, "kernel_size"));
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> s_list,
+                        args.IntList(2, "stride", {}));
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> p_list,
+                        args.IntList(3, "padding", {0}));
+  std::vector<int64_t> d_list = {1};
+  if (has_dilation) {
+    KILN_ASSIGN_OR_RETURN(d_list, args.IntList(4, "dilation", {1}));
+  }
+  KILN_ASSIGN_OR_RETURN(auto k, ExpandPair(args, k_list, "kernel_size"));
+  // An empty stride means stride = kernel_size.
+  std::array<int64_t, 2> s = k;
+  if (!s_list.empty()) {
+    KILN_ASSIGN_OR_RETURN(s, ExpandPair(args, s_list, "stride"));
+  }
+  KILN_ASSIGN_OR_RETURN(auto p, ExpandPair(args, p_list, "padding"));
+  KILN_ASSIGN_OR_RETURN(auto d, ExpandPair(args, d_list, "dilation"));
+  for (int i = 0; i < 2; ++i) {
+    if (k[i] <= 0) {
+      return args.Error(absl::StrCat("kernel_size must be positive, got ",
+                                     ShapeString(k_list)));
+    }
+    if (s[i] <= 0) {
+      return args.Error(absl::StrCat("stride must be positive, got ",
+                                     ShapeString(s_list)));
+    }
+    if (d[i] <= 0) {
+      return args.Error(absl::StrCat("dilation must be positive, got ",
+                                     ShapeString(d_list)));
+    }
+    if (p[i] < 0 || p[i] > k[i] / 2) {
+      return args.Error(absl::StrCat(
+          "padding must be between 0 and half the kernel size, got padding ",
+          ShapeString(p_list), " for kernel_size ", ShapeString(k_list)));
+    }
+  }
+  g->kh = k[0];
+  g->kw = k[1];
+  g->sh = s[0];
+  g->sw = s[1];
+  g->ph = p[0];
+  g->pw = p[1];
+  g->dh = d[0];
+  g->dw = d[1];
+  g->oh = PoolOutputSize(g->ih, g->kh, g->ph, g->sh, g->dh, ceil_mode);
+  g->ow = PoolOutputSize(g->iw, g->kw, g->pw, g->sw, g->dw, ceil_mode);
+  if (g->oh < 1 || g->ow < 1) {
+    return args.Error(absl::StrCat("input size ", g->ih, "x", g->iw,
+                                   " gives output size ", g->oh, "x", g->ow,
+                                   ", which is too small"));
+  }
+  return absl::OkStatus();
+}
+
+class MaxPool2dKernel final : public Kernel {
+ public:
+  explicit MaxPool2dKernel(PoolGeometry g) : g_(g) {}
+
+  absl::Status Run(const KernelContext& ctx) const override {
+    const PoolGeometry g = g_;
+    const float* in = ctx.inputs[0].as<const float>();
+    float* out = ctx.outputs[0].as<float>();
+    int64_t* indices = ctx.outputs[1].as<int64_t>();
+    ParallelFor(g.planes, PlaneGrain(g), [&](int64_t begin, int64_t end) {
+      for (int64_t plane = begin; plane < end; ++plane) {
+        const float* x = in + plane * g.ih * g.iw;
+        float* y = out + plane * g.oh * g.ow;
+        int64_t* yi = indices + plane * g.oh * g.ow;
+        for (int64_t oy = 0; oy < g.oh; ++oy) {
+          int64_t y0 = oy * g.sh - g.ph;
+          const int64_t y1 = std::min(y0 + (g.kh - 1) * g.dh + 1, g.ih);
+          while (y0 < 0) y0 += g.dh;
+          for (int64_t ox = 0; ox < g.ow; ++ox) {
+            int64_t x0 = ox * g.sw - g.pw;
+            const int64_t x1 = std::min(x0 + (g.kw - 1) * g.dw + 1, g.iw);
+            while (x0 < 0) x0 += g.dw;
+            // Two passes: the max alone compiles to branch-free vmaxss,
+            // then a second scan finds its index. (One pass tracking the
+            // index branches, and mispredicts on every new maximum.)
+            float best_val = -std::numeric_limits<float>::infinity();
+            bool any_nan = false;
+            for (int64_t iy = y0; iy < y1; iy += g.dh) {
+              for (int64_t ix = x0; ix < x1; ix += g.dw) {
+                const float v = x[iy * g.iw + ix];
+                best_val = best_val < v ? v : best_val;
+                any_nan |= v != v;
+              }
+            }
+            // ATen's rule `v > max || isnan(v)` keeps the first maximum
+            // in row-major window order, or the last NaN. Scanning the
+            // window backwards with a select finds the first maximum
+            // without an unpredictable early exit.
+            int64_t best = y0 * g.iw + x0;
+            if (any_nan) {
+              for (int64_t iy = y0; iy < y1; iy += g.dh) {
+                for (int64_t ix = x0; ix < x1; ix += g.dw) {
+                  if (x[iy * g.iw + ix] != x[iy * g.iw + ix]) {
+                    best = iy * g.iw + ix;
+                  }
+                }
+              }
+            } else if (y0 < y1 && x0 < x1) {
+              const int64_t y_last = y0 + (y1 - 1 - y0) / g.dh * g.dh;
+              const int64_t x_last = x0 + (x1 - 1 - x0) / g.dw * g.dw;
+              for (int64_t iy = y_last; iy >= y0; iy -= g.dh) {
+                for (int64_t ix = x_last; ix >= x0; ix -= g.dw) {
+                  const int64_t idx = iy * g.iw + ix;
+                  // Select by mask: gcc turns a float-compare ternary
+                  // into a branch, which mispredicts on random data.
+                  const int64_t mask =
+                      -static_cast<int64_t>(x[idx] == best_val);
+                  best = (idx & mask) | (best & ~mask);
+                }
+              }
+            }
+            y[oy * g.ow + ox] =
+                any_nan ? std::numeric_limits<float>::quiet_NaN() : best_val;
+            yi[oy * g.ow + ox] = best;
+          }
+        }
+      }
+    });
+    return absl::OkStatus();
+  }
+
+ private:
+  PoolGeometry g_;
+};
+
+class AvgPool2dKernel final : public Kernel {
+ public:
+  AvgPool2dKernel(PoolGeometry g, bool count_include_pad,
+                  std::optional<int64_t> divisor_override)
+      : g_(g),
+        count_include_pad_(count_include_pad),
+        divisor_override_(divisor_override) {}
+
+  absl::Status Run(const KernelContext& ctx) const override {
+    const PoolGeometry& g = g_;
+    const float* in = ctx.inputs[0].as<const float>();
+    float* out = ctx.outputs[0].as<float>();
+    ParallelFor(g.planes, PlaneGrain(g), [&](int64_t begin, int64_t end) {
+      for (int64_t plane = begin; plane < end; ++plane) {
+        const float* x = in + plane * g.ih * g.iw;
+        float* y = out + plane * g.oh * g.ow;
+        for (int64_t oy = 0; oy < g.oh; ++oy) {
+          for (int64_t ox = 0; ox < g.ow; ++ox) {
+            int64_t y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
+            int64_t y1 = std::min(y0 + g.kh, g.ih + g.ph);
+            int64_t x1 = std::min(x0 + g.kw, g.iw + g.pw);
+            const int64_t pool_size = (y1 - y0) * (x1 - x0);
+            y0 = std::max<int64_t>(y0, 0);
+            x0 = std::max<int64_t>(x0, 0);
+            y1 = std::min(y1, g.ih);
+            x1 = std::min(x1, g.iw);
+            if (y0 >= y1 || x0 >= x1) {
+              y[oy * g.ow + ox] = 0.0f;
+              continue;
+            }
+            float sum = 0.0f;
+            for (int64_t iy = y0; iy < y1; ++iy) {
+              for (int64_t ix = x0; ix < x1; ++ix) sum += x[iy * g.iw + ix];
+            }
+            const int64_t divisor =
+                divisor_override_ ? *divisor_override_
+                : count_include_pad_ ? pool_size
+                                     : (y1 - y0) * (x1 - x0);
+            y[oy * g.ow + ox] = sum / static_cast<float>(divisor);
+          }
+        }
+      }
+    });
+    return absl::OkStatus();
+  }
+
+ private:
+  PoolGeometry g_;
+  bool count_include_pad_;
+  std::optional<int64_t> divisor_override_;
+};
+
+class AdaptiveAvgPool2dKernel final : public Kernel {
+ public:
+  explicit AdaptiveAvgPool2dKernel(PoolGeometry g) : g_(g) {}
+
+  absl::Status Run(const KernelContext& ctx) const override {
+    const PoolGeometry& g = g_;
+    const float* in = ctx.inputs[0].as<const float>();
+    float* out = ctx.outputs[0].as<float>();
+    ParallelFor(g.planes, PlaneGrain(g), [&](int64_t begin, int64_t end) {
+      for (int64_t plane = begin; plane < end; ++plane) {
+        const float* x = in + plane * g.ih * g.iw;
+        float* y = out + plane * g.oh * g.ow;
+        for (int64_t oy = 0; oy < g.oh; ++oy) {
+          const int64_t y0 = oy * g.ih / g.oh;
+          const int64_t y1 = ((oy + 1) * g.ih + g.oh - 1) / g.oh;
+          for (int64_t ox = 0; ox < g.ow; ++ox) {
+            const int64_t x0 = ox * g.iw / g.ow;
+            const int64_t x1 = ((ox + 1) * g.iw + g.ow - 1) / g.ow;
+            float sum = 0.0f;
+            for (int64_t iy = y0; iy < y1; ++iy) {
+              for (int64_t ix = x0; ix < x1; ++ix) sum += x[iy * g.iw + ix];
+            }
+            y[oy * g.ow + ox] =
+                sum / static_cast<float>((y1 - y0) * (x1 - x0));
+          }
+        }
+      }
+    });
+    return absl::OkStatus();
+  }
+
+ private:
+  PoolGeometry g_;
+};
+
+}  // namespace
+
+absl::StatusOr<PreparedOp> PrepareMaxPool2dWithIndices(const NodeArgs& args) {
+  // (self, kernel_size, stride=[], padding=0, dilation=1, ceil_mode=False)
+  KILN_ASSIGN_OR_RETURN(TensorMeta input, args.Tensor(0, "self"));
+  PoolGeometry g;
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> lead,
+                        CheckPoolInput(args, input, &g));
+  KILN_ASSIGN_OR_RETURN(bool ceil_mode, args.Bool(5, "ceil_mode", false));
+  KILN_RETURN_IF_ERROR(ReadWindow(args, /*has_dilation=*/true, ceil_mode, &g));
+  lead.push_back(g.oh);
+  lead.push_back(g.ow);
+  PreparedOp op;
+  op.outputs = {TensorMeta{DType::kF32, lead}, TensorMeta{DType::kI64, lead}};
+  op.kernel = std::make_unique<MaxPool2dKernel>(g);
+  return op;
+}
+
+absl::StatusOr<PreparedOp> PrepareAvgPool2d(const NodeArgs& args) {
+  // (self, kernel_size, stride=[], padding=0, ceil_mode=False,
+  //  count_include_pad=True, divisor_override=None)
+  KILN_ASSIGN_OR_RETURN(TensorMeta input, args.Tensor(0, "self"));
+  PoolGeometry g;
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> lead,
+                        CheckPoolInput(args, input, &g));
+  KILN_ASSIGN_OR_RETURN(bool ceil_mode, args.Bool(4, "ceil_mode", false));
+  KILN_ASSIGN_OR_RETURN(bool count_include_pad,
+                        args.Bool(5, "count_include_pad", true));
+  std::optional<int64_t> divisor;
+  if (args.Find(6, "divisor_override") != nullptr) {
+    KILN_ASSIGN_OR_RETURN(divisor, args.Int(6, "divisor_override"));
+    if (*divisor == 0) return args.Error("divisor_override must be non-zero");
+  }
+  KILN_RETURN_IF_ERROR(
+      ReadWindow(args, /*has_dilation=*/false, ceil_mode, &g));
+  lead.push_back(g.oh);
+  lead.push_back(g.ow);
+  PreparedOp op;
+  op.outputs = {TensorMeta{DType::kF32, lead}};
+  op.kernel = std::make_unique<AvgPool2dKernel>(g, count_include_pad, divisor);
+  return op;
+}
+
+absl::StatusOr<PreparedOp> PrepareAdaptiveAvgPool2d(const NodeArgs& args) {
+  // (self, output_size[2])
+  KILN_ASSIGN_OR_RETURN(TensorMeta input, args.Tensor(0, "self"));
+  PoolGeometry g;
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> lead,
+                        CheckPoolInput(args, input, &g));
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> size_list,
+                        args.IntList(1, "output_size"));
+  KILN_ASSIGN_OR_RETURN(auto size, ExpandPair(args, size_list, "output_size"));
+  if (size[0] < 0 || size[1] < 0) {
+    return args.Error(absl::StrCat("output_size must be non-negative, got ",
+                                   ShapeString(size_list)));
+  }
+  g.oh = size[0];
+  g.ow = size[1];
+  lead.push_back(g.oh);
+  lead.push_back(g.ow);
+  PreparedOp op;
+  op.outputs = {TensorMeta{DType::kF32, lead}};
+  op.kernel = std::make_unique<AdaptiveAvgPool2dKernel>(g);
+  return op;
+}
+
+}  // namespace kiln::runtime

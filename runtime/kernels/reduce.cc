@@ -1,0 +1,194 @@
+// Reductions over f32 tensors: aten.mean.dim (any set of dims, negative
+// dims, keepdim; dim None or [] reduces everything).
+//
+// The input's dims are grouped into runs of kept and reduced dims. The two
+// common layouts get loops that vectorize: reduced dims innermost (row
+// sums, e.g. global average pooling over H, W) and one reduced run between
+// kept runs (column sums). Anything else walks the reduced index space per
+// output element. Sums accumulate in double, so long reductions keep
+// float precision.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/exec/parallel.h"
+#include "runtime/kernels/kernel_util.h"
+#include "runtime/ops/prepare_fns.h"
+#include "runtime/util/status_macros.h"
+
+namespace kiln::runtime {
+namespace {
+
+struct ReducePlan {
+  int64_t out_numel = 0;
+  int64_t count = 0;  // elements averaged per output
+  // Coalesced input dims (size > 1), outermost first.
+  std::vector<int64_t> sizes;
+  std::vector<bool> reduced;
+};
+
+class MeanKernel final : public Kernel {
+ public:
+  explicit MeanKernel(ReducePlan p) : p_(std::move(p)) {}
+
+  absl::Status Run(const KernelContext& ctx) const override {
+    const float* in = ctx.inputs[0].as<const float>();
+    float* out = ctx.outputs[0].as<float>();
+    const int64_t n_out = p_.out_numel;
+    if (n_out == 0) return absl::OkStatus();
+    if (p_.count == 0) {  // mean of nothing, as in ATen
+      std::fill(out, out + n_out, std::numeric_limits<float>::quiet_NaN());
+      return absl::OkStatus();
+    }
+    const double inv = 1.0 / static_cast<double>(p_.count);
+    const int nd = static_cast<int>(p_.sizes.size());
+    const int64_t work_grain =
+        std::max<int64_t>(1, (int64_t{1} << 15) / p_.count);
+    // Kinds alternate after coalescing, so the layout is fixed by nd and
+    // the kind of the first run.
+    if (nd <= 1 || (nd == 2 && p_.reduced[1])) {
+      // [K?, R]: rows of `count` contiguous elements (or a plain copy when
+      // nothing > 1 is reduced).
+      const int64_t r = p_.count;
+      ParallelFor(n_out, work_grain, [&](int64_t b, int64_t e) {
+        for (int64_t o = b; o < e; ++o) {
+          const float* x = in + o * r;
+          double sum = 0.0;
+          for (int64_t i = 0; i < r; ++i) sum += x[i];
+          out[o] = static_cast<float>(sum * inv);
+        }
+      });
+      return absl::OkStatus();
+    }
+    if ((nd == 2 && p_.reduced[0]) ||
+        (nd == 3 && !p_.reduced[0] && p_.reduced[1])) {
+      // [K1?, R, K2]: accumulate rows of K2 elements.
+      const int64_t k2 = p_.sizes[nd - 1];
+      const int64_t r = p_.sizes[nd - 2];
+      const int64_t k1 = nd == 3 ? p_.sizes[0] : 1;
+      constexpr int64_t kChunk = 256;
+      const int64_t chunks = (k2 + kChunk - 1) / kChunk;
+      ParallelFor(k1 * chunks, 1, [&](int64_t b, int64_t e) {
+        double acc[kChunk];
+        for (int64_t t = b; t < e; ++t) {
+          const int64_t o1 = t / chunks;
+          const int64_t c0 = (t % chunks) * kChunk;
+          const int64_t len = std::min(kChunk, k2 - c0);
+          std::fill(acc, acc + len, 0.0);
+          const float* x = in + o1 * r * k2 + c0;
+          for (int64_t i = 0; i < r; ++i) {
+            const float* row = x + i * k2;
+            for (int64_t j = 0; j < len; ++j) acc[j] += row[j];
+          }
+          float* y = out + o1 * k2 + c0;
+          for (int64_t j = 0; j < len; ++j) {
+            y[j] = static_cast<float>(acc[j] * inv);
+          }
+        }
+      });
+      return absl::OkStatus();
+    }
+    // General layout: per output element, walk the reduced dims.
+    std::vector<int64_t> strides(nd);
+    int64_t s = 1;
+    for (int d = nd - 1; d >= 0; --d) {
+      strides[d] = s;
+      s *= p_.sizes[d];
+    }
+    std::vector<int> kept, red;
+    for (int d = 0; d < nd; ++d) (p_.reduced[d] ? red : kept).push_back(d);
+    ParallelFor(n_out, work_grain, [&](int64_t b, int64_t e) {
+      std::vector<int64_t> idx(red.size());
+      for (int64_t o = b; o < e; ++o) {
+        int64_t base = 0, rem = o;
+        for (int i = static_cast<int>(kept.size()) - 1; i >= 0; --i) {
+          base += (rem % p_.sizes[kept[i]]) * strides[kept[i]];
+          rem /= p_.sizes[kept[i]];
+        }
+        std::fill(idx.begin(), idx.end(), 0);
+        double sum = 0.0;
+        int64_t off = base;
+        for (int64_t i = 0; i < p_.count; ++i) {
+          sum += in[off];
+          // Odometer over the reduced dims, innermost fastest.
+          for (int j = static_cast<int>(red.size()) - 1; j >= 0; --j) {
+            const int d = red[j];
+            off += strides[d];
+            if (++idx[j] < p_.sizes[d]) break;
+            off -= idx[j] * strides[d];
+            idx[j] = 0;
+          }
+        }
+        out[o] = static_cast<float>(sum * inv);
+      }
+    });
+    return absl::OkStatus();
+  }
+
+ private:
+  ReducePlan p_;
+};
+
+}  // namespace
+
+absl::StatusOr<PreparedOp> PrepareMeanDim(const NodeArgs& args) {
+  // (self, dim: int[1]?, keepdim=False, *, dtype=None)
+  KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
+  KILN_RETURN_IF_ERROR(RequireDType(args, self, "self"));
+  KILN_ASSIGN_OR_RETURN(std::optional<std::vector<int64_t>> dims_arg,
+                        args.OptionalIntList(1, "dim"));
+  KILN_ASSIGN_OR_RETURN(bool keepdim, args.Bool(2, "keepdim", false));
+  if (const Arg* dtype = args.Find(3, "dtype")) {
+    if (dtype->kind != Arg::Kind::kDType) {
+      return args.Error("dtype must be a dtype");
+    }
+    if (dtype->i != static_cast<int64_t>(DType::kF32)) {
+      return args.Unimplemented(absl::StrCat(
+          "dtype ", dtype->i, " is not supported (only f32 output)"));
+    }
+  }
+  const int rank = self.rank();
+  std::vector<bool> reduce(rank, false);
+  if (!dims_arg || dims_arg->empty()) {
+    std::fill(reduce.begin(), reduce.end(), true);
+  } else {
+    for (int64_t d : *dims_arg) {
+      KILN_ASSIGN_OR_RETURN(int w, WrapDim(args, d, rank));
+      if (rank == 0) continue;  // a scalar's dim 0 / -1 reduces nothing
+      if (reduce[w]) {
+        return args.Error(absl::StrCat("dim ", w, " appears twice in ",
+                                       ShapeString(*dims_arg)));
+      }
+      reduce[w] = true;
+    }
+  }
+  std::vector<int64_t> out_shape;
+  ReducePlan p;
+  p.count = 1;
+  for (int d = 0; d < rank; ++d) {
+    if (reduce[d]) {
+      p.count *= self.shape[d];
+      if (keepdim) out_shape.push_back(1);
+    } else {
+      out_shape.push_back(self.shape[d]);
+    }
+    // Size-1 dims do not affect the layout; neighbours of the same kind
+    // merge (the input is contiguous).
+    if (self.shape[d] == 1) continue;
+    if (!p.sizes.empty() && p.reduced.back() == reduce[d]) {
+      p.sizes.back() *= self.shape[d];
+    } else {
+      p.sizes.push_back(self.shape[d]);
+      p.reduced.push_back(reduce[d]);
+    }
+  }
+  p.out_numel = Product(out_shape, 0, static_cast<int>(out_shape.size()));
+  PreparedOp op;
+  op.outputs.push_back(TensorMeta{DType::kF32, out_shape});
+  op.kernel = std::make_unique<MeanKernel>(std::move(p));
+  return op;
+}
+
+}  // namespace kiln::runtime

@@ -1,0 +1,270 @@
+// Shape ops on f32 tensors: aten.view / aten.reshape / aten._unsafe_view,
+// aten.flatten.using_ints, aten.permute, aten.t and aten.clone.
+//
+// Runtime tensors are always dense and contiguous, so every one of these
+// writes its own output: views and clones are parallel copies, permute and
+// t are strided gathers (tiled when the innermost output dim is not the
+// input's innermost, so both sides stay cache friendly).
+#include <algorithm>
+#include <cstring>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/exec/parallel.h"
+#include "runtime/kernels/kernel_util.h"
+#include "runtime/ops/prepare_fns.h"
+#include "runtime/util/status_macros.h"
+
+namespace kiln::runtime {
+namespace {
+
+constexpr int64_t kCopyGrainBytes = int64_t{1} << 18;
+
+class CopyKernel final : public Kernel {
+ public:
+  explicit CopyKernel(int64_t bytes) : bytes_(bytes) {}
+
+  absl::Status Run(const KernelContext& ctx) const override {
+    const char* src = static_cast<const char*>(ctx.inputs[0].data);
+    char* dst = static_cast<char*>(ctx.outputs[0].data);
+    if (src == dst) return absl::OkStatus();  // aliased by a later pass
+    ParallelFor(bytes_, kCopyGrainBytes, [&](int64_t b, int64_t e) {
+      std::memcpy(dst + b, src + b, e - b);
+    });
+    return absl::OkStatus();
+  }
+
+ private:
+  int64_t bytes_;
+};
+
+// out (contiguous, shape `shape`) [i] = in[sum idx_d * in_strides[d]], with
+// dims coalesced at construction.
+class PermuteKernel final : public Kernel {
+ public:
+  PermuteKernel(const std::vector<int64_t>& out_shape,
+                const std::vector<int64_t>& in_strides) {
+    // Drop size-1 dims and merge neighbours the input also walks
+    // contiguously.
+    for (size_t d = 0; d < out_shape.size(); ++d) {
+      if (out_shape[d] == 1) continue;
+      if (!shape_.empty() && strides_.back() == in_strides[d] * out_shape[d]) {
+        shape_.back() *= out_shape[d];
+        strides_.back() = in_strides[d];
+        continue;
+      }
+      shape_.push_back(out_shape[d]);
+      strides_.push_back(in_strides[d]);
+    }
+    numel_ = 1;
+    for (int64_t s : out_shape) numel_ *= s;
+  }
+
+  absl::Status Run(const KernelContext& ctx) const override {
+    const float* in = ctx.inputs[0].as<const float>();
+    float* out = ctx.outputs[0].as<float>();
+    if (numel_ == 0) return absl::OkStatus();
+    const int nd = static_cast<int>(shape_.size());
+    if (nd == 0 || strides_.back() == 1) {
+      // Rows of the output are contiguous in the input too.
+      const int64_t inner = nd == 0 ? 1 : shape_.back();
+      const int64_t rows = numel_ / inner;
+      ParallelFor(rows, std::max<int64_t>(1, (int64_t{1} << 15) / inner),
+                  [&](int64_t b, int64_t e) {
+                    for (int64_t row = b; row < e; ++row) {
+                      std::memcpy(out + row * inner,
+                                  in + RowOffset(row, nd - 1),
+                                  inner * sizeof(float));
+                    }
+                  });
+      return absl::OkStatus();
+    }
+    if (nd == 1) {  // a strided gather into one row
+      const int64_t s = strides_[0];
+      ParallelFor(numel_, int64_t{1} << 14, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) out[i] = in[i * s];
+      });
+      return absl::OkStatus();
+    }
+    // Tiled transpose of the last two dims for each outer index.
+    const int64_t rows = shape_[nd - 2], cols = shape_[nd - 1];
+    const int64_t rs = strides_[nd - 2], cs = strides_[nd - 1];
+    const int64_t outer = numel_ / (rows * cols);
+    constexpr int64_t kTile = 32;
+    const int64_t row_tiles = (rows + kTile - 1) / kTile;
+    ParallelFor(outer * row_tiles, 4, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) {
+        const int64_t o = t / row_tiles;
+        const int64_t r0 = (t % row_tiles) * kTile;
+        const int64_t r1 = std::min(r0 + kTile, rows);
+        const float* src = in + RowOffset(o, nd - 2);
+        float* dst = out + o * rows * cols;
+        for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
+          const int64_t c1 = std::min(c0 + kTile, cols);
+          for (int64_t r = r0; r < r1; ++r) {
+            for (int64_t c = c0; c < c1; ++c) {
+              dst[r * cols + c] = src[r * rs + c * cs];
+            }
+          }
+        }
+      }
+    });
+    return absl::OkStatus();
+  }
+
+ private:
+  // Input offset of index `i` over the first `nd` coalesced dims.
+  int64_t RowOffset(int64_t i, int nd) const {
+    int64_t off = 0;
+    for (int d = nd - 1; d >= 0; --d) {
+      off += (i % shape_[d]) * strides_[d];
+      i /= shape_[d];
+    }
+    return off;
+  }
+
+  std::vector<int64_t> shape_, strides_;
+  int64_t numel_ = 0;
+};
+
+PreparedOp CopyOp(const TensorMeta& in, std::vector<int64_t> out_shape) {
+  PreparedOp op;
+  op.outputs.push_back(TensorMeta{in.dtype, std::move(out_shape)});
+  op.kernel = std::make_unique<CopyKernel>(in.ByteSize());
+  return op;
+}
+
+PreparedOp PermuteOp(const TensorMeta& in, const std::vector<int>& dims) {
+  const std::vector<int64_t> strides = ContiguousStrides(in.shape);
+  std::vector<int64_t> out_shape, in_strides;
+  for (int d : dims) {
+    out_shape.push_back(in.shape[d]);
+    in_strides.push_back(strides[d]);
+  }
+  PreparedOp op;
+  op.outputs.push_back(TensorMeta{in.dtype, out_shape});
+  op.kernel = std::make_unique<PermuteKernel>(out_shape, in_strides);
+  return op;
+}
+
+}  // namespace
+
+absl::StatusOr<PreparedOp> PrepareView(const NodeArgs& args) {
+  // (self, size) for view, reshape and _unsafe_view.
+  KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
+  KILN_RETURN_IF_ERROR(RequireDType(args, self, "self"));
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> size, args.IntList(1, "size"));
+  int infer = -1;
+  int64_t known = 1;
+  for (int i = 0; i < static_cast<int>(size.size()); ++i) {
+    if (size[i] == -1) {
+      if (infer >= 0) {
+        return args.Error(absl::StrCat("only one dimension can be -1, got ",
+                                       ShapeString(size)));
+      }
+      infer = i;
+    } else if (size[i] < 0) {
+      return args.Error(
+          absl::StrCat("invalid size ", size[i], " in ", ShapeString(size)));
+    } else {
+      known *= size[i];
+      if (known > kMaxElements) {
+        return args.Error(
+            absl::StrCat("size ", ShapeString(size), " is too large"));
+      }
+    }
+  }
+  const int64_t numel = self.NumElements();
+  if (infer >= 0) {
+    if (known == 0 || numel % known != 0) {
+      return args.Error(absl::StrCat("shape ", ShapeString(size),
+                                     " is invalid for input of size ", numel,
+                                     " ", self.ToString()));
+    }
+    size[infer] = numel / known;
+  } else if (known != numel) {
+    return args.Error(absl::StrCat("shape ", ShapeString(size),
+                                   " is invalid for input of size ", numel,
+                                   " ", self.ToString()));
+  }
+  if (size.size() > static_cast<size_t>(kMaxRank)) {
+    return args.Error(absl::StrCat("rank of ", ShapeString(size),
+                                   " exceeds the limit of ", kMaxRank));
+  }
+  return CopyOp(self, std::move(size));
+}
+
+absl::StatusOr<PreparedOp> PrepareFlatten(const NodeArgs& args) {
+  // (self, start_dim=0, end_dim=-1)
+  KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
+  KILN_RETURN_IF_ERROR(RequireDType(args, self, "self"));
+  KILN_ASSIGN_OR_RETURN(int64_t start_arg, args.Int(1, "start_dim", 0));
+  KILN_ASSIGN_OR_RETURN(int64_t end_arg, args.Int(2, "end_dim", -1));
+  KILN_ASSIGN_OR_RETURN(int start, WrapDim(args, start_arg, self.rank()));
+  KILN_ASSIGN_OR_RETURN(int end, WrapDim(args, end_arg, self.rank()));
+  if (start > end) {
+    return args.Error(absl::StrCat("flatten() has invalid args: start_dim (",
+                                   start_arg, ") cannot come after end_dim (",
+                                   end_arg, ")"));
+  }
+  if (self.rank() == 0) return CopyOp(self, {1});
+  std::vector<int64_t> shape(self.shape.begin(), self.shape.begin() + start);
+  shape.push_back(Product(self.shape, start, end + 1));
+  shape.insert(shape.end(), self.shape.begin() + end + 1, self.shape.end());
+  return CopyOp(self, std::move(shape));
+}
+
+absl::StatusOr<PreparedOp> PreparePermute(const NodeArgs& args) {
+  // (self, dims)
+  KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
+  KILN_RETURN_IF_ERROR(RequireDType(args, self, "self"));
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> dims_arg, args.IntList(1, "dims"));
+  if (static_cast<int>(dims_arg.size()) != self.rank()) {
+    return args.Error(absl::StrCat("dims ", ShapeString(dims_arg),
+                                   " must list each of the ", self.rank(),
+                                   " dimensions of ", self.ToString()));
+  }
+  std::vector<int> dims;
+  std::vector<bool> seen(self.rank(), false);
+  for (int64_t d : dims_arg) {
+    KILN_ASSIGN_OR_RETURN(int w, WrapDim(args, d, self.rank()));
+    if (seen[w]) {
+      return args.Error(absl::StrCat("dims ", ShapeString(dims_arg),
+                                     " repeats dimension ", w));
+    }
+    seen[w] = true;
+    dims.push_back(w);
+  }
+  return PermuteOp(self, dims);
+}
+
+absl::StatusOr<PreparedOp> PrepareT(const NodeArgs& args) {
+  KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
+  KILN_RETURN_IF_ERROR(RequireDType(args, self, "self"));
+  if (self.rank() > 2) {
+    return args.Error(absl::StrCat("t() expects a tensor with <= 2 dims, got ",
+                                   self.ToString()));
+  }
+  if (self.rank() < 2) return CopyOp(self, self.shape);
+  return PermuteOp(self, {1, 0});
+}
+
+absl::StatusOr<PreparedOp> PrepareClone(const NodeArgs& args) {
+  // (self, *, memory_format=None)
+  KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
+  KILN_RETURN_IF_ERROR(RequireDType(args, self, "self"));
+  if (const Arg* mf = args.Find(1, "memory_format")) {
+    if (mf->kind != Arg::Kind::kMemoryFormat) {
+      return args.Error("memory_format must be a memory format");
+    }
+    // kiln.v1.MemoryFormat: 0 unspecified, 1 contiguous, 2 channels_last,
+    // 3 preserve. A contiguous input preserved is contiguous.
+    if (mf->i != 0 && mf->i != 1 && mf->i != 3) {
+      return args.Unimplemented(absl::StrCat(
+          "memory_format ", mf->i, " is not supported (only contiguous)"));
+    }
+  }
+  return CopyOp(self, self.shape);
+}
+
+}  // namespace kiln::runtime

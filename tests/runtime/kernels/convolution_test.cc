@@ -1,0 +1,285 @@
+// Tests aten.convolution.default against a naive double-precision 2-D
+// convolution computed here.
+#include <array>
+#include <thread>
+
+#include "tests/runtime/kernels/kernel_test_util.h"
+
+namespace kiln::runtime::testing {
+namespace {
+
+struct ConvCase {
+  std::vector<int64_t> input;   // NCHW
+  std::vector<int64_t> weight;  // OIHW (I = C / groups)
+  bool bias;
+  std::array<int64_t, 2> stride, padding, dilation;
+  int64_t groups;
+  bool constant_weights;
+};
+
+std::vector<double> ReferenceConv(const ConvCase& c,
+                                  const std::vector<float>& x,
+                                  const std::vector<float>& w,
+                                  const std::vector<float>* b,
+                                  std::vector<int64_t>* out_shape) {
+  const int64_t n = c.input[0], ch = c.input[1], h = c.input[2],
+                wd = c.input[3];
+  const int64_t oc = c.weight[0], icg = c.weight[1], kh = c.weight[2],
+                kw = c.weight[3];
+  const int64_t oh =
+      (h + 2 * c.padding[0] - c.dilation[0] * (kh - 1) - 1) / c.stride[0] + 1;
+  const int64_t ow =
+      (wd + 2 * c.padding[1] - c.dilation[1] * (kw - 1) - 1) / c.stride[1] + 1;
+  *out_shape = {n, oc, oh, ow};
+  const int64_t ocg = oc / c.groups;
+  std::vector<double> out(n * oc * oh * ow);
+  for (int64_t in = 0; in < n; ++in)
+    for (int64_t o = 0; o < oc; ++o) {
+      const int64_t g = o / ocg;
+      for (int64_t y = 0; y < oh; ++y)
+        for (int64_t xx = 0; xx < ow; ++xx) {
+          double acc = b ? (*b)[o] : 0.0;
+          for (int64_t i = 0; i < icg; ++i)
+            for (int64_t ky = 0; ky < kh; ++ky)
+              for (int64_t kx = 0; kx < kw; ++kx) {
+                const int64_t iy =
+                    y * c.stride[0] - c.padding[0] + ky * c.dilation[0];
+                const int64_t ix =
+                    xx * c.stride[1] - c.padding[1] + kx * c.dilation[1];
+                if (iy < 0 || iy >= h || ix < 0 || ix >= wd) continue;
+                const int64_t ci = g * icg + i;
+                acc += static_cast<double>(
+                           x[((in * ch + ci) * h + iy) * wd + ix]) *
+                       w[((o * icg + i) * kh + ky) * kw + kx];
+              }
+          out[((in * oc + o) * oh + y) * ow + xx] = acc;
+        }
+    }
+  return out;
+}
+
+void BuildConv(OpTester& t, const ConvCase& c, const std::vector<float>& x,
+               const std::vector<float>& w, const std::vector<float>& b) {
+  t.AddArg(t.Input(F32(c.input), x));
+  t.AddArg(c.constant_weights ? t.Constant(F32(c.weight), w)
+                              : t.Input(F32(c.weight), w));
+  if (c.bias) {
+    t.AddArg(c.constant_weights ? t.Constant(F32({c.weight[0]}), b)
+                                : t.Input(F32({c.weight[0]}), b));
+  } else {
+    t.AddArg(NoneArg());
+  }
+  t.AddArg(IntListArg({c.stride[0], c.stride[1]}));
+  t.AddArg(IntListArg({c.padding[0], c.padding[1]}));
+  t.AddArg(IntListArg({c.dilation[0], c.dilation[1]}));
+  t.AddArg(BoolArg(false));
+  t.AddArg(IntListArg({0, 0}));
+  t.AddArg(IntArg(c.groups));
+}
+
+class ConvolutionTest : public ::testing::TestWithParam<ConvCase> {};
+
+TEST_P(ConvolutionTest, MatchesReference) {
+  const ConvCase& c = GetParam();
+  const auto x = RandomFloats(NumElements(c.input), 1);
+  const auto w = RandomFloats(NumElements(c.weight), 2);
+  const auto b = RandomFloats(c.weight[0], 3);
+  OpTester t("aten.convolution.default");
+  BuildConv(t, c, x, w, b);
+  ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+  std::vector<int64_t> shape;
+  const auto expected = ReferenceConv(c, x, w, c.bias ? &b : nullptr, &shape);
+  ASSERT_EQ(t.output_metas().size(), 1u);
+  EXPECT_EQ(t.output_metas()[0], F32(shape));
+  ASSERT_TRUE(t.Run().ok());
+  // Sums of up to a few thousand products of values in [-1, 1]: float
+  // accumulation error stays well below 1e-4 absolute.
+  EXPECT_TRUE(AllClose(t.OutputF32(0), expected, 1e-4, 1e-4));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, ConvolutionTest,
+    ::testing::Values(
+        // resnet18 stem: 7x7 stride 2 pad 3.
+        ConvCase{{1, 3, 32, 32}, {8, 3, 7, 7}, false, {2, 2}, {3, 3}, {1, 1},
+                 1, true},
+        // 3x3 pad 1 with bias, batch 2.
+        ConvCase{{2, 16, 9, 9}, {32, 16, 3, 3}, true, {1, 1}, {1, 1}, {1, 1},
+                 1, true},
+        // 1x1 stride 2 downsample.
+        ConvCase{{1, 16, 8, 8}, {32, 16, 1, 1}, false, {2, 2}, {0, 0}, {1, 1},
+                 1, true},
+        // Asymmetric stride/padding/dilation, non-square input.
+        ConvCase{{1, 4, 11, 7}, {6, 4, 3, 2}, true, {2, 1}, {2, 0}, {2, 3}, 1,
+                 true},
+        // Grouped and depthwise.
+        ConvCase{{2, 8, 7, 7}, {12, 2, 3, 3}, true, {1, 1}, {1, 1}, {1, 1}, 4,
+                 true},
+        ConvCase{{1, 16, 10, 10}, {16, 1, 3, 3}, false, {2, 2}, {1, 1},
+                 {1, 1}, 16, true},
+        // Weights computed by the graph (not constants): run-time reorder.
+        ConvCase{{1, 16, 9, 9}, {32, 16, 3, 3}, true, {1, 1}, {1, 1}, {1, 1},
+                 1, false},
+        ConvCase{{2, 8, 6, 6}, {8, 4, 3, 3}, true, {1, 1}, {0, 0}, {1, 1}, 2,
+                 false}));
+
+TEST(ConvolutionTest, AcceptsSingleIntListsAndKwargs) {
+  const ConvCase c{{1, 3, 8, 8}, {4, 3, 3, 3}, false, {2, 2}, {1, 1},
+                   {1, 1}, 1, true};
+  const auto x = RandomFloats(NumElements(c.input), 4);
+  const auto w = RandomFloats(NumElements(c.weight), 5);
+  OpTester t("aten.convolution.default");
+  t.AddArg(t.Input(F32(c.input), x));
+  t.AddArg(t.Constant(F32(c.weight), w));
+  t.AddKwarg("bias", NoneArg());
+  t.AddKwarg("stride", IntArg(2));
+  t.AddKwarg("padding", IntArg(1));
+  t.AddKwarg("dilation", IntArg(1));
+  t.AddKwarg("transposed", BoolArg(false));
+  t.AddKwarg("output_padding", IntListArg({0}));
+  t.AddKwarg("groups", IntArg(1));
+  ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+  ASSERT_TRUE(t.Run().ok());
+  std::vector<int64_t> shape;
+  EXPECT_TRUE(AllClose(t.OutputF32(0), ReferenceConv(c, x, w, nullptr, &shape),
+                       1e-4, 1e-4));
+}
+
+TEST(ConvolutionTest, RunsConcurrentlyFromSeveralThreads) {
+  const ConvCase c{{1, 32, 14, 14}, {32, 32, 3, 3}, true, {1, 1}, {1, 1},
+                   {1, 1}, 1, true};
+  const auto x = RandomFloats(NumElements(c.input), 6);
+  const auto w = RandomFloats(NumElements(c.weight), 7);
+  const auto b = RandomFloats(32, 8);
+  OpTester t("aten.convolution.default");
+  BuildConv(t, c, x, w, b);
+  ASSERT_TRUE(t.Prepare().ok());
+  std::vector<int64_t> shape;
+  const auto expected = ReferenceConv(c, x, w, &b, &shape);
+  const size_t bytes = t.output_metas()[0].ByteSize();
+  std::vector<std::vector<AlignedBuffer>> outs(4);
+  std::vector<absl::Status> status(4);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) {
+    outs[i].emplace_back(bytes);
+    threads.emplace_back([&, i] {
+      for (int rep = 0; rep < 5 && status[i].ok(); ++rep) {
+        status[i] = t.RunInto(outs[i]);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(status[i].ok()) << status[i];
+    std::vector<float> got(expected.size());
+    std::memcpy(got.data(), outs[i][0].data(), bytes);
+    EXPECT_TRUE(AllClose(got, expected, 1e-4, 1e-4)) << "thread " << i;
+  }
+}
+
+TEST(ConvolutionTest, EmptyBatchProducesEmptyOutput) {
+  const ConvCase c{{0, 3, 8, 8}, {4, 3, 3, 3}, true, {1, 1}, {1, 1}, {1, 1},
+                   1, true};
+  OpTester t("aten.convolution.default");
+  BuildConv(t, c, {}, RandomFloats(108, 1), RandomFloats(4, 2));
+  ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+  EXPECT_EQ(t.output_metas()[0], F32({0, 4, 8, 8}));
+  EXPECT_TRUE(t.Run().ok());
+}
+
+absl::Status PrepareConv(const ConvCase& c) {
+  OpTester t("aten.convolution.default");
+  BuildConv(t, c, RandomFloats(NumElements(c.input), 1),
+            RandomFloats(NumElements(c.weight), 2),
+            RandomFloats(c.weight[0], 3));
+  return t.Prepare();
+}
+
+TEST(ConvolutionTest, ConvolutionRejectsGroupsNotDividingChannels) {
+  EXPECT_TRUE(IsInvalidArgument(
+      PrepareConv({{1, 6, 8, 8}, {4, 1, 3, 3}, false, {1, 1}, {1, 1}, {1, 1},
+                   4, true}),
+      "groups (4) must divide the input channels (6)"));
+}
+
+TEST(ConvolutionTest, ConvolutionRejectsWeightChannelMismatch) {
+  EXPECT_TRUE(IsInvalidArgument(
+      PrepareConv({{1, 6, 8, 8}, {4, 5, 3, 3}, false, {1, 1}, {1, 1}, {1, 1},
+                   1, true}),
+      "input channels"));
+}
+
+TEST(ConvolutionTest, ConvolutionRejectsNonPositiveStride) {
+  EXPECT_TRUE(IsInvalidArgument(
+      PrepareConv({{1, 3, 8, 8}, {4, 3, 3, 3}, false, {0, 1}, {1, 1}, {1, 1},
+                   1, true}),
+      "stride must be positive"));
+}
+
+TEST(ConvolutionTest, ConvolutionRejectsKernelLargerThanPaddedInput) {
+  EXPECT_TRUE(IsInvalidArgument(
+      PrepareConv({{1, 3, 4, 4}, {4, 3, 7, 7}, false, {1, 1}, {1, 1}, {1, 1},
+                   1, true}),
+      "smaller than the dilated kernel size 7"));
+}
+
+TEST(ConvolutionTest, ConvolutionRejectsBiasOfWrongSize) {
+  OpTester t("aten.convolution.default");
+  t.AddArg(t.Input(F32({1, 3, 8, 8}), RandomFloats(192, 1)));
+  t.AddArg(t.Constant(F32({4, 3, 3, 3}), RandomFloats(108, 2)));
+  t.AddArg(t.Constant(F32({5}), RandomFloats(5, 3)));
+  t.AddArg(IntListArg({1, 1}));
+  t.AddArg(IntListArg({1, 1}));
+  t.AddArg(IntListArg({1, 1}));
+  t.AddArg(BoolArg(false));
+  t.AddArg(IntListArg({0, 0}));
+  t.AddArg(IntArg(1));
+  EXPECT_TRUE(IsInvalidArgument(t.Prepare(), "bias must have shape [4]"));
+}
+
+TEST(ConvolutionTest, ConvolutionReportsTransposedAsUnimplemented) {
+  OpTester t("aten.convolution.default");
+  t.AddArg(t.Input(F32({1, 3, 8, 8}), RandomFloats(192, 1)));
+  t.AddArg(t.Constant(F32({3, 4, 3, 3}), RandomFloats(108, 2)));
+  t.AddArg(NoneArg());
+  t.AddArg(IntListArg({1, 1}));
+  t.AddArg(IntListArg({1, 1}));
+  t.AddArg(IntListArg({1, 1}));
+  t.AddArg(BoolArg(true));
+  t.AddArg(IntListArg({0, 0}));
+  t.AddArg(IntArg(1));
+  EXPECT_EQ(t.Prepare().code(), absl::StatusCode::kUnimplemented);
+}
+
+TEST(ConvolutionTest, ConvolutionReportsOneDimensionalAsUnimplemented) {
+  OpTester t("aten.convolution.default");
+  t.AddArg(t.Input(F32({1, 3, 8}), RandomFloats(24, 1)));
+  t.AddArg(t.Constant(F32({4, 3, 3}), RandomFloats(36, 2)));
+  t.AddArg(NoneArg());
+  t.AddArg(IntListArg({1}));
+  t.AddArg(IntListArg({1}));
+  t.AddArg(IntListArg({1}));
+  t.AddArg(BoolArg(false));
+  t.AddArg(IntListArg({0}));
+  t.AddArg(IntArg(1));
+  EXPECT_EQ(t.Prepare().code(), absl::StatusCode::kUnimplemented);
+}
+
+TEST(ConvolutionTest, ConvolutionRejectsNonF32Input) {
+  OpTester t("aten.convolution.default");
+  std::vector<int64_t> x(192, 1);
+  t.AddArg(t.RawInput(TensorMeta{DType::kI64, {1, 3, 8, 8}}, x.data(),
+                      x.size() * 8));
+  t.AddArg(t.Constant(F32({4, 3, 3, 3}), RandomFloats(108, 2)));
+  t.AddArg(NoneArg());
+  t.AddArg(IntListArg({1, 1}));
+  t.AddArg(IntListArg({1, 1}));
+  t.AddArg(IntListArg({1, 1}));
+  t.AddArg(BoolArg(false));
+  t.AddArg(IntListArg({0, 0}));
+  t.AddArg(IntArg(1));
+  EXPECT_TRUE(IsInvalidArgument(t.Prepare(), "input must be f32"));
+}
+
+}  // namespace
+}  // namespace kiln::runtime::testing

@@ -1,0 +1,143 @@
+// Tests aten.add.Tensor (broadcasting, scalar other, alpha) and
+// aten.relu.default against double-precision references computed here.
+#include <cmath>
+#include <limits>
+
+#include "tests/runtime/kernels/kernel_test_util.h"
+
+namespace kiln::runtime::testing {
+namespace {
+
+// Reference broadcasting add over shapes padded to the output rank.
+std::vector<double> ReferenceAdd(const std::vector<int64_t>& out,
+                                 const std::vector<int64_t>& as,
+                                 const std::vector<float>& a,
+                                 const std::vector<int64_t>& bs,
+                                 const std::vector<float>& b, double alpha) {
+  const size_t rank = out.size();
+  auto pad = [&](const std::vector<int64_t>& s) {
+    std::vector<int64_t> p(rank - s.size(), 1);
+    p.insert(p.end(), s.begin(), s.end());
+    return p;
+  };
+  const auto pa = pad(as), pb = pad(bs);
+  std::vector<double> r(NumElements(out));
+  for (int64_t i = 0; i < static_cast<int64_t>(r.size()); ++i) {
+    int64_t rem = i, ia = 0, ib = 0, sa = 1, sb = 1;
+    for (int d = static_cast<int>(rank) - 1; d >= 0; --d) {
+      const int64_t idx = rem % out[d];
+      rem /= out[d];
+      ia += (pa[d] == 1 ? 0 : idx) * sa;
+      ib += (pb[d] == 1 ? 0 : idx) * sb;
+      sa *= pa[d];
+      sb *= pb[d];
+    }
+    r[i] = static_cast<double>(a[ia]) + alpha * b[ib];
+  }
+  return r;
+}
+
+struct AddCase {
+  std::vector<int64_t> a, b, out;
+  double alpha;
+};
+
+class AddTest : public ::testing::TestWithParam<AddCase> {};
+
+TEST_P(AddTest, MatchesReference) {
+  const AddCase& c = GetParam();
+  const auto a = RandomFloats(NumElements(c.a), 1);
+  const auto b = RandomFloats(NumElements(c.b), 2);
+  OpTester t("aten.add.Tensor");
+  t.AddArg(t.Input(F32(c.a), a));
+  t.AddArg(t.Input(F32(c.b), b));
+  if (c.alpha != 1.0) t.AddKwarg("alpha", FloatArg(c.alpha));
+  ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+  EXPECT_EQ(t.output_metas()[0], F32(c.out));
+  ASSERT_TRUE(t.Run().ok());
+  // One rounding of a sum of two terms.
+  EXPECT_TRUE(AllClose(t.OutputF32(0),
+                       ReferenceAdd(c.out, c.a, a, c.b, b, c.alpha), 1e-6,
+                       1e-6));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Broadcasting, AddTest,
+    ::testing::Values(
+        AddCase{{2, 3, 4}, {2, 3, 4}, {2, 3, 4}, 1.0},
+        AddCase{{1, 64, 56, 56}, {1, 64, 56, 56}, {1, 64, 56, 56}, 1.0},
+        AddCase{{4, 5}, {5}, {4, 5}, 1.0},          // row vector
+        AddCase{{4, 5}, {4, 1}, {4, 5}, 2.0},       // column vector
+        AddCase{{3, 1, 5}, {1, 4, 1}, {3, 4, 5}, 1.0},  // both broadcast
+        AddCase{{2, 3, 4, 5}, {3, 1, 5}, {2, 3, 4, 5}, -0.5},
+        AddCase{{1}, {2, 3}, {2, 3}, 1.0},          // self broadcast
+        AddCase{{}, {}, {}, 3.0},                   // scalars
+        AddCase{{2, 3}, {}, {2, 3}, 1.0},           // 0-dim other
+        AddCase{{0, 3}, {3}, {0, 3}, 1.0}));        // empty
+
+TEST(AddTest, AddsIntAndFloatScalarOther) {
+  const auto a = RandomFloats(10, 3);
+  for (Arg other : {IntArg(3), FloatArg(-0.25)}) {
+    OpTester t("aten.add.Tensor");
+    t.AddArg(t.Input(F32({2, 5}), a));
+    t.AddArg(other);
+    t.AddKwarg("alpha", IntArg(2));
+    ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+    ASSERT_TRUE(t.Run().ok());
+    const double v = other.kind == Arg::Kind::kInt ? other.i : other.f;
+    std::vector<double> expected;
+    for (float x : a) expected.push_back(x + 2.0 * v);
+    EXPECT_TRUE(AllClose(t.OutputF32(0), expected, 1e-6, 1e-6));
+  }
+}
+
+TEST(AddTest, AddRejectsNonBroadcastableShapes) {
+  OpTester t("aten.add.Tensor");
+  t.AddArg(t.Input(F32({2, 3}), RandomFloats(6, 1)));
+  t.AddArg(t.Input(F32({4, 3}), RandomFloats(12, 2)));
+  EXPECT_TRUE(IsInvalidArgument(t.Prepare(), "not broadcastable"));
+}
+
+TEST(AddTest, AddRejectsNonF32Other) {
+  OpTester t("aten.add.Tensor");
+  std::vector<int64_t> b(3, 1);
+  t.AddArg(t.Input(F32({2, 3}), RandomFloats(6, 1)));
+  t.AddArg(t.RawInput(TensorMeta{DType::kI64, {3}}, b.data(), 24));
+  EXPECT_TRUE(IsInvalidArgument(t.Prepare(), "other must be f32"));
+}
+
+TEST(AddTest, AddRejectsStringOther) {
+  OpTester t("aten.add.Tensor");
+  t.AddArg(t.Input(F32({2, 3}), RandomFloats(6, 1)));
+  t.AddArg(StringArg("x"));
+  EXPECT_TRUE(IsInvalidArgument(t.Prepare(), "tensor or a number"));
+}
+
+TEST(ReluTest, MatchesReferenceAndKeepsNaN) {
+  for (const std::vector<int64_t>& shape :
+       std::vector<std::vector<int64_t>>{{}, {7}, {2, 64, 56, 56}}) {
+    auto x = RandomFloats(NumElements(shape), 4);
+    if (x.size() > 3) {
+      x[1] = std::numeric_limits<float>::quiet_NaN();
+      x[2] = -std::numeric_limits<float>::infinity();
+    }
+    OpTester t("aten.relu.default");
+    t.AddArg(t.Input(F32(shape), x));
+    ASSERT_TRUE(t.Prepare().ok());
+    EXPECT_EQ(t.output_metas()[0], F32(shape));
+    ASSERT_TRUE(t.Run().ok());
+    std::vector<double> expected;
+    for (float v : x) expected.push_back(std::isnan(v) ? v : std::max(0.0f, v));
+    EXPECT_TRUE(AllClose(t.OutputF32(0), expected, 0, 0));
+  }
+}
+
+TEST(ReluTest, ReluRejectsNonF32Input) {
+  OpTester t("aten.relu.default");
+  std::vector<int64_t> x(3, 1);
+  t.AddArg(t.RawInput(TensorMeta{DType::kI64, {3}}, x.data(), 24));
+  EXPECT_TRUE(IsInvalidArgument(t.Prepare(), "self must be f32"));
+}
+
+}  // namespace
+}  // namespace kiln::runtime::testing

@@ -1,0 +1,142 @@
+// Tests aten.mean.dim (dims, negative dims, keepdim, all dims) against a
+// double-precision reference computed here.
+#include <cmath>
+
+#include "tests/runtime/kernels/kernel_test_util.h"
+
+namespace kiln::runtime::testing {
+namespace {
+
+// Mean over `dims` (already wrapped, may be empty meaning all).
+std::vector<double> ReferenceMean(const std::vector<int64_t>& shape,
+                                  std::vector<int> dims,
+                                  const std::vector<float>& x) {
+  const int r = static_cast<int>(shape.size());
+  if (dims.empty()) {
+    for (int d = 0; d < r; ++d) dims.push_back(d);
+  }
+  std::vector<bool> red(r, false);
+  for (int d : dims) red[d] = true;
+  std::vector<int64_t> out_shape;
+  int64_t count = 1;
+  for (int d = 0; d < r; ++d) {
+    if (red[d]) count *= shape[d];
+    else out_shape.push_back(shape[d]);
+  }
+  std::vector<double> sum(NumElements(out_shape), 0.0);
+  for (int64_t i = 0; i < static_cast<int64_t>(x.size()); ++i) {
+    int64_t rem = i, o = 0, os = 1;
+    for (int d = r - 1; d >= 0; --d) {
+      const int64_t idx = rem % shape[d];
+      rem /= shape[d];
+      if (!red[d]) {
+        o += idx * os;
+        os *= shape[d];
+      }
+    }
+    sum[o] += x[i];
+  }
+  for (double& s : sum) s /= static_cast<double>(count);
+  return sum;
+}
+
+struct MeanCase {
+  std::vector<int64_t> shape;
+  std::optional<std::vector<int64_t>> dims;  // nullopt: None
+  bool keepdim;
+  std::vector<int64_t> out;
+};
+
+class MeanTest : public ::testing::TestWithParam<MeanCase> {};
+
+TEST_P(MeanTest, MatchesReference) {
+  const MeanCase& c = GetParam();
+  const auto x = RandomFloats(NumElements(c.shape), 17);
+  OpTester t("aten.mean.dim");
+  t.AddArg(t.Input(F32(c.shape), x));
+  t.AddArg(c.dims ? IntListArg(*c.dims) : NoneArg());
+  t.AddArg(BoolArg(c.keepdim));
+  ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+  EXPECT_EQ(t.output_metas()[0], F32(c.out));
+  ASSERT_TRUE(t.Run().ok());
+  std::vector<int> dims;
+  if (c.dims) {
+    for (int64_t d : *c.dims) {
+      if (!c.shape.empty()) {
+        dims.push_back(static_cast<int>(d < 0 ? d + c.shape.size() : d));
+      }
+    }
+  }
+  if (c.shape.empty()) {
+    EXPECT_TRUE(AllClose(t.OutputF32(0), ToDouble(x), 1e-6, 0));
+    return;
+  }
+  EXPECT_TRUE(
+      AllClose(t.OutputF32(0), ReferenceMean(c.shape, dims, x), 1e-5, 1e-6));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Dims, MeanTest,
+    ::testing::Values(
+        // resnet global pool: mean over [-1, -2] keepdim.
+        MeanCase{{2, 512, 7, 7}, std::vector<int64_t>{-1, -2}, true,
+                 {2, 512, 1, 1}},
+        MeanCase{{2, 3, 4, 5}, std::vector<int64_t>{2, 3}, false, {2, 3}},
+        MeanCase{{6, 10}, std::vector<int64_t>{0}, false, {10}},  // columns
+        MeanCase{{3, 300, 5}, std::vector<int64_t>{1}, true, {3, 1, 5}},
+        MeanCase{{2, 3, 4, 5}, std::vector<int64_t>{0, 2}, false, {3, 5}},
+        MeanCase{{2, 3, 4, 5}, std::vector<int64_t>{-4, -1}, true,
+                 {1, 3, 4, 1}},
+        MeanCase{{2, 1, 4}, std::vector<int64_t>{1}, false, {2, 4}},
+        MeanCase{{2, 3, 4}, std::nullopt, false, {}},
+        MeanCase{{2, 3, 4}, std::vector<int64_t>{}, true, {1, 1, 1}},
+        MeanCase{{100000}, std::vector<int64_t>{0}, false, {}},
+        MeanCase{{}, std::vector<int64_t>{-1}, false, {}}));
+
+TEST(MeanTest, MeanOfEmptyDimIsNaN) {
+  OpTester t("aten.mean.dim");
+  t.AddArg(t.Input(F32({3, 0}), {}));
+  t.AddArg(IntListArg({1}));
+  ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+  EXPECT_EQ(t.output_metas()[0], F32({3}));
+  ASSERT_TRUE(t.Run().ok());
+  for (float v : t.OutputF32(0)) EXPECT_TRUE(std::isnan(v));
+}
+
+TEST(MeanTest, AcceptsSingleIntDimAndF32Dtype) {
+  const auto x = RandomFloats(12, 3);
+  OpTester t("aten.mean.dim");
+  t.AddArg(t.Input(F32({3, 4}), x));
+  t.AddArg(IntArg(-1));
+  t.AddKwarg("dtype", DTypeArg(DType::kF32));
+  ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+  EXPECT_EQ(t.output_metas()[0], F32({3}));
+  ASSERT_TRUE(t.Run().ok());
+  EXPECT_TRUE(
+      AllClose(t.OutputF32(0), ReferenceMean({3, 4}, {1}, x), 1e-5, 1e-6));
+}
+
+TEST(MeanTest, MeanRejectsDimOutOfRange) {
+  OpTester t("aten.mean.dim");
+  t.AddArg(t.Input(F32({3, 4}), RandomFloats(12, 1)));
+  t.AddArg(IntListArg({2}));
+  EXPECT_TRUE(IsInvalidArgument(t.Prepare(), "dimension 2 is out of range"));
+}
+
+TEST(MeanTest, MeanRejectsRepeatedDim) {
+  OpTester t("aten.mean.dim");
+  t.AddArg(t.Input(F32({3, 4}), RandomFloats(12, 1)));
+  t.AddArg(IntListArg({1, -1}));
+  EXPECT_TRUE(IsInvalidArgument(t.Prepare(), "appears twice"));
+}
+
+TEST(MeanTest, MeanReportsOtherDtypeAsUnimplemented) {
+  OpTester t("aten.mean.dim");
+  t.AddArg(t.Input(F32({3, 4}), RandomFloats(12, 1)));
+  t.AddArg(IntListArg({1}));
+  t.AddKwarg("dtype", DTypeArg(DType::kF64));
+  EXPECT_EQ(t.Prepare().code(), absl::StatusCode::kUnimplemented);
+}
+
+}  // namespace
+}  // namespace kiln::runtime::testing

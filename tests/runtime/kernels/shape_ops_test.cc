@@ -1,0 +1,233 @@
+// Tests the shape ops (view/reshape/_unsafe_view, flatten, permute, t,
+// clone): output shapes and values against index arithmetic done here.
+#include "tests/runtime/kernels/kernel_test_util.h"
+
+namespace kiln::runtime::testing {
+namespace {
+
+// Runs a shape op on a random f32 input and returns the prepared tester.
+struct ShapeRun {
+  std::vector<float> x;
+  std::unique_ptr<OpTester> t;
+};
+
+ShapeRun RunShapeOp(const std::string& target, std::vector<int64_t> shape,
+                    std::vector<Arg> args,
+                    std::vector<NamedArg> kwargs = {}) {
+  ShapeRun r;
+  r.x = RandomFloats(NumElements(shape), 13);
+  r.t = std::make_unique<OpTester>(target);
+  r.t->AddArg(r.t->Input(F32(shape), r.x));
+  for (Arg& a : args) r.t->AddArg(a);
+  for (NamedArg& kw : kwargs) r.t->AddKwarg(kw.name, kw.value);
+  return r;
+}
+
+TEST(ViewTest, ViewReshapeAndUnsafeViewCopyInOrder) {
+  for (const char* target : {"aten.view.default", "aten.reshape.default",
+                             "aten._unsafe_view.default"}) {
+    ShapeRun r = RunShapeOp(target, {2, 3, 4}, {IntListArg({4, -1, 2})});
+    ASSERT_TRUE(r.t->Prepare().ok()) << r.t->Prepare();
+    EXPECT_EQ(r.t->output_metas()[0], F32({4, 3, 2}));
+    ASSERT_TRUE(r.t->Run().ok());
+    EXPECT_TRUE(AllClose(r.t->OutputF32(0), ToDouble(r.x), 0, 0)) << target;
+  }
+}
+
+TEST(ViewTest, ViewToScalarAndFromEmpty) {
+  ShapeRun r = RunShapeOp("aten.view.default", {1, 1}, {IntListArg({})});
+  ASSERT_TRUE(r.t->Prepare().ok());
+  EXPECT_EQ(r.t->output_metas()[0], F32({}));
+  ShapeRun e = RunShapeOp("aten.reshape.default", {0, 4}, {IntListArg({2, 0})});
+  ASSERT_TRUE(e.t->Prepare().ok());
+  EXPECT_TRUE(e.t->Run().ok());
+}
+
+TEST(ViewTest, ViewRejectsElementCountMismatch) {
+  ShapeRun r = RunShapeOp("aten.view.default", {2, 3}, {IntListArg({4, 2})});
+  EXPECT_TRUE(IsInvalidArgument(r.t->Prepare(),
+                                "shape [4,2] is invalid for input of size 6"));
+}
+
+TEST(ViewTest, ViewRejectsIndivisibleInferredSize) {
+  ShapeRun r = RunShapeOp("aten.view.default", {2, 3}, {IntListArg({4, -1})});
+  EXPECT_TRUE(IsInvalidArgument(r.t->Prepare(), "is invalid for input"));
+}
+
+TEST(ViewTest, ViewRejectsTwoInferredDims) {
+  ShapeRun r =
+      RunShapeOp("aten.view.default", {2, 3}, {IntListArg({-1, -1})});
+  EXPECT_TRUE(IsInvalidArgument(r.t->Prepare(), "only one dimension"));
+}
+
+TEST(ViewTest, ViewRejectsNegativeSize) {
+  ShapeRun r = RunShapeOp("aten.view.default", {2, 3}, {IntListArg({-2, -3})});
+  EXPECT_TRUE(IsInvalidArgument(r.t->Prepare(), "invalid size -2"));
+}
+
+TEST(ViewTest, ViewRejectsInferringFromEmptyTensor) {
+  ShapeRun r = RunShapeOp("aten.view.default", {0, 3}, {IntListArg({0, -1})});
+  EXPECT_TRUE(IsInvalidArgument(r.t->Prepare(), "is invalid for input"));
+}
+
+struct FlattenCase {
+  std::vector<int64_t> shape;
+  int64_t start, end;
+  std::vector<int64_t> out;
+};
+
+class FlattenTest : public ::testing::TestWithParam<FlattenCase> {};
+
+TEST_P(FlattenTest, MatchesShapeAndKeepsOrder) {
+  const FlattenCase& c = GetParam();
+  ShapeRun r = RunShapeOp("aten.flatten.using_ints", c.shape,
+                          {IntArg(c.start), IntArg(c.end)});
+  ASSERT_TRUE(r.t->Prepare().ok()) << r.t->Prepare();
+  EXPECT_EQ(r.t->output_metas()[0], F32(c.out));
+  ASSERT_TRUE(r.t->Run().ok());
+  EXPECT_TRUE(AllClose(r.t->OutputF32(0), ToDouble(r.x), 0, 0));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Dims, FlattenTest,
+    ::testing::Values(FlattenCase{{1, 512, 1, 1}, 1, -1, {1, 512}},
+                      FlattenCase{{2, 3, 4, 5}, 0, -1, {120}},
+                      FlattenCase{{2, 3, 4, 5}, 1, 2, {2, 12, 5}},
+                      FlattenCase{{2, 3, 4, 5}, -3, -2, {2, 12, 5}},
+                      FlattenCase{{2, 3}, 1, 1, {2, 3}},
+                      FlattenCase{{}, 0, -1, {1}}));
+
+TEST(FlattenTest, UsesDefaultsWhenAbsent) {
+  ShapeRun r = RunShapeOp("aten.flatten.using_ints", {2, 3, 4}, {});
+  ASSERT_TRUE(r.t->Prepare().ok());
+  EXPECT_EQ(r.t->output_metas()[0], F32({24}));
+}
+
+TEST(FlattenTest, FlattenRejectsStartAfterEnd) {
+  ShapeRun r = RunShapeOp("aten.flatten.using_ints", {2, 3, 4},
+                          {IntArg(2), IntArg(1)});
+  EXPECT_TRUE(IsInvalidArgument(r.t->Prepare(), "cannot come after"));
+}
+
+TEST(FlattenTest, FlattenRejectsDimOutOfRange) {
+  ShapeRun r = RunShapeOp("aten.flatten.using_ints", {2, 3}, {IntArg(2)});
+  EXPECT_TRUE(IsInvalidArgument(r.t->Prepare(), "out of range"));
+}
+
+// Reference permute: out[idx] = in[idx permuted back].
+std::vector<double> ReferencePermute(const std::vector<int64_t>& shape,
+                                     const std::vector<int>& dims,
+                                     const std::vector<float>& x) {
+  const int r = static_cast<int>(shape.size());
+  std::vector<int64_t> out_shape(r), in_strides(r);
+  int64_t s = 1;
+  for (int d = r - 1; d >= 0; --d) {
+    in_strides[d] = s;
+    s *= shape[d];
+  }
+  for (int d = 0; d < r; ++d) out_shape[d] = shape[dims[d]];
+  std::vector<double> out(x.size());
+  for (int64_t i = 0; i < static_cast<int64_t>(x.size()); ++i) {
+    int64_t rem = i, off = 0;
+    for (int d = r - 1; d >= 0; --d) {
+      off += (rem % out_shape[d]) * in_strides[dims[d]];
+      rem /= out_shape[d];
+    }
+    out[i] = x[off];
+  }
+  return out;
+}
+
+struct PermuteCase {
+  std::vector<int64_t> shape;
+  std::vector<int64_t> dims;
+};
+
+class PermuteTest : public ::testing::TestWithParam<PermuteCase> {};
+
+TEST_P(PermuteTest, MatchesReference) {
+  const PermuteCase& c = GetParam();
+  ShapeRun r =
+      RunShapeOp("aten.permute.default", c.shape, {IntListArg(c.dims)});
+  ASSERT_TRUE(r.t->Prepare().ok()) << r.t->Prepare();
+  std::vector<int> dims;
+  for (int64_t d : c.dims) {
+    dims.push_back(static_cast<int>(d < 0 ? d + c.shape.size() : d));
+  }
+  std::vector<int64_t> out_shape;
+  for (int d : dims) out_shape.push_back(c.shape[d]);
+  EXPECT_EQ(r.t->output_metas()[0], F32(out_shape));
+  ASSERT_TRUE(r.t->Run().ok());
+  EXPECT_TRUE(
+      AllClose(r.t->OutputF32(0), ReferencePermute(c.shape, dims, r.x), 0, 0));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Dims, PermuteTest,
+    ::testing::Values(PermuteCase{{1000, 512}, {1, 0}},  // fc weight
+                      PermuteCase{{37, 45}, {1, 0}},     // ragged tiles
+                      PermuteCase{{2, 3, 4, 5}, {0, 2, 3, 1}},  // NCHW->NHWC
+                      PermuteCase{{2, 3, 4, 5}, {3, 2, 1, 0}},
+                      PermuteCase{{2, 3, 4}, {0, 1, 2}},  // identity
+                      PermuteCase{{2, 1, 4}, {-1, 0, 1}},
+                      PermuteCase{{5, 1, 1, 7}, {3, 1, 2, 0}},
+                      PermuteCase{{}, {}}));
+
+TEST(PermuteTest, PermuteRejectsRepeatedDim) {
+  ShapeRun r =
+      RunShapeOp("aten.permute.default", {2, 3}, {IntListArg({0, -2})});
+  EXPECT_TRUE(IsInvalidArgument(r.t->Prepare(), "repeats dimension 0"));
+}
+
+TEST(PermuteTest, PermuteRejectsWrongDimCount) {
+  ShapeRun r = RunShapeOp("aten.permute.default", {2, 3}, {IntListArg({0})});
+  EXPECT_TRUE(IsInvalidArgument(r.t->Prepare(), "must list each"));
+}
+
+TEST(TTest, TransposesMatricesAndCopiesVectors) {
+  ShapeRun m = RunShapeOp("aten.t.default", {3, 5}, {});
+  ASSERT_TRUE(m.t->Prepare().ok());
+  EXPECT_EQ(m.t->output_metas()[0], F32({5, 3}));
+  ASSERT_TRUE(m.t->Run().ok());
+  EXPECT_TRUE(AllClose(m.t->OutputF32(0),
+                       ReferencePermute({3, 5}, {1, 0}, m.x), 0, 0));
+  ShapeRun v = RunShapeOp("aten.t.default", {4}, {});
+  ASSERT_TRUE(v.t->Prepare().ok());
+  EXPECT_EQ(v.t->output_metas()[0], F32({4}));
+  ASSERT_TRUE(v.t->Run().ok());
+  EXPECT_TRUE(AllClose(v.t->OutputF32(0), ToDouble(v.x), 0, 0));
+}
+
+TEST(TTest, TRejectsRankThree) {
+  ShapeRun r = RunShapeOp("aten.t.default", {2, 3, 4}, {});
+  EXPECT_TRUE(IsInvalidArgument(r.t->Prepare(), "<= 2 dims"));
+}
+
+TEST(CloneTest, CopiesWithDefaultAndContiguousFormats) {
+  for (int64_t format : {-1, 1, 3}) {
+    std::vector<NamedArg> kwargs;
+    if (format >= 0) {
+      kwargs.push_back({"memory_format", MemoryFormatArg(format)});
+    }
+    ShapeRun r = RunShapeOp("aten.clone.default", {2, 3, 4}, {}, kwargs);
+    ASSERT_TRUE(r.t->Prepare().ok()) << r.t->Prepare();
+    EXPECT_EQ(r.t->output_metas()[0], F32({2, 3, 4}));
+    ASSERT_TRUE(r.t->Run().ok());
+    EXPECT_TRUE(AllClose(r.t->OutputF32(0), ToDouble(r.x), 0, 0));
+  }
+}
+
+TEST(CloneTest, CloneReportsChannelsLastAsUnimplemented) {
+  ShapeRun r = RunShapeOp("aten.clone.default", {1, 2, 3, 4}, {},
+                          {{"memory_format", MemoryFormatArg(2)}});
+  EXPECT_EQ(r.t->Prepare().code(), absl::StatusCode::kUnimplemented);
+}
+
+TEST(CloneTest, CloneRejectsWrongKindOfMemoryFormat) {
+  ShapeRun r = RunShapeOp("aten.clone.default", {2}, {},
+                          {{"memory_format", IntArg(1)}});
+  EXPECT_TRUE(IsInvalidArgument(r.t->Prepare(), "memory_format"));
+}
+
+}  // namespace
+}  // namespace kiln::runtime::testing
