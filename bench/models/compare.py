@@ -58,7 +58,7 @@ def main() -> None:
     eager_ms = next((ms for n, ms, _, _ in rows if n == "eager"), None)
     print(f"{args.model} batch {args.batch}, torch threads {torch.get_num_threads()}, "
           f"median of {args.runs} runs")
-    print(f"{'backend':<10}{'median ms':>11}{'vs eager':>10}{'first call ms':>15}{'max|diff|':>12}")
+    print(f"{'backend':<10}{'median ms':>11}{'speedup':>10}{'first call ms':>15}{'max|diff|':>12}")
     for name, ms, first_ms, diff in rows:
         ratio = f"{eager_ms / ms:.2f}x" if eager_ms else "-"
         print(f"{name:<10}{ms:>11.2f}{ratio:>10}{first_ms:>15.0f}{diff:>12.2e}")
