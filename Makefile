@@ -18,7 +18,7 @@ test: setup
 	@$(MAKE) --no-print-directory test-cc test-py
 
 test-cc:
-	@cd $(BUILD) && ctest --output-on-failure -j2 --timeout 300
+	@cd $(BUILD) && ctest --output-on-failure -j2 --timeout 300 --progress
 
 test-py:
 	@$(PY) -m pytest tests/python -q

@@ -21,7 +21,8 @@ class OptionSpec:
 
 OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("model_caching", bool, True,
-               "let the daemon cache compiled graphs on disk"),
+               "let the daemon cache compiled graphs on disk",
+               env="KILN_MODEL_CACHING"),
     OptionSpec("socket", str, None,
                "daemon socket path (default: $KILN_SOCKET, "
                "$XDG_RUNTIME_DIR/kiln/kilnd.sock or /tmp/kiln-<uid>/kilnd.sock)",
