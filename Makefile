@@ -23,8 +23,20 @@ test-cc:
 test-py:
 	@$(PY) -m pytest tests/python -q
 
-bench: setup
-	@$(PY) bench/models/compare.py
+# Whole-model benchmark (bench/models/run.py): every model at batch 1 and 8
+# under eager, Inductor, OpenVINO, ONNX Runtime and Kiln; about an hour on
+# 2 cores. `make bench BENCH_ARGS=--quick` takes a few minutes; see
+# `run.py --help` for the rest. The benchmark's packages are installed into
+# the venv once (the stamp is redone when the requirement files change).
+BENCH_ARGS ?=
+BENCH_STAMP := $(VENV)/.kiln-bench-requirements
+
+$(BENCH_STAMP): deploy/requirements-bench.txt deploy/requirements.txt
+	@$(PY) -m pip install -q -r deploy/requirements-bench.txt -c deploy/requirements.txt
+	@touch $@
+
+bench: setup $(BENCH_STAMP)
+	@$(PY) bench/models/run.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(BUILD)

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/compile/dump.h"
 #include "runtime/exec/executor.h"
 #include "runtime/ir/from_proto.h"
 #include "runtime/ops/registry.h"
@@ -103,6 +104,7 @@ grpc::ServerUnaryReactor* KilnService::GetCapabilities(grpc::CallbackServerConte
   resp->set_runtime_version(KILN_RUNTIME_VERSION);
   resp->add_devices("CPU");
   for (const runtime::OpDef& op : runtime::AllOps()) {
+    if (op.internal) continue;
     auto* support = resp->add_ops();
     support->set_target(op.target);
     for (int d = 1; d <= static_cast<int>(runtime::DType::kBool); ++d) {
@@ -160,6 +162,7 @@ absl::Status KilnService::DoCompile(const kiln::v1::CompileRequest& req,
   resp->set_cache_hit(result.cache_hit);
   resp->set_compile_ms(result.compile_ms);
   resp->set_graph_key(result.key);
+  if (req.want_dump()) resp->set_dump(runtime::DumpCompiledGraph(*result.graph));
   resp->set_handle(session->AddHandle(std::move(result.graph)));
   return absl::OkStatus();
 }

@@ -1,6 +1,14 @@
-// Kernel benchmarks at resnet18 / MLP sizes: convolution (oneDNN, prepacked
-// constant weights), linear/addmm, and the memory-bound ops between them.
-// Each benchmark prepares one node through the op registry and times Run().
+// Kernel benchmarks: convolution (oneDNN, prepacked constant weights),
+// linear and mm, at resnet18 / MLP sizes and at large (batch 8, BERT-base,
+// square) shapes, plus the memory-bound ops between them. Each benchmark
+// prepares one node through the op registry and times Run(). Compute-bound
+// ones report GFLOPS (a rate counter) and pct_of_peak, their share of the
+// fp32 peak measured by an FMA loop on all threads (fma_peak_bench.cc):
+// kernels run in oneTBB's default arena, which also spans all threads.
+// Every benchmark uses real time: the work runs on oneTBB's workers, so the
+// calling thread's CPU time (the library's default clock for rates) would
+// count only a fraction of it and inflate GFLOPS.
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -8,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/kernels/peak.h"
 #include "benchmark/benchmark.h"
 #include "runtime/ir/graph.h"
 #include "runtime/ops/op_def.h"
@@ -33,6 +42,23 @@ Arg Ints(std::vector<int64_t> v) {
   a.kind = Arg::Kind::kList;
   for (int64_t x : v) a.list.push_back(Int(x));
   return a;
+}
+
+// Times the loop in `body` (the benchmark's `for (auto _ : state)`), then
+// reports GFLOPS and pct_of_peak for flops_per_iteration per iteration.
+template <typename Body>
+void TimeFlops(benchmark::State& state, double flops_per_iteration, Body body) {
+  const double peak = bench::MeasuredPeakGflops();  // measured once, untimed
+  const auto t0 = std::chrono::steady_clock::now();
+  body();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double flops = flops_per_iteration * state.iterations();
+  state.counters["GFLOPS"] = benchmark::Counter(flops, benchmark::Counter::kIsRate,
+                                                benchmark::Counter::kIs1000);
+  if (seconds > 0 && peak > 0) {
+    state.counters["pct_of_peak"] = 100.0 * flops / seconds / 1e9 / peak;
+  }
 }
 
 // One op node over f32 inputs/constants, with 64-byte aligned buffers.
@@ -119,12 +145,12 @@ class OneNode {
   std::vector<TensorView> inputs_, outputs_;
 };
 
-// Args: C_in, H (= W), C_out, kernel, stride.
+// Args: N, C_in, H (= W), C_out, kernel, stride.
 void BM_Conv2d(benchmark::State& state) {
-  const int64_t c = state.range(0), h = state.range(1), oc = state.range(2),
-                k = state.range(3), s = state.range(4);
+  const int64_t b = state.range(0), c = state.range(1), h = state.range(2),
+                oc = state.range(3), k = state.range(4), s = state.range(5);
   OneNode n("aten.convolution.default");
-  Arg x = n.Tensor({1, c, h, h}, false);
+  Arg x = n.Tensor({b, c, h, h}, false);
   Arg w = n.Tensor({oc, c, k, k}, true);
   Arg none;
   if (!n.Prepare({x, w, none, Ints({s, s}), Ints({k / 2, k / 2}),
@@ -132,21 +158,28 @@ void BM_Conv2d(benchmark::State& state) {
                  state)) {
     return;
   }
-  for (auto _ : state) {
-    if (!n.Run(state)) break;
-  }
   const int64_t oh = (h + 2 * (k / 2) - k) / s + 1;
-  state.counters["GFLOPS"] = benchmark::Counter(
-      2.0 * oc * oh * oh * c * k * k * state.iterations(),
-      benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  TimeFlops(state, 2.0 * b * oc * oh * oh * c * k * k, [&] {
+    for (auto _ : state) {
+      if (!n.Run(state)) break;
+    }
+  });
 }
 BENCHMARK(BM_Conv2d)
-    ->Args({3, 224, 64, 7, 2})   // conv1
-    ->Args({64, 56, 64, 3, 1})   // layer1
-    ->Args({128, 28, 128, 3, 1})  // layer2
-    ->Args({256, 14, 256, 3, 1})  // layer3
-    ->Args({512, 7, 512, 3, 1})   // layer4
-    ->Args({256, 14, 512, 1, 2})  // downsample
+    ->Args({1, 3, 224, 64, 7, 2})    // resnet18 conv1
+    ->Args({1, 64, 56, 64, 3, 1})    // layer1
+    ->Args({1, 128, 28, 128, 3, 1})  // layer2
+    ->Args({1, 256, 14, 256, 3, 1})  // layer3
+    ->Args({1, 512, 7, 512, 3, 1})   // layer4
+    ->Args({1, 256, 14, 512, 1, 2})  // downsample
+    // Large: batch 8 (the model benchmark's second batch size), vgg16.
+    ->Args({8, 64, 56, 64, 3, 1})
+    ->Args({8, 128, 28, 128, 3, 1})
+    ->Args({8, 256, 14, 256, 3, 1})
+    ->Args({8, 256, 56, 64, 1, 1})   // resnet50 bottleneck reduce
+    ->Args({8, 64, 56, 256, 1, 1})   // resnet50 bottleneck expand
+    ->Args({1, 256, 56, 256, 3, 1})  // vgg16 conv3
+    ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 
 // Args: M, K, N, weight constant (1) or computed (0).
@@ -157,17 +190,42 @@ void BM_Linear(benchmark::State& state) {
   Arg w = n.Tensor({nn, k}, state.range(3) != 0);
   Arg b = n.Tensor({nn}, state.range(3) != 0);
   if (!n.Prepare({x, w, b}, state)) return;
-  for (auto _ : state) {
-    if (!n.Run(state)) break;
-  }
-  state.counters["GFLOPS"] = benchmark::Counter(
-      2.0 * m * k * nn * state.iterations(), benchmark::Counter::kIsRate,
-      benchmark::Counter::kIs1000);
+  TimeFlops(state, 2.0 * m * k * nn, [&] {
+    for (auto _ : state) {
+      if (!n.Run(state)) break;
+    }
+  });
 }
 BENCHMARK(BM_Linear)
     ->Args({1, 512, 1000, 1})  // resnet18 fc
     ->Args({64, 784, 128, 1})  // MLP
     ->Args({64, 784, 128, 0})
+    // Large: BERT-base at batch 8 x 128 tokens (QKV, FFN up, FFN down).
+    ->Args({1024, 768, 768, 1})
+    ->Args({1024, 768, 3072, 1})
+    ->Args({1024, 3072, 768, 1})
+    ->Args({1024, 768, 3072, 0})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// Args: M, K, N; both operands are run-time inputs.
+void BM_Mm(benchmark::State& state) {
+  const int64_t m = state.range(0), k = state.range(1), nn = state.range(2);
+  OneNode n("aten.mm.default");
+  Arg a = n.Tensor({m, k}, false);
+  Arg b = n.Tensor({k, nn}, false);
+  if (!n.Prepare({a, b}, state)) return;
+  TimeFlops(state, 2.0 * m * k * nn, [&] {
+    for (auto _ : state) {
+      if (!n.Run(state)) break;
+    }
+  });
+}
+BENCHMARK(BM_Mm)
+    ->Args({512, 512, 512})
+    ->Args({1024, 1024, 1024})
+    ->Args({2048, 2048, 2048})
+    ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 
 void BM_MaxPool(benchmark::State& state) {
@@ -178,7 +236,8 @@ void BM_MaxPool(benchmark::State& state) {
     if (!n.Run(state)) break;
   }
 }
-BENCHMARK(BM_MaxPool)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_MaxPool)->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 
 void BM_Add(benchmark::State& state) {
   OneNode add("aten.add.Tensor");
@@ -190,7 +249,8 @@ void BM_Add(benchmark::State& state) {
   }
   state.SetBytesProcessed(3 * 64 * 56 * 56 * 4 * state.iterations());
 }
-BENCHMARK(BM_Add)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Add)->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace kiln::runtime

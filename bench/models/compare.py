@@ -1,68 +1,38 @@
-"""Whole-model latency: eager PyTorch vs Kiln vs TorchInductor, same run.
+"""One model, a few backends: the old entry point, now a thin wrapper of run.py.
 
-Reports the median of repeated runs (after warm-up) and each backend's
-ratio to eager, plus the max abs difference of its output against eager.
+Kept so existing commands still work; each backend now runs in its own
+process like every run.py cell, and the results land in run.py's --out.
 
     .venv/bin/python bench/models/compare.py --model resnet18 --batch 1
 """
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
-from typing import Callable
+import os
+import sys
 
-import torch
-import torchvision
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-
-def median_ms(fn: Callable[[], torch.Tensor], runs: int, warmup: int) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+import run  # noqa: E402  (needs the path above)
 
 
-def main() -> None:
+def main() -> int:
+    """Translates compare.py's flags to run.py's and runs it."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="resnet18")
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--backends", default="eager,kiln,inductor",
-                        help="comma-separated subset of eager,kiln,inductor")
+                        help=f"comma-separated subset of {','.join(run.ALL_BACKENDS)}")
+    parser.add_argument("--out", default=None, help="output directory (run.py's default)")
     args = parser.parse_args()
-
-    torch.manual_seed(0)
-    model = getattr(torchvision.models, args.model)().eval()
-    x = torch.randn(args.batch, 3, 224, 224)
-    with torch.no_grad():
-        reference = model(x)
-
-    rows = []
-    for name in args.backends.split(","):
-        torch._dynamo.reset()
-        fn = model if name == "eager" else torch.compile(model, backend=name)
-        with torch.no_grad():
-            t0 = time.perf_counter()
-            out = fn(x)
-            first_ms = (time.perf_counter() - t0) * 1e3
-            diff = (out - reference).abs().max().item()
-            ms = median_ms(lambda: fn(x), args.runs, args.warmup)
-        rows.append((name, ms, first_ms, diff))
-
-    eager_ms = next((ms for n, ms, _, _ in rows if n == "eager"), None)
-    print(f"{args.model} batch {args.batch}, torch threads {torch.get_num_threads()}, "
-          f"median of {args.runs} runs")
-    print(f"{'backend':<10}{'median ms':>11}{'speedup':>10}{'first call ms':>15}{'max|diff|':>12}")
-    for name, ms, first_ms, diff in rows:
-        ratio = f"{eager_ms / ms:.2f}x" if eager_ms else "-"
-        print(f"{name:<10}{ms:>11.2f}{ratio:>10}{first_ms:>15.0f}{diff:>12.2e}")
+    argv = ["--models", args.model, "--batch", str(args.batch), "--runs", str(args.runs),
+            "--warmup", str(args.warmup), "--backends", args.backends]
+    if args.out:
+        argv += ["--out", args.out]
+    return run.main(argv)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -55,8 +55,18 @@ def is_param_or_buffer(node: fx.Node, example: object) -> bool:
 
 
 def decompositions() -> dict:
-    """The decomposition table used for lowering (core ATen)."""
-    return core_aten_decompositions()
+    """The decomposition table used for lowering (core ATen).
+
+    Ops the daemon runs whole are kept: aten.roll would otherwise become
+    arange + add + fmod + index_select per rolled dim (swin's shifted
+    windows). Fused CPU attention (what scaled_dot_product_attention becomes
+    on CPU) is kept too: the daemon's fused kernel replaces a dozen nodes
+    (bmm, softmax and the fully-masked-row fix-up) per attention.
+    """
+    table = core_aten_decompositions()
+    table.pop(torch.ops.aten.roll.default, None)
+    table.pop(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default, None)
+    return table
 
 
 def lower(gm: fx.GraphModule, example_inputs: Sequence[object]) -> LoweredGraph:

@@ -103,6 +103,10 @@ class _Builder:
             arg.device = str(value)
         elif isinstance(value, torch.memory_format):
             arg.memory_format = _MEMORY_FORMATS[value]
+        elif value is torch.strided:
+            # Factory ops' `layout=torch.strided` is the only layout the
+            # daemon has (dense tensors); it is sent as "not given".
+            arg.none.SetInParent()
         else:
             raise SerializationError(
                 f"node {user!r}: argument {value!r} of type {type(value).__name__} "

@@ -12,6 +12,7 @@ fallback.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from typing import Callable, Sequence
 
@@ -105,8 +106,10 @@ class KilnSubgraph(torch.nn.Module):
         response = self.conn.stub.Compile(
             kiln_pb2.CompileRequest(session_id=self.conn.session_id,
                                     graph=self._serialized.graph,
-                                    model_caching=self.model_caching),
+                                    model_caching=self.model_caching,
+                                    want_dump=bool(os.environ.get("KILN_DUMP"))),
             timeout=connection_mod.COMPILE_TIMEOUT_S)
+        _write_dump(response)
         self._handle = response.handle
         self._generation = generation
         self._check_outputs(response)  # raises _Mismatch -> eager, which releases
@@ -230,3 +233,15 @@ class KilnSubgraph(torch.nn.Module):
 
 class _Mismatch(RuntimeError):
     """The daemon's view of the graph differs from eager's."""
+
+
+def _write_dump(response: kiln_pb2.CompileResponse) -> None:
+    """Writes the daemon's optimized graph to $KILN_DUMP/<graph key>.txt."""
+    directory = os.environ.get("KILN_DUMP")
+    if not directory or not response.dump:
+        return
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, f"{response.graph_key[:16]}.txt")
+    with open(path, "w") as f:
+        f.write(response.dump)
+    log.info("optimized graph written to %s", path)

@@ -52,7 +52,10 @@ struct CompiledGraph {
   Graph graph;  // metas of every node output filled in
   std::vector<CompiledStep> steps;
   std::vector<std::vector<ValueSlot>> slots;  // [node][output]
-  std::vector<ConstantData> constants;
+  std::vector<ConstantData> constants;  // by ValueSlot::index (non-owning)
+  // Owners of every constant's bytes: the client's (from the constant
+  // store) and those compile passes created (folded weights).
+  std::vector<ConstantData> owned_constants;
   std::vector<TensorMeta> input_metas;
   std::vector<TensorMeta> output_metas;
   int64_t arena_bytes = 0;    // planned intermediates

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/ops/registry.h"
+#include "runtime/passes/pass_context.h"
 #include "runtime/plan/memory_plan.h"
 #include "runtime/util/status_macros.h"
 
@@ -19,21 +21,91 @@ RunArena::~RunArena() { std::free(data); }
 
 namespace {
 
+// Largest constant a compile-time fold may create; folding must not turn a
+// small graph into a huge artifact (an expand of a scalar, say).
+constexpr int64_t kMaxFoldedBytes = int64_t{64} << 20;
+
 absl::Status NodeError(const Node& node, absl::string_view msg) {
   return absl::InvalidArgumentError(
       absl::StrCat("node '", node.name, "' (", node.target, "): ", msg));
 }
 
-absl::Status CheckInputsKnown(const Graph& g, const Node& node) {
+absl::Status CheckInputs(const Graph& g, const Node& node, const OpDef& def) {
   for (const ValueRef& ref : TensorInputsOf(node)) {
     const Node& src = g.nodes[ref.node];
     if (ref.output >= static_cast<int>(src.outputs.size())) {
-      return NodeError(node, absl::StrCat("refers to output ", ref.output,
-                                          " of node '", src.name, "', which has ",
-                                          src.outputs.size(), " outputs"));
+      return NodeError(node, absl::StrCat("refers to output ", ref.output, " of node '", src.name,
+                                          "', which has ", src.outputs.size(), " outputs"));
+    }
+    DType dt = g.MetaOf(ref).dtype;
+    if ((def.dtypes & DTypeBit(dt)) == 0) {
+      return absl::UnimplementedError(absl::StrCat("node '", node.name, "' (", node.target,
+                                                   "): dtype ", DTypeName(dt),
+                                                   " is not supported by this op"));
     }
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<PreparedOp> PrepareNode(const Graph& g, const Node& node,
+                                       const std::vector<const void*>& constant_data,
+                                       bool shape_only) {
+  const OpDef& def = AllOps()[node.op_index];
+  KILN_RETURN_IF_ERROR(CheckInputs(g, node, def));
+  NodeArgs args(g, node, constant_data, shape_only);
+  KILN_ASSIGN_OR_RETURN(PreparedOp prepared, def.prepare(args));
+  for (const TensorMeta& meta : prepared.outputs) {
+    absl::Status s = ValidateMeta(meta);
+    if (!s.ok()) return NodeError(node, s.message());
+  }
+  if (!shape_only && prepared.kernel == nullptr) {
+    return absl::InternalError(absl::StrCat("node '", node.name, "': prepare built no kernel"));
+  }
+  return prepared;
+}
+
+// Ops whose output is their input's bytes unchanged (dense tensors): they
+// become aliases in the memory plan instead of copies.
+bool IsAliasOp(const std::string& target) {
+  static const auto* ops = new absl::flat_hash_set<std::string>{
+      "aten.view.default", "aten._unsafe_view.default", "aten.reshape.default",
+      "aten.flatten.using_ints", "aten.unsqueeze.default", "aten.squeeze.dim",
+      "aten.squeeze.dims", "aten.squeeze.default", "aten.alias.default"};
+  return ops->contains(target);
+}
+
+// Runs an op whose inputs are all constants once, now, and turns the node
+// into a constant holding its result.
+absl::Status FoldNode(PassContext& ctx, int i) {
+  Node& node = ctx.graph.nodes[i];
+  KILN_ASSIGN_OR_RETURN(PreparedOp prepared,
+                        PrepareNode(ctx.graph, node, ctx.constant_data, /*shape_only=*/false));
+  std::vector<TensorView> in, out;
+  std::vector<std::unique_ptr<RunArena>> buffers;
+  for (const ValueRef& ref : TensorInputsOf(node)) {
+    in.push_back({const_cast<void*>(ctx.constant_data[ref.node]), &ctx.graph.MetaOf(ref)});
+  }
+  buffers.push_back(std::make_unique<RunArena>(prepared.outputs[0].ByteSize()));
+  out.push_back({buffers.back()->data, &prepared.outputs[0]});
+  RunArena scratch(static_cast<int64_t>(prepared.kernel->ScratchBytes()));
+  KILN_RETURN_IF_ERROR(prepared.kernel->Run(KernelContext{in, out, scratch.data}));
+  ctx.created.push_back(ConstantData{
+      std::shared_ptr<const uint8_t>(buffers[0]->data, [](const uint8_t* p) { std::free(const_cast<uint8_t*>(p)); }),
+      prepared.outputs[0].ByteSize()});
+  buffers[0]->data = nullptr;  // ownership moved to `created`
+  ctx.constant_data[i] = ctx.created.back().bytes.get();
+  node.kind = Node::Kind::kConstant;
+  node.outputs = prepared.outputs;
+  return absl::OkStatus();
+}
+
+bool AllInputsConstant(const PassContext& ctx, const Node& node) {
+  std::vector<ValueRef> refs = TensorInputsOf(node);
+  if (refs.empty()) return false;
+  for (const ValueRef& ref : refs) {
+    if (ctx.constant_data[ref.node] == nullptr || ref.output != 0) return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -41,16 +113,13 @@ absl::Status CheckInputsKnown(const Graph& g, const Node& node) {
 absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
     Graph graph, const ConstantResolver& resolve, const CompileLimits& limits) {
   auto cg = std::make_unique<CompiledGraph>();
-  const int n = static_cast<int>(graph.nodes.size());
-  cg->slots.resize(n);
-  std::vector<const void*> constant_data(n, nullptr);
+  std::vector<const void*> constant_data(graph.nodes.size(), nullptr);
+  std::vector<ConstantData> resolved;
 
-  // Resolve constants and inputs first: prepare functions may read constant
-  // bytes (weights to prepack).
-  for (int i = 0; i < n; ++i) {
+  // 1. Constants: prepare functions and passes read their bytes.
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
     Node& node = graph.nodes[i];
     if (node.kind == Node::Kind::kInput) {
-      cg->slots[i] = {ValueSlot{ValueSlot::Kind::kInput, node.input_index, 0}};
       cg->input_metas.push_back(node.outputs[0]);
     } else if (node.kind == Node::Kind::kConstant) {
       auto data = resolve(node.constant_hash);
@@ -60,90 +129,116 @@ absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
             " is not in the daemon's store (upload it first)"));
       }
       if (data->size != node.outputs[0].ByteSize()) {
-        return NodeError(node, absl::StrCat("constant ", node.constant_hash, " has ",
-                                            data->size, " bytes but its meta ",
-                                            node.outputs[0].ToString(), " needs ",
-                                            node.outputs[0].ByteSize()));
+        return NodeError(node, absl::StrCat("constant ", node.constant_hash, " has ", data->size,
+                                            " bytes but its meta ", node.outputs[0].ToString(),
+                                            " needs ", node.outputs[0].ByteSize()));
       }
       constant_data[i] = data->bytes.get();
-      cg->slots[i] = {ValueSlot{ValueSlot::Kind::kConstant,
-                                static_cast<int>(cg->constants.size()), 0}};
-      cg->constants.push_back(*std::move(data));
+      resolved.push_back(*std::move(data));
     }
   }
 
-  // Prepare ops in order: each sees its inputs' metas already inferred.
-  std::vector<BufferRequest> requests;
-  std::vector<std::pair<int, int>> request_value;  // (node, output)
-  std::vector<int> step_of_node(n, -1);
-  for (int i = 0; i < n; ++i) {
+  // 2. Shape sweep: every op's output metas, validating the whole graph
+  // before any pass looks at it; constant-only ops are folded on the way.
+  PassContext ctx{graph, constant_data, resolved};
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
     Node& node = graph.nodes[i];
     if (node.kind != Node::Kind::kOp) continue;
-    KILN_RETURN_IF_ERROR(CheckInputsKnown(graph, node));
-    const OpDef& def = AllOps()[node.op_index];
-    std::vector<ValueRef> inputs = TensorInputsOf(node);
-    for (const ValueRef& ref : inputs) {
-      DType dt = graph.MetaOf(ref).dtype;
-      if ((def.dtypes & DTypeBit(dt)) == 0) {
-        return absl::UnimplementedError(absl::StrCat(
-            "node '", node.name, "' (", node.target, "): dtype ", DTypeName(dt),
-            " is not supported by this op"));
-      }
-    }
-    NodeArgs args(graph, node, constant_data);
-    KILN_ASSIGN_OR_RETURN(PreparedOp prepared, def.prepare(args));
-    for (const TensorMeta& meta : prepared.outputs) {
-      absl::Status s = ValidateMeta(meta);
-      if (!s.ok()) return NodeError(node, s.message());
-    }
-    node.outputs = std::move(prepared.outputs);
-    const int step = static_cast<int>(cg->steps.size());
-    step_of_node[i] = step;
-    cg->scratch_bytes = std::max<int64_t>(
-        cg->scratch_bytes, static_cast<int64_t>(prepared.kernel->ScratchBytes()));
-    cg->slots[i].resize(node.outputs.size());
-    for (int o = 0; o < static_cast<int>(node.outputs.size()); ++o) {
-      requests.push_back({node.outputs[o].ByteSize(), step, step});
-      request_value.emplace_back(i, o);
-    }
-    cg->steps.push_back({i, std::move(prepared.kernel), std::move(inputs)});
+    KILN_ASSIGN_OR_RETURN(PreparedOp shapes,
+                          PrepareNode(graph, node, constant_data, /*shape_only=*/true));
+    node.outputs = std::move(shapes.outputs);
   }
-
-  // Lifetimes: a value lives until its last consumer; graph outputs until
-  // the final copy-out after the last step.
-  std::vector<std::vector<int>> request_index(n);
-  for (int r = 0; r < static_cast<int>(request_value.size()); ++r) {
-    auto [node, output] = request_value[r];
-    request_index[node].resize(graph.nodes[node].outputs.size(), -1);
-    request_index[node][output] = r;
-  }
-  for (const CompiledStep& step : cg->steps) {
-    const int s = step_of_node[step.node];
-    for (const ValueRef& ref : step.inputs) {
-      if (graph.nodes[ref.node].kind == Node::Kind::kOp) {
-        int r = request_index[ref.node][ref.output];
-        requests[r].last = std::max(requests[r].last, s);
-      }
-    }
-  }
-  const int end = static_cast<int>(cg->steps.size());
   for (const ValueRef& out : graph.outputs) {
     const Node& src = graph.nodes[out.node];
     if (out.output >= static_cast<int>(src.outputs.size())) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "graph output refers to output ", out.output, " of node '", src.name,
-          "', which has ", src.outputs.size(), " outputs"));
+          "graph output refers to output ", out.output, " of node '", src.name, "', which has ",
+          src.outputs.size(), " outputs"));
     }
-    if (src.kind == Node::Kind::kOp) {
-      requests[request_index[out.node][out.output]].last = end;
+  }
+
+  // 3. Passes.
+  KILN_RETURN_IF_ERROR(FoldBatchNorm(ctx));
+  EliminateDeadNodes(graph);
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    Node& node = graph.nodes[i];
+    if (node.dead || node.kind != Node::Kind::kOp || node.outputs.size() != 1 ||
+        node.outputs[0].ByteSize() > kMaxFoldedBytes || !AllInputsConstant(ctx, node)) {
+      continue;
     }
+    KILN_RETURN_IF_ERROR(FoldNode(ctx, static_cast<int>(i)));
+  }
+  KILN_RETURN_IF_ERROR(FuseConvPostOps(ctx));
+  KILN_RETURN_IF_ERROR(FuseMatmulPostOps(ctx));
+  EliminateDeadNodes(graph);
+
+  // 4. Kernels, and where every value lives.
+  const int n = static_cast<int>(graph.nodes.size());
+  cg->slots.resize(n);
+  std::vector<BufferRequest> requests;
+  // Per value: the arena request it lives in (aliases share their source's).
+  std::vector<std::vector<int>> request_of(n);
+  // Inputs and constants first: passes append constants after the ops
+  // that use them.
+  for (int i = 0; i < n; ++i) {
+    Node& node = graph.nodes[i];
+    request_of[i].assign(node.outputs.size(), -1);
+    if (node.kind == Node::Kind::kInput) {
+      cg->slots[i] = {ValueSlot{ValueSlot::Kind::kInput, node.input_index, 0}};
+    } else if (node.kind == Node::Kind::kConstant) {
+      cg->slots[i] = {ValueSlot{ValueSlot::Kind::kConstant, static_cast<int>(cg->constants.size()), 0}};
+      cg->constants.push_back(ConstantData{
+          std::shared_ptr<const uint8_t>(std::shared_ptr<void>(), static_cast<const uint8_t*>(constant_data[i])),
+          node.outputs[0].ByteSize()});
+    }
+  }
+  for (int i = 0; i < n; ++i) {
+    Node& node = graph.nodes[i];
+    if (node.dead || node.kind != Node::Kind::kOp) continue;
+    const int step = static_cast<int>(cg->steps.size());
+    std::vector<ValueRef> inputs = TensorInputsOf(node);
+    for (const ValueRef& ref : inputs) {
+      int r = request_of[ref.node][ref.output];
+      if (r >= 0) requests[r].last = std::max(requests[r].last, step);
+    }
+    if (IsAliasOp(node.target) && node.outputs.size() == 1 && inputs.size() == 1 &&
+        graph.MetaOf(inputs[0]).ByteSize() == node.outputs[0].ByteSize()) {
+      // Validated by the shape sweep; no kernel, same bytes as the source.
+      cg->slots[i] = {cg->slots[inputs[0].node][inputs[0].output]};
+      request_of[i][0] = request_of[inputs[0].node][inputs[0].output];
+      continue;
+    }
+    std::vector<TensorMeta> expected = node.outputs;
+    KILN_ASSIGN_OR_RETURN(PreparedOp prepared,
+                          PrepareNode(graph, node, constant_data, /*shape_only=*/false));
+    if (prepared.outputs != expected) {
+      return absl::InternalError(absl::StrCat("node '", node.name,
+                                              "': outputs changed between shape sweep and prepare"));
+    }
+    cg->scratch_bytes = std::max<int64_t>(cg->scratch_bytes,
+                                          static_cast<int64_t>(prepared.kernel->ScratchBytes()));
+    cg->slots[i].resize(node.outputs.size());
+    for (int o = 0; o < static_cast<int>(node.outputs.size()); ++o) {
+      request_of[i][o] = static_cast<int>(requests.size());
+      requests.push_back({node.outputs[o].ByteSize(), step, step});
+    }
+    cg->steps.push_back({i, std::move(prepared.kernel), std::move(inputs)});
+  }
+  // Graph outputs live until the copy-out after the last step.
+  const int end = static_cast<int>(cg->steps.size());
+  for (const ValueRef& out : graph.outputs) {
+    int r = request_of[out.node][out.output];
+    if (r >= 0) requests[r].last = end;
     cg->output_metas.push_back(graph.MetaOf(out));
   }
 
+  // 5. Memory plan.
   MemoryPlan plan = PlanMemory(requests);
-  for (int r = 0; r < static_cast<int>(requests.size()); ++r) {
-    auto [node, output] = request_value[r];
-    cg->slots[node][output] = {ValueSlot::Kind::kArena, 0, plan.offsets[r]};
+  for (int i = 0; i < n; ++i) {
+    for (size_t o = 0; o < request_of[i].size(); ++o) {
+      int r = request_of[i][o];
+      if (r >= 0) cg->slots[i][o] = {ValueSlot::Kind::kArena, 0, plan.offsets[r]};
+    }
   }
   cg->arena_bytes = plan.arena_bytes;
   if (cg->TotalArenaBytes() > limits.max_arena_bytes) {
@@ -151,6 +246,8 @@ absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
         "graph needs ", cg->TotalArenaBytes(), " bytes of intermediate memory; the limit is ",
         limits.max_arena_bytes));
   }
+  // Keep every constant's owner alive with the compiled graph.
+  cg->owned_constants = std::move(resolved);
   cg->graph = std::move(graph);
   return cg;
 }

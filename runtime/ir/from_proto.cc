@@ -167,7 +167,7 @@ absl::StatusOr<Graph> GraphFromProto(const kiln::v1::Graph& proto) {
         node.kind = Node::Kind::kOp;
         node.target = pn.call().target();
         node.op_index = FindOp(node.target);
-        if (node.op_index < 0) {
+        if (node.op_index < 0 || AllOps()[node.op_index].internal) {
           return NodeError(i, pn, absl::StrCat("unknown op '", node.target,
                                                "' (not in the capabilities list)"));
         }

@@ -68,6 +68,10 @@ struct Node {
 
   // Output metas: given for inputs and constants, inferred for ops.
   std::vector<TensorMeta> outputs;
+
+  // Set by compile passes on nodes folded or fused away; dead nodes are
+  // skipped by every later stage.
+  bool dead = false;
 };
 
 struct Graph {

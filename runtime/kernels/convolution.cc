@@ -1,4 +1,6 @@
-// aten.convolution.default: 2-D, non-transposed, f32, on oneDNN.
+// aten.convolution.default and its fused form kiln.conv2d (bias, residual
+// add and activations as oneDNN post-ops; see post_ops.h): 2-D,
+// non-transposed, f32, on oneDNN.
 //
 // The node's input and output are plain NCHW. oneDNN picks the layouts it
 // computes in; constant weights are reordered once at prepare time into
@@ -13,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/kernels/kernel_util.h"
 #include "runtime/kernels/onednn_util.h"
+#include "runtime/kernels/post_ops.h"
 #include "runtime/ops/prepare_fns.h"
 #include "runtime/util/status_macros.h"
 
@@ -70,6 +73,12 @@ class ConvolutionKernel final : public Kernel {
     // Plain (NCHW / OIHW / GOIHW) layouts of the node's tensors.
     memory::desc src_md, user_weights_md, bias_md, dst_md;
     int input_index = -1, weight_index = -1, bias_index = -1;
+    // Residual of the fused "add" (sum) post-op: its input slot, and the
+    // reorder that places it in a blocked destination.
+    int residual_index = -1;
+    std::optional<dnnl::reorder> residual_reorder;
+    dnnl::reorder::primitive_desc residual_pd;
+    size_t residual_pad_offset = 0;
     bool empty = false;  // zero-sized batch: nothing to compute
     std::optional<memory> packed_weights;  // constant weights, prepacked
     std::optional<memory> bias;            // constant bias, copied
@@ -122,6 +131,21 @@ class ConvolutionKernel final : public Kernel {
         exec_args[DNNL_ARG_SCRATCHPAD] =
             memory(c_.pd.scratchpad_desc(), engine, scratch);
       }
+      if (c_.residual_index >= 0) {
+        // The sum post-op adds to what the destination holds.
+        void* residual = ctx.inputs[c_.residual_index].data;
+        if (c_.residual_reorder) {
+          memory from(c_.dst_md, engine, residual);
+          std::unordered_map<int, memory> rargs = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, dst}};
+          const memory::desc pad_md = c_.residual_pd.scratchpad_desc();
+          if (pad_md.get_size() > 0) {
+            rargs[DNNL_ARG_SCRATCHPAD] = memory(pad_md, engine, scratch + c_.residual_pad_offset);
+          }
+          c_.residual_reorder->execute(stream, rargs);
+        } else if (residual != ctx.outputs[0].data) {
+          std::memcpy(ctx.outputs[0].data, residual, c_.dst_md.get_size());
+        }
+      }
       if (c_.bias) {
         exec_args[DNNL_ARG_BIAS] = *c_.bias;
       } else if (c_.bias_index >= 0) {
@@ -143,7 +167,10 @@ class ConvolutionKernel final : public Kernel {
 
 }  // namespace
 
-absl::StatusOr<PreparedOp> PrepareConvolution(const NodeArgs& args) {
+// Both overloads share positions 0-5 (input, weight, bias, stride, padding,
+// dilation). aten.convolution continues (transposed, output_padding,
+// groups); kiln.conv2d continues (groups, residual, post_ops).
+static absl::StatusOr<PreparedOp> PrepareConv(const NodeArgs& args, bool fused) {
   KILN_ASSIGN_OR_RETURN(TensorMeta input, args.Tensor(0, "input"));
   KILN_ASSIGN_OR_RETURN(TensorMeta weight, args.Tensor(1, "weight"));
   KILN_ASSIGN_OR_RETURN(std::optional<TensorMeta> bias,
@@ -154,10 +181,20 @@ absl::StatusOr<PreparedOp> PrepareConvolution(const NodeArgs& args) {
                         args.IntList(4, "padding"));
   KILN_ASSIGN_OR_RETURN(std::vector<int64_t> dilation_list,
                         args.IntList(5, "dilation"));
-  KILN_ASSIGN_OR_RETURN(bool transposed, args.Bool(6, "transposed", false));
-  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> output_padding,
-                        args.IntList(7, "output_padding", {0}));
-  KILN_ASSIGN_OR_RETURN(int64_t groups, args.Int(8, "groups", 1));
+  bool transposed = false;
+  std::vector<int64_t> output_padding = {0};
+  int64_t groups = 1;
+  std::vector<PostOp> post_ops;
+  std::optional<TensorMeta> residual;
+  if (fused) {
+    KILN_ASSIGN_OR_RETURN(groups, args.Int(6, "groups", 1));
+    KILN_ASSIGN_OR_RETURN(residual, args.OptionalTensor(7, "residual"));
+    KILN_ASSIGN_OR_RETURN(post_ops, ParsePostOps(args, 8, "post_ops"));
+  } else {
+    KILN_ASSIGN_OR_RETURN(transposed, args.Bool(6, "transposed", false));
+    KILN_ASSIGN_OR_RETURN(output_padding, args.IntList(7, "output_padding", {0}));
+    KILN_ASSIGN_OR_RETURN(groups, args.Int(8, "groups", 1));
+  }
 
   KILN_RETURN_IF_ERROR(RequireDType(args, input, "input"));
   KILN_RETURN_IF_ERROR(RequireDType(args, weight, "weight"));
@@ -249,10 +286,21 @@ absl::StatusOr<PreparedOp> PrepareConvolution(const NodeArgs& args) {
   PreparedOp op;
   op.outputs.push_back(
       TensorMeta{DType::kF32, {n, oc, out_hw[0], out_hw[1]}});
+  int adds = 0;
+  for (const PostOp& p : post_ops) adds += p.kind == PostOp::Kind::kAdd;
+  if (adds != (residual ? 1 : 0)) {
+    return args.Error("a residual needs exactly one \"add\" post-op and vice versa");
+  }
+  if (residual && *residual != op.outputs[0]) {
+    return args.Error(absl::StrCat("residual ", residual->ToString(),
+                                   " must match the output ", op.outputs[0].ToString()));
+  }
+  if (args.shape_only()) return op;
   ConvolutionKernel::Config cfg;
   cfg.input_index = InputIndex(args, 0, "input");
   cfg.weight_index = InputIndex(args, 1, "weight");
   cfg.bias_index = bias ? InputIndex(args, 2, "bias") : -1;
+  if (residual) cfg.residual_index = InputIndex(args, 7, "residual");
   if (n == 0) {
     cfg.empty = true;
     op.kernel = std::make_unique<ConvolutionKernel>(std::move(cfg));
@@ -285,7 +333,8 @@ absl::StatusOr<PreparedOp> PrepareConvolution(const NodeArgs& args) {
     const memory::dims strides = {stride[0], stride[1]};
     const memory::dims dil = {dilation[0] - 1, dilation[1] - 1};
     const memory::dims pad = {padding[0], padding[1]};
-    const dnnl::primitive_attr attr = ReentrantAttr();
+    dnnl::primitive_attr attr = ReentrantAttr();
+    if (!post_ops.empty()) attr.set_post_ops(ToDnnlPostOps(post_ops));
     cfg.pd = bias ? dnnl::convolution_forward::primitive_desc(
                         engine, dnnl::prop_kind::forward_inference,
                         dnnl::algorithm::convolution_direct, any_src,
@@ -304,6 +353,14 @@ absl::StatusOr<PreparedOp> PrepareConvolution(const NodeArgs& args) {
     if (cfg.pd.dst_desc() != cfg.dst_md) {
       cfg.dst_reorder = StagedReorder::Make(cfg.pd.dst_desc(), cfg.dst_md,
                                             cfg.pd.dst_desc(), &scratch);
+      if (residual) {
+        dnnl::reorder::primitive_desc rpd(engine, cfg.dst_md, engine, cfg.pd.dst_desc(),
+                                          ReentrantAttr());
+        cfg.residual_reorder = dnnl::reorder(rpd);
+        cfg.residual_pd = rpd;
+        cfg.residual_pad_offset = scratch;
+        scratch += AlignUp(rpd.scratchpad_desc().get_size());
+      }
     }
     const void* weight_data = args.ConstantData(1, "weight");
     if (weight_data != nullptr) {
@@ -327,6 +384,14 @@ absl::StatusOr<PreparedOp> PrepareConvolution(const NodeArgs& args) {
   }
   op.kernel = std::make_unique<ConvolutionKernel>(std::move(cfg));
   return op;
+}
+
+absl::StatusOr<PreparedOp> PrepareConvolution(const NodeArgs& args) {
+  return PrepareConv(args, /*fused=*/false);
+}
+
+absl::StatusOr<PreparedOp> PrepareFusedConv2d(const NodeArgs& args) {
+  return PrepareConv(args, /*fused=*/true);
 }
 
 }  // namespace kiln::runtime

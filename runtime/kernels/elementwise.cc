@@ -1,5 +1,9 @@
-// Elementwise f32 ops: aten.add.Tensor (NumPy broadcasting, scalar `other`,
-// alpha) and aten.relu.default.
+// Elementwise f32 arithmetic: aten.add.Tensor / aten.sub.Tensor (NumPy
+// broadcasting, scalar `other`, alpha), aten.mul.Tensor / aten.div.Tensor
+// (broadcasting, scalar `other`), aten.mul.Scalar and aten.relu.default.
+//
+// Each binary op is one functor; the Run switch picks it once per call, and
+// BroadcastApply gives every stride pattern its own plain loop.
 #include <cmath>
 #include <memory>
 
@@ -15,11 +19,17 @@ namespace {
 
 constexpr int64_t kGrain = int64_t{1} << 15;
 
-// self + alpha * other for two tensors.
-class AddKernel final : public Kernel {
+// The arithmetic of one binary op. Sub is add with alpha negated; alpha
+// other than 1 is applied to `other` first, in float, like ATen.
+enum class BinaryOp { kAdd, kMul, kDiv };
+
+// self (op) alpha * other for two tensors.
+class BinaryKernel final : public Kernel {
  public:
-  AddKernel(BroadcastPlan plan, float alpha, int self_index, int other_index)
-      : plan_(std::move(plan)),
+  BinaryKernel(BinaryOp op, BroadcastPlan plan, float alpha, int self_index,
+               int other_index)
+      : op_(op),
+        plan_(std::move(plan)),
         alpha_(alpha),
         self_index_(self_index),
         other_index_(other_index) {}
@@ -28,38 +38,64 @@ class AddKernel final : public Kernel {
     const float* a = ctx.inputs[self_index_].as<const float>();
     const float* b = ctx.inputs[other_index_].as<const float>();
     float* out = ctx.outputs[0].as<float>();
-    if (alpha_ == 1.0f) {
-      BroadcastApply(plan_, a, b, out, [](float x, float y) { return x + y; });
-    } else {
-      const float alpha = alpha_;
-      BroadcastApply(plan_, a, b, out,
-                     [alpha](float x, float y) { return x + alpha * y; });
+    const float alpha = alpha_;
+    switch (op_) {
+      case BinaryOp::kAdd:
+        if (alpha == 1.0f) {
+          BroadcastApply(plan_, a, b, out,
+                         [](float x, float y) { return x + y; });
+        } else {
+          BroadcastApply(plan_, a, b, out,
+                         [alpha](float x, float y) { return x + alpha * y; });
+        }
+        break;
+      case BinaryOp::kMul:
+        BroadcastApply(plan_, a, b, out,
+                       [](float x, float y) { return x * y; });
+        break;
+      case BinaryOp::kDiv:
+        BroadcastApply(plan_, a, b, out,
+                       [](float x, float y) { return x / y; });
+        break;
     }
     return absl::OkStatus();
   }
 
  private:
+  BinaryOp op_;
   BroadcastPlan plan_;
   float alpha_;
   int self_index_, other_index_;
 };
 
-// self + c, where c = alpha * other was folded at prepare time.
-class AddScalarKernel final : public Kernel {
+// self (op) c for a number c folded at prepare time.
+class BinaryScalarKernel final : public Kernel {
  public:
-  AddScalarKernel(float c, int64_t n) : c_(c), n_(n) {}
+  BinaryScalarKernel(BinaryOp op, float c, int64_t n) : op_(op), c_(c), n_(n) {}
 
   absl::Status Run(const KernelContext& ctx) const override {
     const float* a = ctx.inputs[0].as<const float>();
     float* out = ctx.outputs[0].as<float>();
     const float c = c_;
+    const BinaryOp op = op_;
     ParallelFor(n_, kGrain, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) out[i] = a[i] + c;
+      switch (op) {
+        case BinaryOp::kAdd:
+          for (int64_t i = begin; i < end; ++i) out[i] = a[i] + c;
+          break;
+        case BinaryOp::kMul:
+          for (int64_t i = begin; i < end; ++i) out[i] = a[i] * c;
+          break;
+        case BinaryOp::kDiv:
+          for (int64_t i = begin; i < end; ++i) out[i] = a[i] / c;
+          break;
+      }
     });
     return absl::OkStatus();
   }
 
  private:
+  BinaryOp op_;
   float c_;
   int64_t n_;
 };
@@ -85,24 +121,32 @@ class ReluKernel final : public Kernel {
   int64_t n_;
 };
 
-}  // namespace
-
-absl::StatusOr<PreparedOp> PrepareAdd(const NodeArgs& args) {
+// (self, other, *, alpha=1) for add/sub, (self, other) for mul/div.
+// `other_sign` is -1 for sub.
+absl::StatusOr<PreparedOp> PrepareBinary(const NodeArgs& args, BinaryOp op,
+                                         bool has_alpha, float other_sign) {
   KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
   KILN_RETURN_IF_ERROR(RequireDType(args, self, "self"));
-  KILN_ASSIGN_OR_RETURN(double alpha, args.Float(2, "alpha", 1.0));
+  double alpha = 1.0;
+  if (has_alpha) {
+    KILN_ASSIGN_OR_RETURN(alpha, args.Float(2, "alpha", 1.0));
+  }
+  // ATen computes alpha * other in the op's math type (float here).
+  const float falpha = other_sign * static_cast<float>(alpha);
   const Arg* other = args.Find(1, "other");
   if (other == nullptr) return args.Error("missing argument other");
-  PreparedOp op;
+  PreparedOp op_out;
   if (other->kind == Arg::Kind::kInt || other->kind == Arg::Kind::kFloat) {
     const double value = other->kind == Arg::Kind::kInt
                              ? static_cast<double>(other->i)
                              : other->f;
-    // ATen computes alpha * other in the op's math type (float here).
-    const float c = static_cast<float>(alpha) * static_cast<float>(value);
-    op.outputs.push_back(self);
-    op.kernel = std::make_unique<AddScalarKernel>(c, self.NumElements());
-    return op;
+    const float c = op == BinaryOp::kAdd
+                        ? falpha * static_cast<float>(value)
+                        : static_cast<float>(value);
+    op_out.outputs.push_back(self);
+    op_out.kernel =
+        std::make_unique<BinaryScalarKernel>(op, c, self.NumElements());
+    return op_out;
   }
   if (other->kind != Arg::Kind::kTensor) {
     return args.Error("other must be a tensor or a number");
@@ -118,12 +162,29 @@ absl::StatusOr<PreparedOp> PrepareAdd(const NodeArgs& args) {
   }
   TensorMeta out{DType::kF32, *shape};
   KILN_RETURN_IF_ERROR(ValidateMeta(out));
-  op.outputs.push_back(out);
-  op.kernel = std::make_unique<AddKernel>(
-      MakeBroadcastPlan(*shape, self.shape, other_meta.shape),
-      static_cast<float>(alpha), InputIndex(args, 0, "self"),
-      InputIndex(args, 1, "other"));
-  return op;
+  op_out.outputs.push_back(out);
+  op_out.kernel = std::make_unique<BinaryKernel>(
+      op, MakeBroadcastPlan(*shape, self.shape, other_meta.shape), falpha,
+      InputIndex(args, 0, "self"), InputIndex(args, 1, "other"));
+  return op_out;
+}
+
+}  // namespace
+
+absl::StatusOr<PreparedOp> PrepareAdd(const NodeArgs& args) {
+  return PrepareBinary(args, BinaryOp::kAdd, /*has_alpha=*/true, 1.0f);
+}
+
+absl::StatusOr<PreparedOp> PrepareSub(const NodeArgs& args) {
+  return PrepareBinary(args, BinaryOp::kAdd, /*has_alpha=*/true, -1.0f);
+}
+
+absl::StatusOr<PreparedOp> PrepareMul(const NodeArgs& args) {
+  return PrepareBinary(args, BinaryOp::kMul, /*has_alpha=*/false, 1.0f);
+}
+
+absl::StatusOr<PreparedOp> PrepareDiv(const NodeArgs& args) {
+  return PrepareBinary(args, BinaryOp::kDiv, /*has_alpha=*/false, 1.0f);
 }
 
 absl::StatusOr<PreparedOp> PrepareRelu(const NodeArgs& args) {

@@ -17,7 +17,10 @@ absl::Status RequireDType(const NodeArgs& args, const TensorMeta& meta,
 
 int InputIndex(const NodeArgs& args, int pos, const char* name) {
   const Arg* target = args.Find(pos, name);
-  if (target == nullptr || target->kind != Arg::Kind::kTensor) return -1;
+  if (target == nullptr || (target->kind != Arg::Kind::kTensor &&
+                            target->kind != Arg::Kind::kList)) {
+    return -1;
+  }
   const Node& node = args.node();
   int index = 0;
   std::vector<ValueRef> refs;

@@ -22,7 +22,8 @@ absl::Status RequireDType(const NodeArgs& args, const TensorMeta& meta,
 // The index in KernelContext::inputs of the tensor argument (pos, name), or
 // -1 when it is absent. Kernels receive tensors in the order of
 // TensorInputsOf (args, then kwargs), so an absent optional tensor shifts
-// the ones after it.
+// the ones after it. For a `Tensor[]` argument, the index of its first
+// item (the others follow it).
 int InputIndex(const NodeArgs& args, int pos, const char* name);
 
 // Wraps a possibly negative `dim` into [0, rank); rank 0 tensors accept

@@ -17,6 +17,7 @@
 #include "runtime/kernels/kernel_util.h"
 #include "runtime/kernels/onednn_util.h"
 #include "runtime/ops/prepare_fns.h"
+#include "runtime/kernels/post_ops.h"
 #include "runtime/util/status_macros.h"
 
 namespace kiln::runtime {
@@ -43,6 +44,8 @@ struct MatmulSpec {
   const void* addend_constant = nullptr;
   bool addend_is_bias = false;  // linear: shape [N] (or [1])
   float alpha = 1.0f, beta = 1.0f;
+  // Activations fused by compile passes (kiln.addmm), after the addend.
+  std::vector<PostOp> activations;
 };
 
 class MatmulKernel final : public Kernel {
@@ -139,6 +142,7 @@ absl::StatusOr<PreparedOp> BuildMatmul(const NodeArgs& args, MatmulSpec s,
   PreparedOp op;
   op.outputs.push_back(TensorMeta{DType::kF32, std::move(out_shape)});
   KILN_RETURN_IF_ERROR(ValidateMeta(op.outputs[0]));
+  if (args.shape_only()) return op;
   MatmulKernel::Config c;
   const bool has_addend = s.addend_index >= 0;
   const bool unit_scales = s.alpha == 1.0f && s.beta == 1.0f;
@@ -174,10 +178,13 @@ absl::StatusOr<PreparedOp> BuildMatmul(const NodeArgs& args, MatmulSpec s,
       } else if (c.epilogue == MatmulKernel::Epilogue::kPostOp) {
         c.addend_md =
             memory::desc(Addend2d(s.addend_shape), dt::f32, tag::ab);
-        dnnl::post_ops po;
-        po.append_binary(dnnl::algorithm::binary_add, c.addend_md);
-        attr.set_post_ops(po);
       }
+      dnnl::post_ops po;
+      if (c.epilogue == MatmulKernel::Epilogue::kPostOp) {
+        po.append_binary(dnnl::algorithm::binary_add, c.addend_md);
+      }
+      for (const PostOp& a : s.activations) po.append_eltwise(a.algorithm, a.alpha, a.beta);
+      if (po.len() > 0) attr.set_post_ops(po);
       c.pd = dnnl::matmul::primitive_desc(engine, c.a_md, b_pd_md, bias_md,
                                           c.dst_md, attr);
       c.prim = dnnl::matmul(c.pd);
@@ -264,6 +271,53 @@ absl::StatusOr<PreparedOp> PrepareAddmm(const NodeArgs& args) {
   s.addend_shape = self.shape;
   s.alpha = static_cast<float>(alpha);
   s.beta = static_cast<float>(beta);
+  // A [N] self is a bias: oneDNN adds it in the kernel's epilogue.
+  if (self.rank() == 1 && self.shape[0] == s.n) {
+    s.addend_is_bias = true;
+    s.addend_constant = args.ConstantData(0, "self");
+  }
+  return BuildMatmul(args, std::move(s), out);
+}
+
+absl::StatusOr<PreparedOp> PrepareFusedAddmm(const NodeArgs& args) {
+  // (self?, mat1, mat2, post_ops): self + mat1 @ mat2, then the post-ops
+  // (activations only), with unit scales.
+  KILN_ASSIGN_OR_RETURN(std::optional<TensorMeta> self, args.OptionalTensor(0, "self"));
+  KILN_ASSIGN_OR_RETURN(TensorMeta a, args.Tensor(1, "mat1"));
+  KILN_ASSIGN_OR_RETURN(TensorMeta b, args.Tensor(2, "mat2"));
+  KILN_ASSIGN_OR_RETURN(std::vector<PostOp> post_ops, ParsePostOps(args, 3, "post_ops"));
+  KILN_RETURN_IF_ERROR(RequireMatrix(args, a, "mat1"));
+  KILN_RETURN_IF_ERROR(RequireMatrix(args, b, "mat2"));
+  if (a.shape[1] != b.shape[0]) {
+    return args.Error(absl::StrCat("cannot multiply ", a.ToString(), " by ", b.ToString(),
+                                   ": inner sizes differ"));
+  }
+  for (const PostOp& p : post_ops) {
+    if (p.kind != PostOp::Kind::kEltwise) return args.Error("only activations may follow");
+  }
+  MatmulSpec s;
+  s.m = a.shape[0];
+  s.k = a.shape[1];
+  s.n = b.shape[1];
+  const std::vector<int64_t> out = {s.m, s.n};
+  s.a_index = InputIndex(args, 1, "mat1");
+  s.b_index = InputIndex(args, 2, "mat2");
+  s.b_constant = args.ConstantData(2, "mat2");
+  s.activations = std::move(post_ops);
+  if (self) {
+    KILN_RETURN_IF_ERROR(RequireDType(args, *self, "self"));
+    if (self->rank() > 2 || BroadcastShapes(self->shape, out) != out) {
+      return args.Error(absl::StrCat("self ", self->ToString(),
+                                     " does not broadcast to the product's shape ",
+                                     ShapeString(out)));
+    }
+    s.addend_index = InputIndex(args, 0, "self");
+    s.addend_shape = self->shape;
+    if (self->rank() == 1 && self->shape[0] == s.n) {
+      s.addend_is_bias = true;
+      s.addend_constant = args.ConstantData(0, "self");
+    }
+  }
   return BuildMatmul(args, std::move(s), out);
 }
 

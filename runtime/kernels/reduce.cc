@@ -1,5 +1,6 @@
-// Reductions over f32 tensors: aten.mean.dim (any set of dims, negative
-// dims, keepdim; dim None or [] reduces everything).
+// Reductions: aten.mean.dim over f32 tensors (any set of dims, negative
+// dims, keepdim; dim None or [] reduces everything) and aten.any.dim over
+// one dim of a bool or f32 tensor (NaN counts as true), giving bool.
 //
 // The input's dims are grouped into runs of kept and reduced dims. The two
 // common layouts get loops that vectorize: reduced dims innermost (row
@@ -131,6 +132,46 @@ class MeanKernel final : public Kernel {
   ReducePlan p_;
 };
 
+// out[o, k] = any(in[o, :, k] != 0) for the input seen as [outer, n, inner].
+class AnyDimKernel final : public Kernel {
+ public:
+  AnyDimKernel(DType dtype, int64_t outer, int64_t n, int64_t inner)
+      : dtype_(dtype), outer_(outer), n_(n), inner_(inner) {}
+
+  absl::Status Run(const KernelContext& ctx) const override {
+    uint8_t* out = ctx.outputs[0].as<uint8_t>();
+    if (dtype_ == DType::kBool) {
+      Reduce(ctx.inputs[0].as<const uint8_t>(), out);
+    } else {
+      Reduce(ctx.inputs[0].as<const float>(), out);
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  template <typename T>
+  void Reduce(const T* in, uint8_t* out) const {
+    const int64_t n = n_, inner = inner_;
+    if (outer_ == 0 || inner == 0) return;
+    const int64_t grain =
+        std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(1, n * inner));
+    ParallelFor(outer_, grain, [&](int64_t b, int64_t e) {
+      for (int64_t o = b; o < e; ++o) {
+        uint8_t* y = out + o * inner;
+        std::fill(y, y + inner, uint8_t{0});
+        const T* x = in + o * n * inner;
+        for (int64_t i = 0; i < n; ++i) {
+          const T* row = x + i * inner;
+          for (int64_t k = 0; k < inner; ++k) y[k] |= row[k] != T(0);
+        }
+      }
+    });
+  }
+
+  DType dtype_;
+  int64_t outer_, n_, inner_;
+};
+
 }  // namespace
 
 absl::StatusOr<PreparedOp> PrepareMeanDim(const NodeArgs& args) {
@@ -188,6 +229,38 @@ absl::StatusOr<PreparedOp> PrepareMeanDim(const NodeArgs& args) {
   PreparedOp op;
   op.outputs.push_back(TensorMeta{DType::kF32, out_shape});
   op.kernel = std::make_unique<MeanKernel>(std::move(p));
+  return op;
+}
+
+}  // namespace kiln::runtime
+
+namespace kiln::runtime {
+
+absl::StatusOr<PreparedOp> PrepareAnyDim(const NodeArgs& args) {
+  // (self, dim, keepdim=False)
+  KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
+  if (self.dtype != DType::kBool && self.dtype != DType::kF32) {
+    return args.Error(absl::StrCat("self must be bool or f32, got ",
+                                   self.ToString()));
+  }
+  KILN_ASSIGN_OR_RETURN(int64_t dim_arg, args.Int(1, "dim"));
+  KILN_ASSIGN_OR_RETURN(bool keepdim, args.Bool(2, "keepdim", false));
+  KILN_ASSIGN_OR_RETURN(int dim, WrapDim(args, dim_arg, self.rank()));
+  std::vector<int64_t> shape = self.shape;
+  int64_t outer = 1, n = 1, inner = 1;
+  if (self.rank() > 0) {
+    outer = Product(self.shape, 0, dim);
+    n = self.shape[dim];
+    inner = Product(self.shape, dim + 1, self.rank());
+    if (keepdim) {
+      shape[dim] = 1;
+    } else {
+      shape.erase(shape.begin() + dim);
+    }
+  }
+  PreparedOp op;
+  op.outputs.push_back(TensorMeta{DType::kBool, shape});
+  op.kernel = std::make_unique<AnyDimKernel>(self.dtype, outer, n, inner);
   return op;
 }
 

@@ -1,5 +1,7 @@
 // Shape ops on f32 tensors: aten.view / aten.reshape / aten._unsafe_view,
-// aten.flatten.using_ints, aten.permute, aten.t and aten.clone.
+// aten.flatten.using_ints, aten.permute, aten.t, aten.clone,
+// aten.squeeze.dim / aten.squeeze.dims, aten.copy.default (src broadcast
+// into self's shape) and aten.as_strided(_) when it only restrides.
 //
 // Runtime tensors are always dense and contiguous, so every one of these
 // writes its own output: views and clones are parallel copies, permute and
@@ -12,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/exec/parallel.h"
 #include "runtime/kernels/kernel_util.h"
+#include "runtime/kernels/strided_loop.h"
 #include "runtime/ops/prepare_fns.h"
 #include "runtime/util/status_macros.h"
 
@@ -125,6 +128,24 @@ class PermuteKernel final : public Kernel {
 
   std::vector<int64_t> shape_, strides_;
   int64_t numel_ = 0;
+};
+
+// out = src broadcast to out's shape (any element size).
+class BroadcastCopyKernel final : public Kernel {
+ public:
+  BroadcastCopyKernel(StridedPlan plan, int elem_size, int src_index)
+      : plan_(std::move(plan)), elem_size_(elem_size), src_index_(src_index) {}
+
+  absl::Status Run(const KernelContext& ctx) const override {
+    StridedCopy(plan_, elem_size_, ctx.inputs[src_index_].data,
+                ctx.outputs[0].data);
+    return absl::OkStatus();
+  }
+
+ private:
+  StridedPlan plan_;
+  int elem_size_;
+  int src_index_;
 };
 
 PreparedOp CopyOp(const TensorMeta& in, std::vector<int64_t> out_shape) {
@@ -263,6 +284,79 @@ absl::StatusOr<PreparedOp> PrepareClone(const NodeArgs& args) {
       return args.Unimplemented(absl::StrCat(
           "memory_format ", mf->i, " is not supported (only contiguous)"));
     }
+  }
+  return CopyOp(self, self.shape);
+}
+
+absl::StatusOr<PreparedOp> PrepareSqueezeDims(const NodeArgs& args) {
+  // squeeze.dims (self, dim: int[]) and squeeze.dim (self, dim: int): drops
+  // the listed dims that have size 1; others are left alone, as in ATen.
+  KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
+  KILN_RETURN_IF_ERROR(RequireDType(args, self, "self"));
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> dims, args.IntList(1, "dim"));
+  std::vector<bool> drop(self.rank(), false);
+  for (int64_t d : dims) {
+    KILN_ASSIGN_OR_RETURN(int w, WrapDim(args, d, self.rank()));
+    if (self.rank() > 0 && self.shape[w] == 1) drop[w] = true;
+  }
+  std::vector<int64_t> shape;
+  for (int d = 0; d < self.rank(); ++d) {
+    if (!drop[d]) shape.push_back(self.shape[d]);
+  }
+  return CopyOp(self, std::move(shape));
+}
+
+absl::StatusOr<PreparedOp> PrepareCopy(const NodeArgs& args) {
+  // (self, src, non_blocking=False): self's shape filled from src, which
+  // must broadcast to it.
+  KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
+  KILN_RETURN_IF_ERROR(RequireDType(args, self, "self"));
+  KILN_ASSIGN_OR_RETURN(TensorMeta src, args.Tensor(1, "src"));
+  KILN_RETURN_IF_ERROR(RequireDType(args, src, "src"));
+  bool ok = src.rank() <= self.rank();
+  for (int i = 1; ok && i <= src.rank(); ++i) {
+    const int64_t s = src.shape[src.rank() - i];
+    ok = s == 1 || s == self.shape[self.rank() - i];
+  }
+  if (!ok) {
+    return args.Error(absl::StrCat("src ", src.ToString(),
+                                   " does not broadcast to self ",
+                                   self.ToString()));
+  }
+  PreparedOp op;
+  op.outputs.push_back(self);
+  op.kernel = std::make_unique<BroadcastCopyKernel>(
+      MakeStridedPlan(self.shape, {BroadcastInputStrides(self.shape, src.shape)}),
+      static_cast<int>(ElementSize(self.dtype)), InputIndex(args, 1, "src"));
+  return op;
+}
+
+absl::StatusOr<PreparedOp> PrepareAsStrided(const NodeArgs& args) {
+  // (self, size, stride, storage_offset=None). Runtime tensors are dense,
+  // and the input's storage in eager may not be, so only the form that
+  // functionalization emits to fix up strides is taken: same sizes, offset
+  // 0, and strides that walk the elements in row-major order (a no-op on
+  // the values whatever the input's layout). Anything else is refused.
+  KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
+  KILN_RETURN_IF_ERROR(RequireDType(args, self, "self"));
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> size, args.IntList(1, "size"));
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> stride, args.IntList(2, "stride"));
+  KILN_ASSIGN_OR_RETURN(int64_t offset, args.Int(3, "storage_offset", 0));
+  if (size.size() != stride.size()) {
+    return args.Error(absl::StrCat("size ", ShapeString(size), " and stride ",
+                                   ShapeString(stride),
+                                   " must have the same length"));
+  }
+  bool identity = size == self.shape && offset == 0;
+  const std::vector<int64_t> contiguous = ContiguousStrides(size);
+  for (size_t d = 0; identity && d < size.size(); ++d) {
+    identity = size[d] == 1 || stride[d] == contiguous[d];
+  }
+  if (!identity) {
+    return args.Unimplemented(absl::StrCat(
+        "as_strided with size ", ShapeString(size), ", stride ",
+        ShapeString(stride), " and offset ", offset, " on ", self.ToString(),
+        " is not supported (only restriding without moving elements)"));
   }
   return CopyOp(self, self.shape);
 }

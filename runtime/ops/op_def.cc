@@ -36,8 +36,12 @@ const char* KindName(Arg::Kind kind) {
 }  // namespace
 
 NodeArgs::NodeArgs(const Graph& graph, const Node& node,
-                   const std::vector<const void*>& constant_data)
-    : graph_(graph), node_(node), constant_data_(constant_data) {}
+                   const std::vector<const void*>& constant_data,
+                   bool shape_only)
+    : graph_(graph),
+      node_(node),
+      constant_data_(constant_data),
+      shape_only_(shape_only) {}
 
 const Arg* NodeArgs::Find(int pos, const char* name) const {
   const Arg* arg = nullptr;
@@ -82,6 +86,46 @@ absl::StatusOr<std::optional<TensorMeta>> NodeArgs::OptionalTensor(
                               ref.node, ", output ", ref.output, ")"));
   }
   return std::optional<TensorMeta>(graph_.MetaOf(ref));
+}
+
+absl::StatusOr<std::vector<std::optional<TensorMeta>>>
+NodeArgs::OptionalTensorList(int pos, const char* name) const {
+  const Arg* arg = Find(pos, name);
+  if (arg == nullptr || arg->kind != Arg::Kind::kList) {
+    return Error(absl::StrCat(name, " must be a list of tensors"));
+  }
+  std::vector<std::optional<TensorMeta>> metas;
+  for (const Arg& item : arg->list) {
+    if (item.kind == Arg::Kind::kNone) {
+      metas.emplace_back();
+      continue;
+    }
+    const ValueRef ref = item.tensor;
+    if (item.kind != Arg::Kind::kTensor || ref.node < 0 ||
+        ref.node >= static_cast<int>(graph_.nodes.size()) || ref.output < 0 ||
+        ref.output >= static_cast<int>(graph_.nodes[ref.node].outputs.size())) {
+      return Error(absl::StrCat(name, " must be a list of tensors, got an ",
+                                "item that is ", KindName(item.kind),
+                                " or refers to a missing value"));
+    }
+    metas.push_back(graph_.MetaOf(ref));
+  }
+  return metas;
+}
+
+absl::StatusOr<std::vector<TensorMeta>> NodeArgs::TensorList(
+    int pos, const char* name) const {
+  absl::StatusOr<std::vector<std::optional<TensorMeta>>> items =
+      OptionalTensorList(pos, name);
+  if (!items.ok()) return items.status();
+  std::vector<TensorMeta> metas;
+  for (const std::optional<TensorMeta>& item : *items) {
+    if (!item.has_value()) {
+      return Error(absl::StrCat(name, " must not contain None"));
+    }
+    metas.push_back(*item);
+  }
+  return metas;
 }
 
 absl::StatusOr<TensorMeta> NodeArgs::Tensor(int pos, const char* name) const {

@@ -23,10 +23,16 @@ namespace kiln::runtime {
 class NodeArgs {
  public:
   // `constant_data[i]` is the data of node i if it is a constant, else null.
+  // With `shape_only`, the caller needs only the output metas (compile-time
+  // passes run a shape sweep before choosing kernels): prepare functions
+  // whose kernels are expensive to build (oneDNN primitives, prepacking)
+  // may return a PreparedOp without a kernel. Others can ignore it.
   NodeArgs(const Graph& graph, const Node& node,
-           const std::vector<const void*>& constant_data);
+           const std::vector<const void*>& constant_data,
+           bool shape_only = false);
 
   const Node& node() const { return node_; }
+  bool shape_only() const { return shape_only_; }
   // The argument at `pos` / named `name`, or null when absent or None.
   const Arg* Find(int pos, const char* name) const;
 
@@ -34,6 +40,14 @@ class NodeArgs {
   // missing (and no default is given) or of the wrong kind.
   absl::StatusOr<TensorMeta> Tensor(int pos, const char* name) const;
   absl::StatusOr<std::optional<TensorMeta>> OptionalTensor(
+      int pos, const char* name) const;
+  // A list of tensors (`Tensor[] tensors`, e.g. aten.cat): one meta per
+  // item; INVALID_ARGUMENT when absent or when an item is not a tensor.
+  absl::StatusOr<std::vector<TensorMeta>> TensorList(int pos,
+                                                     const char* name) const;
+  // A list of optional tensors (`Tensor?[] indices`, e.g. aten.index):
+  // nullopt for None items.
+  absl::StatusOr<std::vector<std::optional<TensorMeta>>> OptionalTensorList(
       int pos, const char* name) const;
   absl::StatusOr<int64_t> Int(int pos, const char* name) const;
   absl::StatusOr<int64_t> Int(int pos, const char* name, int64_t def) const;
@@ -59,6 +73,7 @@ class NodeArgs {
   const Graph& graph_;
   const Node& node_;
   const std::vector<const void*>& constant_data_;
+  const bool shape_only_;
 };
 
 struct PreparedOp {
@@ -72,6 +87,9 @@ struct OpDef {
   const char* target;  // "aten.addmm.default"
   DTypeMask dtypes;    // element types of tensor inputs the kernel accepts
   PrepareFn prepare;
+  // Internal ops ("kiln.*") are produced by compile passes only: never in
+  // capabilities, refused in client graphs.
+  bool internal = false;
 };
 
 }  // namespace kiln::runtime

@@ -6,7 +6,9 @@
 namespace kiln::runtime {
 
 #define KILN_OP(target, dtypes, fn) absl::StatusOr<PreparedOp> fn(const NodeArgs& args);
+#define KILN_INTERNAL_OP(target, dtypes, fn) KILN_OP(target, dtypes, fn)
 #include "runtime/ops/ops.def"
+#undef KILN_INTERNAL_OP
 #undef KILN_OP
 
 }  // namespace kiln::runtime

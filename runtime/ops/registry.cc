@@ -7,8 +7,10 @@ namespace kiln::runtime {
 namespace {
 
 constexpr OpDef kOps[] = {
-#define KILN_OP(target, dtypes, fn) OpDef{target, dtypes, &fn},
+#define KILN_OP(target, dtypes, fn) OpDef{target, dtypes, &fn, false},
+#define KILN_INTERNAL_OP(target, dtypes, fn) OpDef{target, dtypes, &fn, true},
 #include "runtime/ops/ops.def"
+#undef KILN_INTERNAL_OP
 #undef KILN_OP
 };
 

@@ -217,6 +217,13 @@ class OpTester {
     if (n > 0) std::memcpy(v.data(), outputs_[i].data(), n * sizeof(float));
     return v;
   }
+  // Bool outputs, one 0/1 byte per element.
+  std::vector<uint8_t> OutputBool(int i) const {
+    const int64_t n = outputs_meta_[i].NumElements();
+    std::vector<uint8_t> v(n);
+    if (n > 0) std::memcpy(v.data(), outputs_[i].data(), n);
+    return v;
+  }
   std::vector<int64_t> OutputI64(int i) const {
     const int64_t n = outputs_meta_[i].NumElements();
     std::vector<int64_t> v(n);
@@ -258,7 +265,8 @@ class OpTester {
 
 // ---- Checks ---------------------------------------------------------------
 
-// Every element within atol + rtol * |expected|; NaN must match NaN.
+// Every element within atol + rtol * |expected|; NaN must match NaN and
+// an infinity the same infinity.
 inline ::testing::AssertionResult AllClose(const std::vector<float>& actual,
                                            const std::vector<double>& expected,
                                            double rtol, double atol) {
@@ -272,7 +280,8 @@ inline ::testing::AssertionResult AllClose(const std::vector<float>& actual,
     const double a = actual[i], e = expected[i];
     const bool ok = std::isnan(e)
                         ? std::isnan(a)
-                        : std::abs(a - e) <= atol + rtol * std::abs(e);
+                        : a == e ||  // also equal infinities
+                              std::abs(a - e) <= atol + rtol * std::abs(e);
     if (!ok) {
       if (bad == 0) result = ::testing::AssertionFailure();
       if (bad < 5) {

@@ -138,5 +138,49 @@ TEST(MeanTest, MeanReportsOtherDtypeAsUnimplemented) {
   EXPECT_EQ(t.Prepare().code(), absl::StatusCode::kUnimplemented);
 }
 
+TEST(AnyDimTest, BoolInputOverEveryDimWithKeepdim) {
+  // [2, 3, 4] with a few true values.
+  std::vector<uint8_t> x(24, 0);
+  x[5] = x[13] = x[23] = 1;
+  for (int64_t dim : {0, 1, 2, -1}) {
+    for (bool keepdim : {false, true}) {
+      OpTester t("aten.any.dim");
+      t.SetArgs({t.RawInput(TensorMeta{DType::kBool, {2, 3, 4}}, x.data(), 24),
+                 IntArg(dim), BoolArg(keepdim)});
+      ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+      const int d = static_cast<int>(dim < 0 ? dim + 3 : dim);
+      std::vector<int64_t> shape = {2, 3, 4};
+      std::vector<int64_t> out_shape = shape;
+      out_shape[d] = 1;
+      std::vector<uint8_t> expected(24 / shape[d], 0);
+      for (int i = 0; i < 24; ++i) {
+        int idx[3] = {i / 12, (i / 4) % 3, i % 4};
+        idx[d] = 0;
+        expected[(idx[0] * out_shape[1] + idx[1]) * out_shape[2] + idx[2]] |= x[i];
+      }
+      if (!keepdim) out_shape.erase(out_shape.begin() + d);
+      EXPECT_EQ(t.output_metas()[0], (TensorMeta{DType::kBool, out_shape}));
+      ASSERT_TRUE(t.Run().ok());
+      EXPECT_EQ(t.OutputBool(0), expected) << "dim " << dim;
+    }
+  }
+}
+
+TEST(AnyDimTest, F32InputCountsNaNAsTrue) {
+  OpTester t("aten.any.dim");
+  t.SetArgs({t.Input(F32({3, 2}), {0.0f, 0.0f, NAN, 0.0f, -0.0f, 2.0f}),
+             IntArg(1)});
+  ASSERT_TRUE(t.Prepare().ok());
+  ASSERT_TRUE(t.Run().ok());
+  EXPECT_EQ(t.OutputBool(0), (std::vector<uint8_t>{0, 1, 1}));
+}
+
+TEST(AnyDimTest, AnyDimRejectsI64Input) {
+  std::vector<int64_t> x(3, 1);
+  OpTester t("aten.any.dim");
+  t.SetArgs({t.RawInput(TensorMeta{DType::kI64, {3}}, x.data(), 24), IntArg(0)});
+  EXPECT_TRUE(IsInvalidArgument(t.Prepare(), "must be bool or f32"));
+}
+
 }  // namespace
 }  // namespace kiln::runtime::testing

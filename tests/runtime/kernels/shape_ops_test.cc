@@ -229,5 +229,79 @@ TEST(CloneTest, CloneRejectsWrongKindOfMemoryFormat) {
   EXPECT_TRUE(IsInvalidArgument(r.t->Prepare(), "memory_format"));
 }
 
+TEST(SqueezeTest, SqueezeDimsDropsOnlySizeOneDims) {
+  ShapeRun r = RunShapeOp("aten.squeeze.dims", {3, 1, 2, 1},
+                          {IntListArg({-1, 0, 1})});
+  ASSERT_TRUE(r.t->Prepare().ok()) << r.t->Prepare();
+  EXPECT_EQ(r.t->output_metas()[0], F32({3, 2}));  // dim 0 has size 3: kept
+  ASSERT_TRUE(r.t->Run().ok());
+  EXPECT_TRUE(AllClose(r.t->OutputF32(0), ToDouble(r.x), 0, 0));
+  ShapeRun one = RunShapeOp("aten.squeeze.dim", {1, 4}, {IntArg(0)});
+  ASSERT_TRUE(one.t->Prepare().ok());
+  EXPECT_EQ(one.t->output_metas()[0], F32({4}));
+}
+
+TEST(SqueezeTest, SqueezeRejectsOutOfRangeDim) {
+  ShapeRun r = RunShapeOp("aten.squeeze.dims", {3, 1}, {IntListArg({2})});
+  EXPECT_TRUE(IsInvalidArgument(r.t->Prepare(), "out of range"));
+}
+
+TEST(CopyTest, CopyBroadcastsSrcIntoSelfShape) {
+  // swin's mask: a 0-dim value copied over a [4, 3] slice.
+  OpTester t("aten.copy.default");
+  t.SetArgs({t.Input(F32({4, 3}), RandomFloats(12, 1)), t.Input(F32({}), {5.0f})});
+  ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+  EXPECT_EQ(t.output_metas()[0], F32({4, 3}));
+  ASSERT_TRUE(t.Run().ok());
+  EXPECT_TRUE(AllClose(t.OutputF32(0), std::vector<double>(12, 5.0), 0, 0));
+
+  const auto row = RandomFloats(3, 2);
+  OpTester u("aten.copy.default");
+  u.SetArgs({u.Input(F32({2, 3}), RandomFloats(6, 3)), u.Input(F32({3}), row)});
+  ASSERT_TRUE(u.Prepare().ok());
+  ASSERT_TRUE(u.Run().ok());
+  std::vector<double> expected;
+  for (int i = 0; i < 2; ++i) {
+    for (float v : row) expected.push_back(v);
+  }
+  EXPECT_TRUE(AllClose(u.OutputF32(0), expected, 0, 0));
+}
+
+TEST(CopyTest, CopyRejectsSrcThatDoesNotBroadcast) {
+  OpTester t("aten.copy.default");
+  t.SetArgs({t.Input(F32({2, 3}), RandomFloats(6, 1)),
+             t.Input(F32({2}), RandomFloats(2, 2))});
+  EXPECT_TRUE(IsInvalidArgument(t.Prepare(), "does not broadcast"));
+}
+
+TEST(AsStridedTest, AsStridedAcceptsRestrideThatKeepsOrder) {
+  // convnext: mean's [1, 768, 1, 1] output restrided to channels-last
+  // strides, which only differ on size-1 dims.
+  for (const char* target : {"aten.as_strided_.default", "aten.as_strided.default"}) {
+    ShapeRun r = RunShapeOp(target, {1, 768, 1, 1},
+                            {IntListArg({1, 768, 1, 1}),
+                             IntListArg({768, 1, 768, 768})});
+    ASSERT_TRUE(r.t->Prepare().ok()) << r.t->Prepare();
+    EXPECT_EQ(r.t->output_metas()[0], F32({1, 768, 1, 1}));
+    ASSERT_TRUE(r.t->Run().ok());
+    EXPECT_TRUE(AllClose(r.t->OutputF32(0), ToDouble(r.x), 0, 0));
+  }
+}
+
+TEST(AsStridedTest, AsStridedRefusesRestrideThatMovesElements) {
+  ShapeRun r = RunShapeOp("aten.as_strided.default", {2, 3},
+                          {IntListArg({2, 3}), IntListArg({1, 2})});
+  EXPECT_EQ(r.t->Prepare().code(), absl::StatusCode::kUnimplemented);
+  ShapeRun off = RunShapeOp("aten.as_strided.default", {2, 3},
+                            {IntListArg({2, 2}), IntListArg({3, 1}), IntArg(1)});
+  EXPECT_EQ(off.t->Prepare().code(), absl::StatusCode::kUnimplemented);
+}
+
+TEST(AsStridedTest, AsStridedRejectsSizeAndStrideOfDifferentLength) {
+  ShapeRun r = RunShapeOp("aten.as_strided.default", {2, 3},
+                          {IntListArg({2, 3}), IntListArg({3})});
+  EXPECT_TRUE(IsInvalidArgument(r.t->Prepare(), "same length"));
+}
+
 }  // namespace
 }  // namespace kiln::runtime::testing

@@ -1,0 +1,207 @@
+// Fused scaled dot-product attention on f32:
+// aten._scaled_dot_product_flash_attention_for_cpu.default
+//   (query [B, Hq, L, E], key [B, Hkv, S, E], value [B, Hkv, S, Ev],
+//    dropout_p=0, is_causal=False, *, attn_mask=None, scale=None)
+//   -> (output [B, Hq, L, Ev], logsumexp [B, Hq, L])
+//
+// Semantics follow PyTorch's math reference: scores = scale * q k^T (scale
+// defaults to 1/sqrt(E)) plus attn_mask (f32, added; or bool, False masks
+// out) broadcast to [B, Hq, L, S]; is_causal keeps key j for query i when
+// j <= i (top-left aligned, as torch.tril(ones(L, S))); grouped-query
+// attention maps query head h to key/value head h / (Hq / Hkv). A row whose
+// keys are all masked gives zeros and logsumexp 0, as ATen's CPU kernel
+// does. Only dropout_p == 0 (inference) is accepted.
+//
+// Work is split over (batch, head, block of query rows); each task
+// transposes its K head once so both products run as contiguous,
+// vectorizable inner loops (over keys, then over value features).
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/exec/parallel.h"
+#include "runtime/kernels/broadcast.h"
+#include "runtime/kernels/kernel_util.h"
+#include "runtime/kernels/strided_loop.h"
+#include "runtime/ops/prepare_fns.h"
+#include "runtime/util/status_macros.h"
+
+namespace kiln::runtime {
+namespace {
+
+constexpr int64_t kQueryBlock = 32;
+
+struct AttentionSpec {
+  int64_t b = 0, hq = 0, hkv = 0, l = 0, s = 0, e = 0, ev = 0;
+  float scale = 1.0f;
+  bool causal = false;
+  int q_slot = 0, k_slot = 1, v_slot = 2, mask_slot = -1;
+  DType mask_dtype = DType::kF32;
+  // Mask element strides over [B, Hq, L, S] (0 where broadcast).
+  std::vector<int64_t> mask_strides;
+};
+
+class AttentionKernel final : public Kernel {
+ public:
+  explicit AttentionKernel(AttentionSpec s) : s_(std::move(s)) {}
+
+  absl::Status Run(const KernelContext& ctx) const override {
+    const AttentionSpec& s = s_;
+    const float* q = ctx.inputs[s.q_slot].as<const float>();
+    const float* k = ctx.inputs[s.k_slot].as<const float>();
+    const float* v = ctx.inputs[s.v_slot].as<const float>();
+    const void* mask = s.mask_slot >= 0 ? ctx.inputs[s.mask_slot].data : nullptr;
+    float* out = ctx.outputs[0].as<float>();
+    float* lse = ctx.outputs[1].as<float>();
+    const int64_t blocks = (s.l + kQueryBlock - 1) / kQueryBlock;
+    const int64_t group = s.hq / s.hkv;
+    constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+    ParallelFor(s.b * s.hq * blocks, 1, [&](int64_t begin, int64_t end) {
+      std::vector<float> kt(s.e * s.s), scores(s.s);
+      int64_t kt_head = -1;
+      for (int64_t t = begin; t < end; ++t) {
+        const int64_t blk = t % blocks;
+        const int64_t bh = t / blocks;
+        const int64_t h = bh % s.hq, b = bh / s.hq;
+        const int64_t kv_head = b * s.hkv + h / group;
+        const float* kh = k + kv_head * s.s * s.e;
+        const float* vh = v + kv_head * s.s * s.ev;
+        if (kv_head != kt_head) {  // K^T as [E, S]
+          for (int64_t j = 0; j < s.s; ++j) {
+            for (int64_t c = 0; c < s.e; ++c) kt[c * s.s + j] = kh[j * s.e + c];
+          }
+          kt_head = kv_head;
+        }
+        const int64_t i0 = blk * kQueryBlock;
+        const int64_t i1 = std::min(s.l, i0 + kQueryBlock);
+        for (int64_t i = i0; i < i1; ++i) {
+          const float* qi = q + (bh * s.l + i) * s.e;
+          float* oi = out + (bh * s.l + i) * s.ev;
+          const int64_t n = s.causal ? std::min(s.s, i + 1) : s.s;
+          float* sc = scores.data();
+          std::fill(sc, sc + n, 0.0f);
+          for (int64_t c = 0; c < s.e; ++c) {
+            const float qc = qi[c];
+            const float* kc = kt.data() + c * s.s;
+            for (int64_t j = 0; j < n; ++j) sc[j] += qc * kc[j];
+          }
+          for (int64_t j = 0; j < n; ++j) sc[j] *= s.scale;
+          if (mask != nullptr) {
+            const int64_t base = b * s.mask_strides[0] +
+                                 h * s.mask_strides[1] + i * s.mask_strides[2];
+            const int64_t js = s.mask_strides[3];
+            if (s.mask_dtype == DType::kBool) {
+              const bool* m = static_cast<const bool*>(mask) + base;
+              for (int64_t j = 0; j < n; ++j) {
+                if (!m[j * js]) sc[j] = kNegInf;
+              }
+            } else {
+              const float* m = static_cast<const float*>(mask) + base;
+              for (int64_t j = 0; j < n; ++j) sc[j] += m[j * js];
+            }
+          }
+          float mx = kNegInf;
+          for (int64_t j = 0; j < n; ++j) mx = std::max(mx, sc[j]);
+          std::fill(oi, oi + s.ev, 0.0f);
+          if (mx == kNegInf) {  // every key masked (or no keys)
+            lse[bh * s.l + i] = 0.0f;  // what ATen's CPU kernel reports
+            continue;
+          }
+          float sum = 0.0f;
+          for (int64_t j = 0; j < n; ++j) {
+            sc[j] = std::exp(sc[j] - mx);
+            sum += sc[j];
+          }
+          const float inv = 1.0f / sum;
+          for (int64_t j = 0; j < n; ++j) {
+            const float p = sc[j] * inv;
+            if (p == 0.0f) continue;
+            const float* vj = vh + j * s.ev;
+            for (int64_t c = 0; c < s.ev; ++c) oi[c] += p * vj[c];
+          }
+          lse[bh * s.l + i] = mx + std::log(sum);
+        }
+      }
+    });
+    return absl::OkStatus();
+  }
+
+ private:
+  AttentionSpec s_;
+};
+
+}  // namespace
+
+absl::StatusOr<PreparedOp> PrepareFlashAttentionForCpu(const NodeArgs& args) {
+  KILN_ASSIGN_OR_RETURN(TensorMeta q, args.Tensor(0, "query"));
+  KILN_ASSIGN_OR_RETURN(TensorMeta k, args.Tensor(1, "key"));
+  KILN_ASSIGN_OR_RETURN(TensorMeta v, args.Tensor(2, "value"));
+  KILN_RETURN_IF_ERROR(RequireDType(args, q, "query"));
+  KILN_RETURN_IF_ERROR(RequireDType(args, k, "key"));
+  KILN_RETURN_IF_ERROR(RequireDType(args, v, "value"));
+  KILN_ASSIGN_OR_RETURN(double dropout, args.Float(3, "dropout_p", 0.0));
+  KILN_ASSIGN_OR_RETURN(bool causal, args.Bool(4, "is_causal", false));
+  KILN_ASSIGN_OR_RETURN(std::optional<TensorMeta> mask,
+                        args.OptionalTensor(-1, "attn_mask"));
+  if (dropout != 0.0) {
+    return args.Unimplemented("attention dropout is not supported (inference only)");
+  }
+  if (q.rank() != 4 || k.rank() != 4 || v.rank() != 4) {
+    return args.Error(absl::StrCat("query, key and value must be 4-D, got ",
+                                   q.ToString(), ", ", k.ToString(), ", ",
+                                   v.ToString()));
+  }
+  AttentionSpec s;
+  s.b = q.shape[0];
+  s.hq = q.shape[1];
+  s.l = q.shape[2];
+  s.e = q.shape[3];
+  s.hkv = k.shape[1];
+  s.s = k.shape[2];
+  s.ev = v.shape[3];
+  if (k.shape[0] != s.b || v.shape[0] != s.b || v.shape[1] != s.hkv ||
+      v.shape[2] != s.s || k.shape[3] != s.e) {
+    return args.Error(absl::StrCat("incompatible query ", q.ToString(),
+                                   ", key ", k.ToString(), " and value ",
+                                   v.ToString()));
+  }
+  if (s.hkv == 0 || s.hq % s.hkv != 0) {
+    return args.Error(absl::StrCat("query heads (", s.hq,
+                                   ") must be a multiple of key/value heads (",
+                                   s.hkv, ")"));
+  }
+  const Arg* scale_arg = args.Find(-1, "scale");
+  double scale = 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(s.e, 1)));
+  if (scale_arg != nullptr) {
+    KILN_ASSIGN_OR_RETURN(scale, args.Float(-1, "scale"));
+  }
+  s.scale = static_cast<float>(scale);
+  s.causal = causal;
+  s.q_slot = InputIndex(args, 0, "query");
+  s.k_slot = InputIndex(args, 1, "key");
+  s.v_slot = InputIndex(args, 2, "value");
+  if (mask) {
+    if (mask->dtype != DType::kF32 && mask->dtype != DType::kBool) {
+      return args.Error(absl::StrCat("attn_mask must be f32 or bool, got ",
+                                     mask->ToString()));
+    }
+    const std::vector<int64_t> full = {s.b, s.hq, s.l, s.s};
+    if (mask->rank() > 4 || BroadcastShapes(mask->shape, full) != full) {
+      return args.Error(absl::StrCat("attn_mask ", mask->ToString(),
+                                     " does not broadcast to ",
+                                     ShapeString(full)));
+    }
+    s.mask_slot = InputIndex(args, -1, "attn_mask");
+    s.mask_dtype = mask->dtype;
+    s.mask_strides = BroadcastInputStrides(full, mask->shape);
+  }
+  PreparedOp op;
+  op.outputs = {TensorMeta{DType::kF32, {s.b, s.hq, s.l, s.ev}},
+                TensorMeta{DType::kF32, {s.b, s.hq, s.l}}};
+  op.kernel = std::make_unique<AttentionKernel>(std::move(s));
+  return op;
+}
+
+}  // namespace kiln::runtime

@@ -1,0 +1,109 @@
+// Integer and bool arithmetic with broadcasting and type promotion
+// (typed_elementwise.h): aten.bitwise_and.Tensor, and the uses of
+// aten.add.Tensor that involve i64 (position ids, cache offsets); f32
+// tensor + f32 tensor/number keeps elementwise.cc's kernel, which compile
+// passes know how to fuse.
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/kernels/kernel_util.h"
+#include "runtime/kernels/typed_elementwise.h"
+#include "runtime/ops/prepare_fns.h"
+#include "runtime/util/status_macros.h"
+
+namespace kiln::runtime {
+
+// elementwise.cc: the f32 add kernel (not in ops.def itself: aten.add.Tensor
+// is registered to PrepareAddTensor below, which forwards f32 to it).
+absl::StatusOr<PreparedOp> PrepareAdd(const NodeArgs& args);
+
+namespace {
+
+enum class Arith { kAdd, kBitAnd };
+
+template <typename C>
+std::unique_ptr<Kernel> ArithKernel(Arith kind, const Operand& a,
+                                    const Operand& b,
+                                    const std::vector<int64_t>& out,
+                                    DType compute, C alpha) {
+  switch (kind) {
+    case Arith::kAdd:
+      if (alpha == C(1)) {
+        return MakeBinaryKernel<C, C>(a, b, out, compute,
+                                      [](C x, C y) { return C(x + y); });
+      }
+      return MakeBinaryKernel<C, C>(
+          a, b, out, compute, [alpha](C x, C y) { return C(x + alpha * y); });
+    case Arith::kBitAnd:
+      if constexpr (std::is_floating_point_v<C>) {
+        return nullptr;  // refused at prepare time
+      } else {
+        return MakeBinaryKernel<C, C>(a, b, out, compute,
+                                      [](C x, C y) { return C(x & y); });
+      }
+  }
+  return nullptr;
+}
+
+absl::StatusOr<PreparedOp> PrepareArith(const NodeArgs& args, Arith kind) {
+  KILN_ASSIGN_OR_RETURN(Operand a, ReadOperand(args, 0, "self"));
+  if (!a.is_tensor) return args.Error("self must be a tensor");
+  KILN_ASSIGN_OR_RETURN(Operand b, ReadOperand(args, 1, "other"));
+  DType compute = PromoteTypes(a.dtype, b.dtype);
+  double alpha = 1.0;
+  if (kind == Arith::kAdd) {
+    const Arg* alpha_arg = args.Find(2, "alpha");
+    if (alpha_arg != nullptr) {
+      KILN_ASSIGN_OR_RETURN(alpha, args.Float(2, "alpha", 1.0));
+      if (alpha_arg->kind == Arg::Kind::kFloat && compute != DType::kF32) {
+        return args.Error("a float alpha needs a floating-point result");
+      }
+    }
+    if (compute == DType::kBool) {
+      // bool + bool is logical or in ATen; not needed by any model yet.
+      return args.Unimplemented("add of two bool operands is not supported");
+    }
+  }
+  if (kind == Arith::kBitAnd && compute == DType::kF32) {
+    return args.Error("bitwise_and is not defined for floating-point operands");
+  }
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> shape,
+                        BroadcastOperands(args, {&a, &b}));
+  PreparedOp op;
+  op.outputs.push_back(TensorMeta{compute, shape});
+  KILN_RETURN_IF_ERROR(ValidateMeta(op.outputs[0]));
+  switch (compute) {
+    case DType::kF32:
+      op.kernel = ArithKernel<float>(kind, a, b, shape, compute,
+                                     static_cast<float>(alpha));
+      break;
+    case DType::kI64:
+      op.kernel = ArithKernel<int64_t>(kind, a, b, shape, compute,
+                                       static_cast<int64_t>(alpha));
+      break;
+    default:
+      op.kernel = ArithKernel<bool>(kind, a, b, shape, compute, true);
+      break;
+  }
+  return op;
+}
+
+}  // namespace
+
+absl::StatusOr<PreparedOp> PrepareAddTensor(const NodeArgs& args) {
+  // f32 tensor + (f32 tensor | number) stays on elementwise.cc's kernel,
+  // which compile passes know how to fuse.
+  KILN_ASSIGN_OR_RETURN(Operand a, ReadOperand(args, 0, "self"));
+  KILN_ASSIGN_OR_RETURN(Operand b, ReadOperand(args, 1, "other"));
+  if (a.is_tensor && a.dtype == DType::kF32 &&
+      (!b.is_tensor || b.dtype == DType::kF32)) {
+    return PrepareAdd(args);
+  }
+  return PrepareArith(args, Arith::kAdd);
+}
+
+absl::StatusOr<PreparedOp> PrepareBitwiseAnd(const NodeArgs& args) {
+  return PrepareArith(args, Arith::kBitAnd);
+}
+
+}  // namespace kiln::runtime

@@ -1,0 +1,120 @@
+// aten.bmm.default on f32: [B, M, K] x [B, K, N] -> [B, M, N] with one
+// oneDNN batched matmul primitive (built once at prepare time, run with the
+// executor's scratch so concurrent runs are safe). Empty problems write
+// zeros (K == 0) or nothing.
+#include <algorithm>
+#include <cstring>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/kernels/kernel_util.h"
+#include "runtime/kernels/onednn_util.h"
+#include "runtime/ops/prepare_fns.h"
+#include "runtime/util/status_macros.h"
+
+namespace kiln::runtime {
+namespace {
+
+using dnnl::memory;
+using tag = dnnl::memory::format_tag;
+using dt = dnnl::memory::data_type;
+
+class BmmKernel final : public Kernel {
+ public:
+  BmmKernel(dnnl::matmul::primitive_desc pd, memory::desc a_md,
+            memory::desc b_md, memory::desc c_md, int a_index, int b_index)
+      : pd_(std::move(pd)),
+        prim_(pd_),
+        a_md_(std::move(a_md)),
+        b_md_(std::move(b_md)),
+        c_md_(std::move(c_md)),
+        a_index_(a_index),
+        b_index_(b_index) {}
+
+  size_t ScratchBytes() const override {
+    return pd_.scratchpad_desc().get_size();
+  }
+
+  absl::Status Run(const KernelContext& ctx) const override {
+    try {
+      const dnnl::engine& engine = CpuEngine();
+      dnnl::stream stream(engine);
+      std::unordered_map<int, memory> args = {
+          {DNNL_ARG_SRC, memory(a_md_, engine, ctx.inputs[a_index_].data)},
+          {DNNL_ARG_WEIGHTS, memory(b_md_, engine, ctx.inputs[b_index_].data)},
+          {DNNL_ARG_DST, memory(c_md_, engine, ctx.outputs[0].data)}};
+      if (ScratchBytes() > 0) {
+        args.emplace(DNNL_ARG_SCRATCHPAD,
+                     memory(pd_.scratchpad_desc(), engine, ctx.scratch));
+      }
+      prim_.execute(stream, args);
+      stream.wait();
+    } catch (const dnnl::error& e) {
+      return DnnlRunError(e, "bmm");
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  dnnl::matmul::primitive_desc pd_;
+  dnnl::matmul prim_;
+  memory::desc a_md_, b_md_, c_md_;
+  int a_index_, b_index_;
+};
+
+// For problems oneDNN cannot describe (a zero-sized dim): zeros when K is 0.
+class ZeroFillKernel final : public Kernel {
+ public:
+  explicit ZeroFillKernel(int64_t n) : n_(n) {}
+  absl::Status Run(const KernelContext& ctx) const override {
+    if (n_ > 0) std::memset(ctx.outputs[0].data, 0, n_ * sizeof(float));
+    return absl::OkStatus();
+  }
+
+ private:
+  int64_t n_;
+};
+
+}  // namespace
+
+absl::StatusOr<PreparedOp> PrepareBmm(const NodeArgs& args) {
+  // (self [B, M, K], mat2 [B, K, N])
+  KILN_ASSIGN_OR_RETURN(TensorMeta a, args.Tensor(0, "self"));
+  KILN_RETURN_IF_ERROR(RequireDType(args, a, "self"));
+  KILN_ASSIGN_OR_RETURN(TensorMeta b, args.Tensor(1, "mat2"));
+  KILN_RETURN_IF_ERROR(RequireDType(args, b, "mat2"));
+  if (a.rank() != 3 || b.rank() != 3) {
+    return args.Error(absl::StrCat("bmm expects 3-D tensors, got ",
+                                   a.ToString(), " and ", b.ToString()));
+  }
+  if (a.shape[0] != b.shape[0] || a.shape[2] != b.shape[1]) {
+    return args.Error(absl::StrCat("bmm shapes ", a.ToString(), " and ",
+                                   b.ToString(), " do not match"));
+  }
+  const int64_t batch = a.shape[0], m = a.shape[1], k = a.shape[2],
+                n = b.shape[2];
+  TensorMeta out{DType::kF32, {batch, m, n}};
+  KILN_RETURN_IF_ERROR(ValidateMeta(out));
+  PreparedOp op;
+  op.outputs.push_back(out);
+  if (batch == 0 || m == 0 || n == 0 || k == 0) {
+    op.kernel = std::make_unique<ZeroFillKernel>(out.NumElements());
+    return op;
+  }
+  try {
+    const dnnl::engine& engine = CpuEngine();
+    memory::desc a_md({batch, m, k}, dt::f32, tag::abc);
+    memory::desc b_md({batch, k, n}, dt::f32, tag::abc);
+    memory::desc c_md({batch, m, n}, dt::f32, tag::abc);
+    dnnl::matmul::primitive_desc pd(engine, a_md, b_md, c_md, ReentrantAttr());
+    op.kernel = std::make_unique<BmmKernel>(
+        std::move(pd), a_md, b_md, c_md, InputIndex(args, 0, "self"),
+        InputIndex(args, 1, "mat2"));
+  } catch (const dnnl::error& e) {
+    return args.Unimplemented(
+        absl::StrCat("oneDNN cannot build this bmm: ", e.what()));
+  }
+  return op;
+}
+
+}  // namespace kiln::runtime

@@ -1,0 +1,116 @@
+// aten._softmax.default over any dim of an f32 tensor (half_to_float must
+// be false), computed like ATen: exp(x - max) / sum, so large inputs do not
+// overflow and rows of -inf give NaN.
+//
+// The tensor is seen as [outer, size(dim), inner]. With inner == 1 (softmax
+// over the last dim, as attention does) each row is three contiguous
+// passes; otherwise columns are processed in blocks of up to 64 inner
+// elements so the loops stay contiguous along inner.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/exec/parallel.h"
+#include "runtime/kernels/kernel_util.h"
+#include "runtime/ops/prepare_fns.h"
+#include "runtime/util/status_macros.h"
+
+namespace kiln::runtime {
+namespace {
+
+class SoftmaxKernel final : public Kernel {
+ public:
+  SoftmaxKernel(int64_t outer, int64_t size, int64_t inner)
+      : outer_(outer), size_(size), inner_(inner) {}
+
+  absl::Status Run(const KernelContext& ctx) const override {
+    const float* in = ctx.inputs[0].as<const float>();
+    float* out = ctx.outputs[0].as<float>();
+    const int64_t n = size_, inner = inner_;
+    if (outer_ == 0 || n == 0 || inner == 0) return absl::OkStatus();
+    if (inner == 1) {
+      const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 13) / n);
+      ParallelFor(outer_, grain, [&](int64_t b, int64_t e) {
+        for (int64_t r = b; r < e; ++r) {
+          const float* x = in + r * n;
+          float* y = out + r * n;
+          float m = -std::numeric_limits<float>::infinity();
+          for (int64_t i = 0; i < n; ++i) m = std::max(m, x[i]);
+          float sum = 0.0f;
+          for (int64_t i = 0; i < n; ++i) {
+            y[i] = std::exp(x[i] - m);
+            sum += y[i];
+          }
+          const float inv = 1.0f / sum;
+          for (int64_t i = 0; i < n; ++i) y[i] *= inv;
+        }
+      });
+      return absl::OkStatus();
+    }
+    constexpr int64_t kBlock = 64;
+    const int64_t blocks = (inner + kBlock - 1) / kBlock;
+    const int64_t grain =
+        std::max<int64_t>(1, (int64_t{1} << 13) / (n * std::min(inner, kBlock)));
+    ParallelFor(outer_ * blocks, grain, [&](int64_t b, int64_t e) {
+      float m[kBlock], sum[kBlock];
+      for (int64_t t = b; t < e; ++t) {
+        const int64_t o = t / blocks;
+        const int64_t c0 = (t % blocks) * kBlock;
+        const int64_t len = std::min(kBlock, inner - c0);
+        const float* x = in + o * n * inner + c0;
+        float* y = out + o * n * inner + c0;
+        std::fill(m, m + len, -std::numeric_limits<float>::infinity());
+        std::fill(sum, sum + len, 0.0f);
+        for (int64_t i = 0; i < n; ++i) {
+          const float* xr = x + i * inner;
+          for (int64_t j = 0; j < len; ++j) m[j] = std::max(m[j], xr[j]);
+        }
+        for (int64_t i = 0; i < n; ++i) {
+          const float* xr = x + i * inner;
+          float* yr = y + i * inner;
+          for (int64_t j = 0; j < len; ++j) {
+            yr[j] = std::exp(xr[j] - m[j]);
+            sum[j] += yr[j];
+          }
+        }
+        for (int64_t j = 0; j < len; ++j) sum[j] = 1.0f / sum[j];
+        for (int64_t i = 0; i < n; ++i) {
+          float* yr = y + i * inner;
+          for (int64_t j = 0; j < len; ++j) yr[j] *= sum[j];
+        }
+      }
+    });
+    return absl::OkStatus();
+  }
+
+ private:
+  int64_t outer_, size_, inner_;
+};
+
+}  // namespace
+
+absl::StatusOr<PreparedOp> PrepareSoftmax(const NodeArgs& args) {
+  // (self, dim, half_to_float)
+  KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
+  KILN_RETURN_IF_ERROR(RequireDType(args, self, "self"));
+  KILN_ASSIGN_OR_RETURN(int64_t dim_arg, args.Int(1, "dim"));
+  KILN_ASSIGN_OR_RETURN(bool half_to_float, args.Bool(2, "half_to_float", false));
+  if (half_to_float) {
+    return args.Error("half_to_float is only valid for f16 inputs");
+  }
+  KILN_ASSIGN_OR_RETURN(int dim, WrapDim(args, dim_arg, self.rank()));
+  int64_t outer = 1, size = 1, inner = 1;
+  if (self.rank() > 0) {
+    outer = Product(self.shape, 0, dim);
+    size = self.shape[dim];
+    inner = Product(self.shape, dim + 1, self.rank());
+  }
+  PreparedOp op;
+  op.outputs.push_back(self);
+  op.kernel = std::make_unique<SoftmaxKernel>(outer, size, inner);
+  return op;
+}
+
+}  // namespace kiln::runtime

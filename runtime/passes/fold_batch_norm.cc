@@ -1,0 +1,110 @@
+// Folds inference batch norm into the convolution that feeds it:
+//   bn(conv(x, W, b)) = conv(x, W * s, (b - mean) * s + beta),
+//   s = gamma / sqrt(var + eps), per output channel,
+// when the convolution's only user is the batch norm, every parameter is a
+// constant, and the batch norm's saved-statistics outputs are unused.
+#include <cmath>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/passes/pass_context.h"
+
+namespace kiln::runtime {
+namespace {
+
+// A tensor argument that is a constant of `numel` f32 values, or null.
+const float* ConstantF32(const PassContext& ctx, const Node& node, int pos, int64_t numel) {
+  if (pos >= static_cast<int>(node.args.size())) return nullptr;
+  const Arg& a = node.args[pos];
+  if (a.kind != Arg::Kind::kTensor || a.tensor.output != 0) return nullptr;
+  const TensorMeta& meta = ctx.graph.MetaOf(a.tensor);
+  if (meta.dtype != DType::kF32 || meta.NumElements() != numel) return nullptr;
+  return static_cast<const float*>(ctx.constant_data[a.tensor.node]);
+}
+
+bool ArgIsNone(const Node& node, int pos) {
+  return pos >= static_cast<int>(node.args.size()) || node.args[pos].kind == Arg::Kind::kNone;
+}
+
+bool LiteralFloat(const Node& node, int pos, double* out) {
+  if (pos >= static_cast<int>(node.args.size())) return false;
+  const Arg& a = node.args[pos];
+  if (a.kind == Arg::Kind::kFloat) *out = a.f;
+  else if (a.kind == Arg::Kind::kInt) *out = static_cast<double>(a.i);
+  else return false;
+  return true;
+}
+
+}  // namespace
+
+absl::Status FoldBatchNorm(PassContext& ctx) {
+  Graph& g = ctx.graph;
+  Uses uses = ComputeUses(g);
+  const int n = static_cast<int>(g.nodes.size());
+  for (int b = 0; b < n; ++b) {
+    // Copies, not references: AddConstant grows g.nodes.
+    const Node bn = g.nodes[b];
+    if (bn.dead || bn.kind != Node::Kind::kOp || !bn.kwargs.empty()) continue;
+    int eps_pos;
+    if (bn.target == "aten.native_batch_norm.default") {
+      if (bn.args.size() != 8 || bn.args[5].kind != Arg::Kind::kBool || bn.args[5].b) continue;
+      eps_pos = 7;
+    } else if (bn.target == "aten._native_batch_norm_legit_no_training.default") {
+      if (bn.args.size() != 7) continue;
+      eps_pos = 6;
+    } else {
+      continue;
+    }
+    if (bn.args[0].kind != Arg::Kind::kTensor) continue;
+    const ValueRef conv_out = bn.args[0].tensor;
+    const Node conv = g.nodes[conv_out.node];
+    if (conv.dead || conv.target != "aten.convolution.default" || conv.args.size() != 9 ||
+        !conv.kwargs.empty() || conv.args[6].kind != Arg::Kind::kBool || conv.args[6].b) {
+      continue;
+    }
+    if (uses.Count(conv_out) != 1 || uses.Count({b, 1}) != 0 || uses.Count({b, 2}) != 0) continue;
+    if (conv.args[1].kind != Arg::Kind::kTensor) continue;
+    const TensorMeta wmeta = g.MetaOf(conv.args[1].tensor);
+    if (wmeta.rank() < 1) continue;
+    const int64_t oc = wmeta.shape[0];
+    const int64_t per_oc = oc == 0 ? 0 : wmeta.NumElements() / oc;
+    const float* w = ConstantF32(ctx, conv, 1, wmeta.NumElements());
+    const float* cb = ArgIsNone(conv, 2) ? nullptr : ConstantF32(ctx, conv, 2, oc);
+    const float* gamma = ArgIsNone(bn, 1) ? nullptr : ConstantF32(ctx, bn, 1, oc);
+    const float* beta = ArgIsNone(bn, 2) ? nullptr : ConstantF32(ctx, bn, 2, oc);
+    const float* mean = ConstantF32(ctx, bn, 3, oc);
+    const float* var = ConstantF32(ctx, bn, 4, oc);
+    double eps = 0;
+    if (w == nullptr || mean == nullptr || var == nullptr || !LiteralFloat(bn, eps_pos, &eps) ||
+        (!ArgIsNone(conv, 2) && cb == nullptr) || (!ArgIsNone(bn, 1) && gamma == nullptr) ||
+        (!ArgIsNone(bn, 2) && beta == nullptr)) {
+      continue;
+    }
+    // In double, then rounded once: matches eager's two roundings within
+    // a few ulps.
+    std::vector<float> new_w(static_cast<size_t>(wmeta.NumElements()));
+    std::vector<float> new_b(static_cast<size_t>(oc));
+    for (int64_t o = 0; o < oc; ++o) {
+      const double s = (gamma ? gamma[o] : 1.0) / std::sqrt(static_cast<double>(var[o]) + eps);
+      for (int64_t k = 0; k < per_oc; ++k) {
+        new_w[o * per_oc + k] = static_cast<float>(w[o * per_oc + k] * s);
+      }
+      new_b[o] = static_cast<float>(((cb ? cb[o] : 0.0) - mean[o]) * s + (beta ? beta[o] : 0.0));
+    }
+    const int wi = ctx.AddConstant(absl::StrCat(conv.name, ".folded_weight"), wmeta, new_w.data());
+    const int bi = ctx.AddConstant(absl::StrCat(conv.name, ".folded_bias"),
+                                   TensorMeta{DType::kF32, {oc}}, new_b.data());
+    Node& c = g.nodes[conv_out.node];
+    c.args[1].tensor = {wi, 0};
+    c.args[2] = Arg{};
+    c.args[2].kind = Arg::Kind::kTensor;
+    c.args[2].tensor = {bi, 0};
+    c.name = absl::StrCat(c.name, "+", bn.name);
+    g.nodes[b].dead = true;
+    ReplaceAllUses(g, {b, 0}, conv_out);
+    uses = ComputeUses(g);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kiln::runtime

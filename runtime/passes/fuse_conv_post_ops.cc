@@ -1,0 +1,104 @@
+// Fuses what follows a convolution into it: a residual add of a tensor of
+// the output's shape and elementwise activations (see
+// kernels/post_ops.h), producing kiln.conv2d. The fused node takes the
+// place of the last node it absorbs, so every input it needs (a residual
+// computed after the convolution, say) is ready when it runs.
+#include "absl/strings/str_cat.h"
+#include "runtime/kernels/post_ops.h"
+#include "runtime/ops/registry.h"
+#include "runtime/passes/pass_context.h"
+
+namespace kiln::runtime {
+namespace {
+
+Arg StringArg(const std::string& s) {
+  Arg a;
+  a.kind = Arg::Kind::kString;
+  a.s = s;
+  return a;
+}
+
+// aten.convolution args -> kiln.conv2d args (input, weight, bias, stride,
+// padding, dilation, groups, residual, post_ops).
+bool ToFusedArgs(const Node& conv, std::vector<Arg>* out) {
+  if (conv.target == "kiln.conv2d") {
+    *out = conv.args;
+    return true;
+  }
+  if (conv.target != "aten.convolution.default" || conv.args.size() != 9 ||
+      !conv.kwargs.empty() || conv.args[6].kind != Arg::Kind::kBool || conv.args[6].b) {
+    return false;
+  }
+  *out = {conv.args[0], conv.args[1], conv.args[2], conv.args[3], conv.args[4], conv.args[5],
+          conv.args[8], Arg{}, Arg{}};
+  (*out)[8].kind = Arg::Kind::kList;
+  return true;
+}
+
+// The alpha of an add.Tensor node is 1 (absent or literal 1).
+bool AlphaIsOne(const Node& add) {
+  for (const NamedArg& kw : add.kwargs) {
+    if (kw.name != "alpha") return false;
+    if (!((kw.value.kind == Arg::Kind::kInt && kw.value.i == 1) ||
+          (kw.value.kind == Arg::Kind::kFloat && kw.value.f == 1.0))) {
+      return false;
+    }
+  }
+  return add.args.size() == 2;
+}
+
+}  // namespace
+
+absl::Status FuseConvPostOps(PassContext& ctx) {
+  Graph& g = ctx.graph;
+  const int fused_index = FindOp("kiln.conv2d");
+  Uses uses = ComputeUses(g);
+  for (int c = 0; c < static_cast<int>(g.nodes.size()); ++c) {
+    std::vector<Arg> args;
+    if (g.nodes[c].dead || !ToFusedArgs(g.nodes[c], &args)) continue;
+    const TensorMeta out_meta = g.nodes[c].outputs[0];
+    std::string name = g.nodes[c].name;
+    int cur = c;
+    bool has_residual = args[7].kind != Arg::Kind::kNone;
+    while (uses.Count({cur, 0}) == 1 && !uses.is_output[cur][0]) {
+      const int u = uses.users[cur][0][0];
+      const Node& user = g.nodes[u];
+      if (user.dead) break;
+      std::string act = ActivationPostOp(user);
+      if (!act.empty() && user.args[0].kind == Arg::Kind::kTensor &&
+          user.args[0].tensor == ValueRef{cur, 0}) {
+        args[8].list.push_back(StringArg(act));
+      } else if (user.target == "aten.add.Tensor" && !has_residual && AlphaIsOne(user) &&
+                 user.args[0].kind == Arg::Kind::kTensor && user.args[1].kind == Arg::Kind::kTensor &&
+                 !(user.args[0].tensor == user.args[1].tensor)) {
+        const ValueRef other =
+            user.args[0].tensor == ValueRef{cur, 0} ? user.args[1].tensor : user.args[0].tensor;
+        if (g.MetaOf(other) != out_meta) break;
+        args[7] = Arg{};
+        args[7].kind = Arg::Kind::kTensor;
+        args[7].tensor = other;
+        args[8].list.push_back(StringArg("add"));
+        has_residual = true;
+      } else {
+        break;
+      }
+      name = absl::StrCat(name, "+", user.name);
+      g.nodes[cur].dead = true;
+      cur = u;
+    }
+    if (cur == c && g.nodes[c].target == "kiln.conv2d") continue;
+    // Rewrite node `cur` (the conv itself when nothing followed) in place.
+    Node& fused = g.nodes[cur];
+    fused.dead = false;
+    fused.target = "kiln.conv2d";
+    fused.op_index = fused_index;
+    fused.args = std::move(args);
+    fused.kwargs.clear();
+    fused.name = name;
+    fused.outputs = {out_meta};
+    uses = ComputeUses(g);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kiln::runtime

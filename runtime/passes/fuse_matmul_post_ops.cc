@@ -1,0 +1,94 @@
+// Fuses activations into the matmul before them, producing kiln.addmm
+// (self?, mat1, mat2, post_ops). Transformer and MLP graphs often put a
+// view between the two (addmm -> view -> gelu); an elementwise op commutes
+// with a view, so the activation moves into the matmul and the view stays.
+#include "absl/strings/str_cat.h"
+#include "runtime/kernels/post_ops.h"
+#include "runtime/ops/registry.h"
+#include "runtime/passes/pass_context.h"
+
+namespace kiln::runtime {
+namespace {
+
+bool IsViewOp(const Node& node) {
+  return node.target == "aten.view.default" || node.target == "aten._unsafe_view.default" ||
+         node.target == "aten.reshape.default";
+}
+
+bool UnitScales(const Node& addmm) {
+  for (const NamedArg& kw : addmm.kwargs) {
+    if (kw.name != "alpha" && kw.name != "beta") return false;
+    const Arg& v = kw.value;
+    if (!((v.kind == Arg::Kind::kInt && v.i == 1) || (v.kind == Arg::Kind::kFloat && v.f == 1.0))) {
+      return false;
+    }
+  }
+  return addmm.args.size() == 3;
+}
+
+// The node as kiln.addmm args, or false when it is not a fusable matmul.
+bool ToFusedArgs(const Graph& g, const Node& node, std::vector<Arg>* out) {
+  if (node.target == "kiln.addmm") {
+    *out = node.args;
+  } else if (node.target == "aten.addmm.default" && UnitScales(node)) {
+    *out = {node.args[0], node.args[1], node.args[2], Arg{}};
+  } else if (node.target == "aten.mm.default" && node.args.size() == 2 && node.kwargs.empty()) {
+    *out = {Arg{}, node.args[0], node.args[1], Arg{}};
+  } else {
+    return false;
+  }
+  (*out)[3].kind = Arg::Kind::kList;
+  // K == 0 runs without oneDNN, where post-ops would be skipped.
+  const Arg& mat1 = (*out)[1];
+  return mat1.kind == Arg::Kind::kTensor && g.MetaOf(mat1.tensor).rank() == 2 &&
+         g.MetaOf(mat1.tensor).shape[1] > 0;
+}
+
+}  // namespace
+
+absl::Status FuseMatmulPostOps(PassContext& ctx) {
+  Graph& g = ctx.graph;
+  const int fused_index = FindOp("kiln.addmm");
+  Uses uses = ComputeUses(g);
+  for (int m = 0; m < static_cast<int>(g.nodes.size()); ++m) {
+    std::vector<Arg> args;
+    if (g.nodes[m].dead || g.nodes[m].kind != Node::Kind::kOp || !ToFusedArgs(g, g.nodes[m], &args)) {
+      continue;
+    }
+    std::string name = g.nodes[m].name;
+    bool changed = false;
+    // `tail` is the value the next activation must consume: the matmul's
+    // output or a view of it.
+    ValueRef tail{m, 0};
+    while (uses.Count(tail) == 1 && !uses.is_output[tail.node][tail.output]) {
+      const int u = uses.users[tail.node][tail.output][0];
+      const Node& user = g.nodes[u];
+      if (user.dead) break;
+      if (IsViewOp(user) && tail.node == m && user.args[0].kind == Arg::Kind::kTensor &&
+          user.args[0].tensor == tail) {
+        tail = {u, 0};  // look through one view
+        continue;
+      }
+      std::string act = ActivationPostOp(user);
+      if (act.empty() || user.args[0].kind != Arg::Kind::kTensor || !(user.args[0].tensor == tail)) {
+        break;
+      }
+      args[3].list.push_back(Arg{Arg::Kind::kString, {}, 0, 0.0, false, act});
+      name = absl::StrCat(name, "+", user.name);
+      g.nodes[u].dead = true;
+      ReplaceAllUses(g, {u, 0}, tail);
+      uses = ComputeUses(g);
+      changed = true;
+    }
+    if (!changed) continue;
+    Node& fused = g.nodes[m];
+    fused.target = "kiln.addmm";
+    fused.op_index = fused_index;
+    fused.args = std::move(args);
+    fused.kwargs.clear();
+    fused.name = name;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kiln::runtime

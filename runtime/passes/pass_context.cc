@@ -1,0 +1,88 @@
+#include "runtime/passes/pass_context.h"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace kiln::runtime {
+namespace {
+
+void ReplaceInArg(Arg& arg, ValueRef from, ValueRef to) {
+  if (arg.kind == Arg::Kind::kTensor && arg.tensor == from) {
+    arg.tensor = to;
+  } else if (arg.kind == Arg::Kind::kList) {
+    for (Arg& item : arg.list) ReplaceInArg(item, from, to);
+  }
+}
+
+}  // namespace
+
+int PassContext::AddConstant(const std::string& name, const TensorMeta& meta,
+                             const void* bytes) {
+  const size_t size = static_cast<size_t>(meta.ByteSize());
+  auto* raw = static_cast<uint8_t*>(std::aligned_alloc(64, (size + 127) / 64 * 64));
+  std::memcpy(raw, bytes, size);
+  created.push_back(ConstantData{
+      std::shared_ptr<const uint8_t>(raw, [](const uint8_t* p) { std::free(const_cast<uint8_t*>(p)); }),
+      static_cast<int64_t>(size)});
+  Node node;
+  node.kind = Node::Kind::kConstant;
+  node.name = name;
+  node.outputs.push_back(meta);
+  graph.nodes.push_back(std::move(node));
+  constant_data.push_back(raw);
+  return static_cast<int>(graph.nodes.size()) - 1;
+}
+
+Uses ComputeUses(const Graph& graph) {
+  Uses uses;
+  const int n = static_cast<int>(graph.nodes.size());
+  uses.users.resize(n);
+  uses.is_output.resize(n);
+  for (int i = 0; i < n; ++i) {
+    uses.users[i].resize(graph.nodes[i].outputs.size());
+    uses.is_output[i].resize(graph.nodes[i].outputs.size(), false);
+  }
+  for (int i = 0; i < n; ++i) {
+    const Node& node = graph.nodes[i];
+    if (node.dead || node.kind != Node::Kind::kOp) continue;
+    for (const ValueRef& ref : TensorInputsOf(node)) {
+      if (ref.output < static_cast<int>(uses.users[ref.node].size())) {
+        uses.users[ref.node][ref.output].push_back(i);
+      }
+    }
+  }
+  for (const ValueRef& out : graph.outputs) {
+    if (out.output < static_cast<int>(uses.is_output[out.node].size())) {
+      uses.is_output[out.node][out.output] = true;
+    }
+  }
+  return uses;
+}
+
+void ReplaceAllUses(Graph& graph, ValueRef from, ValueRef to) {
+  for (Node& node : graph.nodes) {
+    if (node.dead || node.kind != Node::Kind::kOp) continue;
+    for (Arg& a : node.args) ReplaceInArg(a, from, to);
+    for (NamedArg& a : node.kwargs) ReplaceInArg(a.value, from, to);
+  }
+  for (ValueRef& out : graph.outputs) {
+    if (out == from) out = to;
+  }
+}
+
+void EliminateDeadNodes(Graph& graph) {
+  // Backwards, so a chain of unused nodes goes in one sweep.
+  Uses uses = ComputeUses(graph);
+  for (int i = static_cast<int>(graph.nodes.size()) - 1; i >= 0; --i) {
+    Node& node = graph.nodes[i];
+    if (node.dead || node.kind != Node::Kind::kOp) continue;
+    bool used = false;
+    for (int o = 0; o < static_cast<int>(node.outputs.size()); ++o) {
+      for (int user : uses.users[i][o]) used |= !graph.nodes[user].dead;
+      used |= uses.is_output[i][o];
+    }
+    if (!used) node.dead = true;
+  }
+}
+
+}  // namespace kiln::runtime

@@ -1,0 +1,49 @@
+// What compile passes work on: the graph with every node's output metas
+// inferred, and the bytes of every constant (client constants and those
+// the passes create, which the compiled graph then owns).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "runtime/compile/compiled_graph.h"
+#include "runtime/ir/graph.h"
+
+namespace kiln::runtime {
+
+struct PassContext {
+  Graph& graph;
+  // Per node: data of a constant node (or a folded op), else null.
+  std::vector<const void*>& constant_data;
+  // Constants created by passes, kept alive with the compiled graph.
+  std::vector<ConstantData>& created;
+
+  // Appends a constant node holding a copy of `bytes`; returns its index.
+  int AddConstant(const std::string& name, const TensorMeta& meta, const void* bytes);
+};
+
+// Every use of each value: (user node, position in TensorInputsOf(user)),
+// plus whether the value is a graph output. Live nodes only.
+struct Uses {
+  std::vector<std::vector<std::vector<int>>> users;  // [node][output] -> user nodes
+  std::vector<std::vector<bool>> is_output;          // [node][output]
+  int Count(ValueRef v) const {
+    return static_cast<int>(users[v.node][v.output].size()) + (is_output[v.node][v.output] ? 1 : 0);
+  }
+};
+Uses ComputeUses(const Graph& graph);
+
+// Rewrites every tensor argument of live nodes and every graph output that
+// refers to `from` to refer to `to`.
+void ReplaceAllUses(Graph& graph, ValueRef from, ValueRef to);
+
+// The passes, in the order the compiler runs them. Each keeps the graph
+// valid (metas inferred, references pointing at live nodes).
+absl::Status FoldBatchNorm(PassContext& ctx);
+absl::Status FuseConvPostOps(PassContext& ctx);
+absl::Status FuseMatmulPostOps(PassContext& ctx);
+// Marks op nodes none of whose outputs are used as dead.
+void EliminateDeadNodes(Graph& graph);
+
+}  // namespace kiln::runtime

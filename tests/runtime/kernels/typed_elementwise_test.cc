@@ -1,0 +1,207 @@
+// Tests the dtype-generic elementwise ops (binary_math.cc,
+// compare_select.cc): promotion between f32, i64, bool and Python numbers,
+// broadcasting, and refusals.
+#include "tests/runtime/kernels/typed_test_util.h"
+
+namespace kiln::runtime::testing {
+namespace {
+
+TEST(AddTensorTest, I64PlusIntScalarStaysI64) {
+  OpTester t("aten.add.Tensor");
+  t.AddArg(I64Input(t, {4}, {0, 1, 2, 3}));
+  t.AddArg(IntArg(7));
+  ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+  EXPECT_EQ(t.output_metas()[0], I64({4}));
+  ASSERT_TRUE(t.Run().ok());
+  EXPECT_EQ(t.OutputI64(0), (std::vector<int64_t>{7, 8, 9, 10}));
+}
+
+TEST(AddTensorTest, I64WithAlphaBroadcasts) {
+  OpTester t("aten.add.Tensor");
+  t.AddArg(I64Input(t, {2, 1}, {10, 20}));
+  t.AddArg(I64Input(t, {3}, {1, 2, 3}));
+  t.AddKwarg("alpha", IntArg(-2));
+  ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+  EXPECT_EQ(t.output_metas()[0], I64({2, 3}));
+  ASSERT_TRUE(t.Run().ok());
+  EXPECT_EQ(t.OutputI64(0), (std::vector<int64_t>{8, 6, 4, 18, 16, 14}));
+}
+
+TEST(AddTensorTest, I64PlusF32PromotesToF32) {
+  OpTester t("aten.add.Tensor");
+  t.AddArg(I64Input(t, {3}, {1, -2, 1 << 20}));
+  t.AddArg(t.Input(F32({}), {0.5f}));
+  ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+  EXPECT_EQ(t.output_metas()[0], F32({3}));
+  ASSERT_TRUE(t.Run().ok());
+  EXPECT_TRUE(AllClose(t.OutputF32(0), {1.5, -1.5, (1 << 20) + 0.5}, 0, 0));
+}
+
+TEST(AddTensorTest, I64PlusFloatScalarPromotesToF32) {
+  OpTester t("aten.add.Tensor");
+  t.AddArg(I64Input(t, {2}, {1, 2}));
+  t.AddArg(FloatArg(0.25));
+  ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+  EXPECT_EQ(t.output_metas()[0], F32({2}));
+  ASSERT_TRUE(t.Run().ok());
+  EXPECT_TRUE(AllClose(t.OutputF32(0), {1.25, 2.25}, 0, 0));
+}
+
+TEST(AddTensorTest, RejectsFloatAlphaForIntegers) {
+  OpTester t("aten.add.Tensor");
+  t.AddArg(I64Input(t, {2}, {1, 2}));
+  t.AddArg(IntArg(1));
+  t.AddKwarg("alpha", FloatArg(0.5));
+  EXPECT_TRUE(IsInvalidArgument(t.Prepare(), "float alpha"));
+}
+
+TEST(BitwiseAndTest, BoolMasksBroadcast) {
+  OpTester t("aten.bitwise_and.Tensor");
+  t.AddArg(BoolInput(t, {2, 1}, {1, 0}));
+  t.AddArg(BoolInput(t, {1, 3}, {1, 0, 1}));
+  ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+  EXPECT_EQ(t.output_metas()[0], Bool({2, 3}));
+  Outputs out(t);
+  ASSERT_TRUE(out.Run(t).ok());
+  EXPECT_EQ(out.Bools(0), (std::vector<int>{1, 0, 1, 0, 0, 0}));
+}
+
+TEST(BitwiseAndTest, I64IsBitwise) {
+  OpTester t("aten.bitwise_and.Tensor");
+  t.AddArg(I64Input(t, {2}, {6, -1}));
+  t.AddArg(I64Input(t, {2}, {3, 12}));
+  ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+  ASSERT_TRUE(t.Run().ok());
+  EXPECT_EQ(t.OutputI64(0), (std::vector<int64_t>{2, 12}));
+}
+
+TEST(BitwiseAndTest, RejectsFloatOperands) {
+  OpTester t("aten.bitwise_and.Tensor");
+  t.AddArg(t.Input(F32({2}), {1, 2}));
+  t.AddArg(BoolInput(t, {2}, {1, 1}));
+  EXPECT_TRUE(IsInvalidArgument(t.Prepare(), "floating-point"));
+}
+
+struct CompareCase {
+  const char* op;
+  std::vector<int> want;  // for x = {-1, 0, 1, 2} against 1
+};
+
+class CompareScalarTest : public ::testing::TestWithParam<CompareCase> {};
+
+TEST_P(CompareScalarTest, I64AndF32AgainstIntScalar) {
+  const CompareCase& c = GetParam();
+  {
+    OpTester t(c.op);
+    t.AddArg(I64Input(t, {4}, {-1, 0, 1, 2}));
+    t.AddArg(IntArg(1));
+    ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+    EXPECT_EQ(t.output_metas()[0], Bool({4}));
+    Outputs out(t);
+    ASSERT_TRUE(out.Run(t).ok());
+    EXPECT_EQ(out.Bools(0), c.want) << c.op << " i64";
+  }
+  {
+    OpTester t(c.op);
+    t.AddArg(t.Input(F32({2, 2}), {-1, 0, 1, 2}));
+    t.AddArg(IntArg(1));
+    ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+    Outputs out(t);
+    ASSERT_TRUE(out.Run(t).ok());
+    EXPECT_EQ(out.Bools(0), c.want) << c.op << " f32";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Ops, CompareScalarTest,
+    ::testing::Values(CompareCase{"aten.eq.Scalar", {0, 0, 1, 0}},
+                      CompareCase{"aten.ne.Scalar", {1, 1, 0, 1}},
+                      CompareCase{"aten.lt.Scalar", {1, 1, 0, 0}},
+                      CompareCase{"aten.le.Scalar", {1, 1, 1, 0}},
+                      CompareCase{"aten.gt.Scalar", {0, 0, 0, 1}},
+                      CompareCase{"aten.ge.Scalar", {0, 0, 1, 1}}));
+
+TEST(CompareTest, I64AgainstFractionalScalarComparesAsFloat) {
+  OpTester t("aten.ge.Scalar");
+  t.AddArg(I64Input(t, {3}, {0, 1, 2}));
+  t.AddArg(FloatArg(0.5));
+  ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+  Outputs out(t);
+  ASSERT_TRUE(out.Run(t).ok());
+  EXPECT_EQ(out.Bools(0), (std::vector<int>{0, 1, 1}));
+}
+
+TEST(CompareTest, EqTensorBroadcastsAndHandlesNaN) {
+  OpTester t("aten.eq.Tensor");
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  t.AddArg(t.Input(F32({2, 2}), {1, nan, 3, 4}));
+  t.AddArg(t.Input(F32({2}), {1, nan}));
+  ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+  Outputs out(t);
+  ASSERT_TRUE(out.Run(t).ok());
+  EXPECT_EQ(out.Bools(0), (std::vector<int>{1, 0, 0, 0}));
+}
+
+TEST(LogicalNotTest, AllDTypes) {
+  {
+    OpTester t("aten.logical_not.default");
+    t.AddArg(BoolInput(t, {3}, {1, 0, 1}));
+    ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+    Outputs out(t);
+    ASSERT_TRUE(out.Run(t).ok());
+    EXPECT_EQ(out.Bools(0), (std::vector<int>{0, 1, 0}));
+  }
+  {
+    OpTester t("aten.logical_not.default");
+    t.AddArg(t.Input(F32({3}), {0.0f, -0.5f, std::numeric_limits<float>::quiet_NaN()}));
+    ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+    Outputs out(t);
+    ASSERT_TRUE(out.Run(t).ok());
+    EXPECT_EQ(out.Bools(0), (std::vector<int>{1, 0, 0}));  // NaN is truthy
+  }
+}
+
+TEST(WhereTest, MaskWithScalarTensorsMakesAdditiveMask) {
+  // BERT: where(mask[B,1,L,S], tensor(0.), tensor(-inf)).
+  OpTester t("aten.where.self");
+  t.AddArg(BoolInput(t, {1, 1, 2, 3}, {1, 1, 0, 1, 0, 0}));
+  t.AddArg(t.Input(F32({}), {0.0f}));
+  t.AddArg(t.Input(F32({}), {-std::numeric_limits<float>::infinity()}));
+  ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+  EXPECT_EQ(t.output_metas()[0], F32({1, 1, 2, 3}));
+  ASSERT_TRUE(t.Run().ok());
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<float> got = t.OutputF32(0);
+  const std::vector<double> want = {0, 0, -inf, 0, -inf, -inf};
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got[i], want[i]) << i;
+}
+
+TEST(WhereTest, BroadcastsAllThreeAndPromotes) {
+  OpTester t("aten.where.self");
+  t.AddArg(BoolInput(t, {2, 1}, {1, 0}));
+  t.AddArg(I64Input(t, {3}, {1, 2, 3}));
+  t.AddArg(t.Input(F32({2, 3}), {10, 20, 30, 40, 50, 60}));
+  ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+  EXPECT_EQ(t.output_metas()[0], F32({2, 3}));
+  ASSERT_TRUE(t.Run().ok());
+  EXPECT_TRUE(AllClose(t.OutputF32(0), {1, 2, 3, 40, 50, 60}, 0, 0));
+}
+
+TEST(WhereTest, RejectsNonBoolCondition) {
+  OpTester t("aten.where.self");
+  t.AddArg(t.Input(F32({2}), {1, 0}));
+  t.AddArg(t.Input(F32({2}), {1, 2}));
+  t.AddArg(t.Input(F32({2}), {3, 4}));
+  EXPECT_TRUE(IsInvalidArgument(t.Prepare(), "condition must be a bool"));
+}
+
+TEST(WhereTest, RejectsUnbroadcastableShapes) {
+  OpTester t("aten.where.self");
+  t.AddArg(BoolInput(t, {3}, {1, 0, 1}));
+  t.AddArg(t.Input(F32({2}), {1, 2}));
+  t.AddArg(t.Input(F32({}), {3}));
+  EXPECT_TRUE(IsInvalidArgument(t.Prepare(), "not broadcastable"));
+}
+
+}  // namespace
+}  // namespace kiln::runtime::testing

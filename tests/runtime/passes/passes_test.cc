@@ -1,0 +1,240 @@
+// Compile passes, end to end through Compile(): batch-norm folding,
+// post-op fusion, constant folding and view aliasing each change the
+// compiled steps as intended and leave results equal to a double-precision
+// reference computed here.
+#include <cmath>
+#include <map>
+#include <random>
+
+#include "gtest/gtest.h"
+#include "runtime/compile/compiler.h"
+#include "runtime/compile/dump.h"
+#include "runtime/exec/executor.h"
+#include "runtime/ir/from_proto.h"
+#include "runtime/util/sha256.h"
+#include "tests/testing/proto_graph.h"
+
+namespace kiln::runtime {
+namespace {
+
+using kiln::testing::GraphBuilder;
+using kiln::testing::IntList;
+using kiln::testing::Ref;
+
+kiln::v1::Argument Bool(bool b) {
+  kiln::v1::Argument a;
+  a.set_bool_value(b);
+  return a;
+}
+kiln::v1::Argument Float(double f) {
+  kiln::v1::Argument a;
+  a.set_float_value(f);
+  return a;
+}
+kiln::v1::Argument None() {
+  kiln::v1::Argument a;
+  a.mutable_none();
+  return a;
+}
+
+std::vector<float> Random(size_t n, float lo, float hi, int seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+struct Constants {
+  std::map<std::string, std::vector<float>> data;
+  void Add(const std::vector<float>& v) { data[Sha256Hex(v.data(), v.size() * 4)] = v; }
+  ConstantResolver Resolver() {
+    return [this](const std::string& h) -> absl::StatusOr<ConstantData> {
+      auto it = data.find(h);
+      if (it == data.end()) return absl::NotFoundError(h);
+      return ConstantData{std::shared_ptr<const uint8_t>(
+                              reinterpret_cast<const uint8_t*>(it->second.data()), [](const uint8_t*) {}),
+                          static_cast<int64_t>(it->second.size() * 4)};
+    };
+  }
+};
+
+// Direct NCHW convolution, stride 1, padding 1, 3x3, in double.
+std::vector<double> Conv3x3(const std::vector<float>& x, const std::vector<float>& w, int c, int oc,
+                            int h, int wd) {
+  std::vector<double> out(static_cast<size_t>(oc) * h * wd, 0.0);
+  for (int o = 0; o < oc; ++o)
+    for (int y = 0; y < h; ++y)
+      for (int xx = 0; xx < wd; ++xx) {
+        double acc = 0;
+        for (int i = 0; i < c; ++i)
+          for (int ky = 0; ky < 3; ++ky)
+            for (int kx = 0; kx < 3; ++kx) {
+              int iy = y + ky - 1, ix = xx + kx - 1;
+              if (iy < 0 || iy >= h || ix < 0 || ix >= wd) continue;
+              acc += static_cast<double>(x[(i * h + iy) * wd + ix]) * w[((o * c + i) * 3 + ky) * 3 + kx];
+            }
+        out[(o * h + y) * wd + xx] = acc;
+      }
+  return out;
+}
+
+class ResidualBlock : public ::testing::Test {
+ protected:
+  static constexpr int C = 8, H = 6, W = 5;
+  void SetUp() override {
+    w = Random(C * C * 9, -0.3f, 0.3f, 1);
+    gamma = Random(C, 0.5f, 1.5f, 2);
+    beta = Random(C, -0.5f, 0.5f, 3);
+    mean = Random(C, -0.2f, 0.2f, 4);
+    var = Random(C, 0.5f, 2.f, 5);
+    for (const auto* v : {&w, &gamma, &beta, &mean, &var}) consts.Add(*v);
+  }
+  // relu(bn(conv(x)) + x), the resnet basic-block tail.
+  kiln::v1::Graph Build() {
+    GraphBuilder b;
+    int x = b.Input({1, C, H, W}, "x");
+    int cw = b.Constant(w, {C, C, 3, 3}, "w");
+    int g = b.Constant(gamma, {C}), bt = b.Constant(beta, {C});
+    int m = b.Constant(mean, {C}), v = b.Constant(var, {C});
+    int conv = b.Call("aten.convolution.default",
+                      {Ref(x), Ref(cw), None(), IntList({1, 1}), IntList({1, 1}), IntList({1, 1}),
+                       Bool(false), IntList({0, 0}), kiln::testing::Int(1)},
+                      "conv");
+    int bn = b.Call("aten._native_batch_norm_legit_no_training.default",
+                    {Ref(conv), Ref(g), Ref(bt), Ref(m), Ref(v), Float(0.1), Float(1e-5)}, "bn");
+    int add = b.Call("aten.add.Tensor", {Ref(bn, 0), Ref(x)}, "add");
+    b.Output(b.Call("aten.relu.default", {Ref(add)}, "relu"));
+    return b.graph();
+  }
+  std::vector<double> Reference(const std::vector<float>& x) {
+    std::vector<double> y = Conv3x3(x, w, C, C, H, W);
+    for (int c = 0; c < C; ++c)
+      for (int i = 0; i < H * W; ++i) {
+        double& v = y[c * H * W + i];
+        v = (v - mean[c]) / std::sqrt(static_cast<double>(var[c]) + 1e-5) * gamma[c] + beta[c];
+        v = std::max(0.0, v + x[c * H * W + i]);
+      }
+    return y;
+  }
+  std::vector<float> w, gamma, beta, mean, var;
+  Constants consts;
+};
+
+TEST_F(ResidualBlock, FoldsBatchNormAndFusesAddReluIntoOneStep) {
+  auto cg = Compile(*GraphFromProto(Build()), consts.Resolver());
+  ASSERT_TRUE(cg.ok()) << cg.status();
+  ASSERT_EQ((*cg)->steps.size(), 1u) << DumpCompiledGraph(**cg);
+  EXPECT_EQ((*cg)->graph.nodes[(*cg)->steps[0].node].target, "kiln.conv2d");
+  std::vector<float> x = Random(C * H * W, -1.f, 1.f, 9), y(C * H * W);
+  const void* in[] = {x.data()};
+  void* out[] = {y.data()};
+  ASSERT_TRUE(Execute(**cg, in, out).ok());
+  std::vector<double> ref = Reference(x);
+  for (size_t i = 0; i < y.size(); ++i) EXPECT_NEAR(y[i], ref[i], 1e-4) << i;
+}
+
+TEST_F(ResidualBlock, ConvOutputWithTwoUsersIsNotFused) {
+  kiln::v1::Graph g = Build();
+  // Also return the batch norm's output: the conv result must survive.
+  auto* o = g.add_outputs();
+  o->set_node(7);
+  o->set_output(0);
+  auto cg = Compile(*GraphFromProto(g), consts.Resolver());
+  ASSERT_TRUE(cg.ok()) << cg.status();
+  EXPECT_EQ((*cg)->steps.size(), 3u) << DumpCompiledGraph(**cg);
+  std::vector<float> x = Random(C * H * W, -1.f, 1.f, 10), y(C * H * W), bn(C * H * W);
+  const void* in[] = {x.data()};
+  void* out[] = {y.data(), bn.data()};
+  ASSERT_TRUE(Execute(**cg, in, out).ok());
+  std::vector<double> ref = Reference(x);
+  for (size_t i = 0; i < y.size(); ++i) {
+    EXPECT_NEAR(y[i], ref[i], 1e-4);
+    EXPECT_NEAR(std::max(0.f, bn[i] + x[i]), ref[i], 1e-4);
+  }
+}
+
+TEST(ConstantFolding, PermuteOfAConstantBecomesAConstant) {
+  GraphBuilder b;
+  std::vector<float> w = Random(6, -1.f, 1.f, 3);
+  Constants consts;
+  consts.Add(w);
+  int x = b.Input({2, 3});
+  int cw = b.Constant(w, {2, 3}, "w");
+  int t = b.Call("aten.permute.default", {Ref(cw), IntList({1, 0})}, "t");
+  b.Output(b.Call("aten.mm.default", {Ref(x), Ref(t)}, "mm"));
+  auto cg = Compile(*GraphFromProto(b.graph()), consts.Resolver());
+  ASSERT_TRUE(cg.ok()) << cg.status();
+  EXPECT_EQ((*cg)->steps.size(), 1u) << DumpCompiledGraph(**cg);
+  std::vector<float> in = Random(6, -1.f, 1.f, 4), out(4);
+  const void* ins[] = {in.data()};
+  void* outs[] = {out.data()};
+  ASSERT_TRUE(Execute(**cg, ins, outs).ok());
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 2; ++j) {
+      double acc = 0;
+      for (int k = 0; k < 3; ++k) acc += static_cast<double>(in[i * 3 + k]) * w[j * 3 + k];
+      EXPECT_NEAR(out[i * 2 + j], acc, 1e-5);
+    }
+}
+
+TEST(MatmulFusion, ActivationAfterAViewMovesIntoTheMatmul) {
+  GraphBuilder b;
+  std::vector<float> w = Random(12, -1.f, 1.f, 6), bias = Random(4, -1.f, 1.f, 7);
+  Constants consts;
+  consts.Add(w);
+  consts.Add(bias);
+  int x = b.Input({2, 3});
+  int cw = b.Constant(w, {3, 4}, "w");
+  int cb = b.Constant(bias, {4}, "b");
+  int mm = b.Call("aten.addmm.default", {Ref(cb), Ref(x), Ref(cw)}, "addmm");
+  int v = b.Call("aten.view.default", {Ref(mm), IntList({2, 2, 2})}, "view");
+  b.Output(b.Call("aten.relu.default", {Ref(v)}, "relu"));
+  auto cg = Compile(*GraphFromProto(b.graph()), consts.Resolver());
+  ASSERT_TRUE(cg.ok()) << cg.status();
+  ASSERT_EQ((*cg)->steps.size(), 1u) << DumpCompiledGraph(**cg);
+  EXPECT_EQ((*cg)->graph.nodes[(*cg)->steps[0].node].target, "kiln.addmm");
+  EXPECT_EQ((*cg)->output_metas[0].shape, (std::vector<int64_t>{2, 2, 2}));
+  std::vector<float> in = Random(6, -1.f, 1.f, 8), out(8);
+  const void* ins[] = {in.data()};
+  void* outs[] = {out.data()};
+  ASSERT_TRUE(Execute(**cg, ins, outs).ok());
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 4; ++j) {
+      double acc = bias[j];
+      for (int k = 0; k < 3; ++k) acc += static_cast<double>(in[i * 3 + k]) * w[k * 4 + j];
+      EXPECT_NEAR(out[i * 4 + j], std::max(0.0, acc), 1e-5);
+    }
+}
+
+TEST(Aliasing, ViewsRunNoKernelAndShareTheirSourceBytes) {
+  GraphBuilder b;
+  int x = b.Input({4, 6});
+  int r = b.Call("aten.relu.default", {Ref(x)}, "relu");
+  int v = b.Call("aten.view.default", {Ref(r), IntList({24})}, "view");
+  int v2 = b.Call("aten.view.default", {Ref(v), IntList({2, 12})}, "view2");
+  b.Output(b.Call("aten.add.Tensor", {Ref(v2), Ref(v2)}, "add"));
+  b.Output(v);
+  Constants none;
+  auto cg = Compile(*GraphFromProto(b.graph()), none.Resolver());
+  ASSERT_TRUE(cg.ok()) << cg.status();
+  EXPECT_EQ((*cg)->steps.size(), 2u) << DumpCompiledGraph(**cg);
+  std::vector<float> in = Random(24, -1.f, 1.f, 5), sum(24), flat(24);
+  const void* ins[] = {in.data()};
+  void* outs[] = {sum.data(), flat.data()};
+  ASSERT_TRUE(Execute(**cg, ins, outs).ok());
+  for (int i = 0; i < 24; ++i) {
+    EXPECT_EQ(flat[i], std::max(0.f, in[i]));
+    EXPECT_EQ(sum[i], 2 * std::max(0.f, in[i]));
+  }
+}
+
+TEST(InternalOps, ClientGraphsCannotNameThem) {
+  GraphBuilder b;
+  int x = b.Input({1, 1, 3, 3});
+  b.Output(b.Call("kiln.conv2d", {Ref(x)}, "sneaky"));
+  EXPECT_EQ(GraphFromProto(b.graph()).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace kiln::runtime
