@@ -12,6 +12,7 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include "runtime/exec/executor.h"
+#include "runtime/exec/profile.h"
 #include "server/daemon_config.h"
 #include "server/kiln_service.h"
 #include "server/socket_lock.h"
@@ -92,6 +93,9 @@ int Run(int argc, char** argv) {
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(30));
   server->Wait();
   lock->Release();
+  if (kiln::runtime::ProfilingEnabled()) {
+    spdlog::info("execution profile (KILN_PROFILE):\n{}", kiln::runtime::ProfileReport());
+  }
   spdlog::info("kilnd stopped");
   return 0;
 }

@@ -171,6 +171,14 @@ absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
   KILN_RETURN_IF_ERROR(FuseConvPostOps(ctx));
   KILN_RETURN_IF_ERROR(FuseMatmulPostOps(ctx));
   EliminateDeadNodes(graph);
+  KILN_RETURN_IF_ERROR(PropagateChannelsLast(ctx));
+  // The layout pass changed shapes: infer every op's outputs again.
+  for (Node& node : graph.nodes) {
+    if (node.dead || node.kind != Node::Kind::kOp) continue;
+    KILN_ASSIGN_OR_RETURN(PreparedOp shapes,
+                          PrepareNode(graph, node, constant_data, /*shape_only=*/true));
+    node.outputs = std::move(shapes.outputs);
+  }
 
   // 4. Kernels, and where every value lives.
   const int n = static_cast<int>(graph.nodes.size());

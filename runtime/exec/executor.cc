@@ -1,5 +1,6 @@
 #include "runtime/exec/executor.h"
 
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -8,6 +9,7 @@
 #include <oneapi/tbb/task_arena.h>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/exec/profile.h"
 
 namespace kiln::runtime {
 namespace {
@@ -78,6 +80,7 @@ absl::Status Execute(const CompiledGraph& g,
   };
 
   absl::Status status;
+  const bool profile = ProfilingEnabled();
   Arena().execute([&] {
     std::vector<TensorView> in_views, out_views;
     for (const CompiledStep& step : g.steps) {
@@ -91,7 +94,14 @@ absl::Status Execute(const CompiledGraph& g,
         out_views.push_back({address({step.node, o}), &node.outputs[o]});
       }
       KernelContext ctx{in_views, out_views, base + g.arena_bytes};
+      const auto start = profile ? std::chrono::steady_clock::now()
+                                 : std::chrono::steady_clock::time_point();
       status = step.kernel->Run(ctx);
+      if (profile) {
+        RecordStep(node.target, node.name, std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                    std::chrono::steady_clock::now() - start)
+                                    .count());
+      }
       if (!status.ok()) {
         status = absl::Status(status.code(),
                               absl::StrCat("node '", node.name, "' (", node.target,

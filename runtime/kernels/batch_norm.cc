@@ -1,5 +1,8 @@
 // Inference batch normalization: aten.native_batch_norm.default with
-// training=False and aten._native_batch_norm_legit_no_training.default.
+// training=False and aten._native_batch_norm_legit_no_training.default, and
+// their channels-last form kiln.batch_norm_nhwc (input, weight, bias,
+// running_mean, running_var, eps; one output) that passes/channels_last.cc
+// uses when nothing reads the saved statistics.
 //
 // out = (x - mean) / sqrt(var + eps) * weight + bias, folded per channel to
 // out = x * scale + shift. With constant parameters the fold happens once at
@@ -26,6 +29,8 @@ struct BatchNormParams {
   int64_t channels = 0;  // C
   int64_t inner = 0;     // product of the dims after C
   float eps = 0.0f;
+  // Channels are the last dim (outer = N*H*W, inner = 1).
+  bool channels_last = false;
   // Indices in KernelContext::inputs, -1 when absent (weight 1, bias 0).
   int input = -1, weight = -1, bias = -1, mean = -1, var = -1;
   // Prepared scale/shift when all present parameters are constants.
@@ -71,6 +76,17 @@ class BatchNormKernel final : public Kernel {
     const float* x = ctx.inputs[p_.input].as<const float>();
     float* out = ctx.outputs[0].as<float>();
     const int64_t c = p_.channels, inner = p_.inner;
+    if (p_.channels_last) {
+      const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(c, 1));
+      ParallelFor(p_.outer, grain, [&](int64_t begin, int64_t end) {
+        for (int64_t row = begin; row < end; ++row) {
+          const float* src = x + row * c;
+          float* dst = out + row * c;
+          for (int64_t k = 0; k < c; ++k) dst[k] = src[k] * scale[k] + shift[k];
+        }
+      });
+      return absl::OkStatus();
+    }
     const int64_t planes = p_.outer * c;
     const int64_t grain =
         std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(inner, 1));
@@ -92,7 +108,7 @@ class BatchNormKernel final : public Kernel {
 // Shared by both overloads: arguments at (weight..var) = positions 1..4 and
 // eps at `eps_pos`.
 absl::StatusOr<PreparedOp> PrepareInferenceBatchNorm(const NodeArgs& args,
-                                                     int eps_pos) {
+                                                     int eps_pos, bool channels_last) {
   KILN_ASSIGN_OR_RETURN(TensorMeta input, args.Tensor(0, "input"));
   KILN_RETURN_IF_ERROR(RequireDType(args, input, "input"));
   if (input.rank() < 2) {
@@ -103,7 +119,10 @@ absl::StatusOr<PreparedOp> PrepareInferenceBatchNorm(const NodeArgs& args,
   if (!(eps >= 0.0)) {
     return args.Error(absl::StrCat("eps must be non-negative, got ", eps));
   }
-  const int64_t c = input.shape[1];
+  if (channels_last && input.rank() != 4) {
+    return args.Error(absl::StrCat("expected a 4-D channels-last input, got ", input.ToString()));
+  }
+  const int64_t c = input.shape[channels_last ? 3 : 1];
   struct Param {
     int pos;
     const char* name;
@@ -111,9 +130,10 @@ absl::StatusOr<PreparedOp> PrepareInferenceBatchNorm(const NodeArgs& args,
     const float* constant = nullptr;
   };
   BatchNormParams p;
-  p.outer = input.shape[0];
+  p.channels_last = channels_last;
+  p.outer = channels_last ? Product(input.shape, 0, 3) : input.shape[0];
   p.channels = c;
-  p.inner = Product(input.shape, 2, input.rank());
+  p.inner = channels_last ? 1 : Product(input.shape, 2, input.rank());
   p.eps = static_cast<float>(eps);
   p.input = InputIndex(args, 0, "input");
   Param params[] = {{1, "weight", &p.weight},
@@ -151,8 +171,11 @@ absl::StatusOr<PreparedOp> PrepareInferenceBatchNorm(const NodeArgs& args,
                p.shift.data());
   }
   PreparedOp op;
-  op.outputs = {input, TensorMeta{DType::kF32, {0}},
-                TensorMeta{DType::kF32, {0}}};
+  op.outputs = {input};
+  if (!channels_last) {
+    op.outputs.push_back(TensorMeta{DType::kF32, {0}});
+    op.outputs.push_back(TensorMeta{DType::kF32, {0}});
+  }
   op.kernel = std::make_unique<BatchNormKernel>(std::move(p));
   return op;
 }
@@ -169,7 +192,7 @@ absl::StatusOr<PreparedOp> PrepareNativeBatchNorm(const NodeArgs& args) {
   }
   KILN_ASSIGN_OR_RETURN(double momentum, args.Float(6, "momentum", 0.1));
   (void)momentum;  // only used to update running stats when training
-  return PrepareInferenceBatchNorm(args, 7);
+  return PrepareInferenceBatchNorm(args, 7, false);
 }
 
 absl::StatusOr<PreparedOp> PrepareBatchNormLegitNoTraining(
@@ -177,7 +200,12 @@ absl::StatusOr<PreparedOp> PrepareBatchNormLegitNoTraining(
   // (input, weight?, bias?, running_mean, running_var, momentum, eps)
   KILN_ASSIGN_OR_RETURN(double momentum, args.Float(5, "momentum", 0.1));
   (void)momentum;
-  return PrepareInferenceBatchNorm(args, 6);
+  return PrepareInferenceBatchNorm(args, 6, false);
+}
+
+absl::StatusOr<PreparedOp> PrepareBatchNormNhwc(const NodeArgs& args) {
+  // (input, weight?, bias?, running_mean, running_var, eps)
+  return PrepareInferenceBatchNorm(args, 5, true);
 }
 
 }  // namespace kiln::runtime

@@ -2,10 +2,13 @@
 // add and activations as oneDNN post-ops; see post_ops.h): 2-D,
 // non-transposed, f32, on oneDNN.
 //
-// The node's input and output are plain NCHW. oneDNN picks the layouts it
-// computes in; constant weights are reordered once at prepare time into
-// the weight layout, everything else is reordered per run through scratch
-// memory (activations in and out, computed weights).
+// The input and output are plain NCHW, or channels-last (a dense
+// [N, H, W, C] tensor) when kiln.conv2d's channels_last_in /
+// channels_last_out say so (passes/channels_last.cc sets them so that
+// activations stay in the layout the kernels compute in). oneDNN picks the
+// layouts of everything left open; constant weights are reordered once at
+// prepare time, anything else that differs is reordered per run through
+// scratch memory.
 #include <array>
 #include <cstring>
 #include <memory>
@@ -169,7 +172,8 @@ class ConvolutionKernel final : public Kernel {
 
 // Both overloads share positions 0-5 (input, weight, bias, stride, padding,
 // dilation). aten.convolution continues (transposed, output_padding,
-// groups); kiln.conv2d continues (groups, residual, post_ops).
+// groups); kiln.conv2d continues (groups, residual, post_ops,
+// channels_last_in, channels_last_out).
 static absl::StatusOr<PreparedOp> PrepareConv(const NodeArgs& args, bool fused) {
   KILN_ASSIGN_OR_RETURN(TensorMeta input, args.Tensor(0, "input"));
   KILN_ASSIGN_OR_RETURN(TensorMeta weight, args.Tensor(1, "weight"));
@@ -186,10 +190,13 @@ static absl::StatusOr<PreparedOp> PrepareConv(const NodeArgs& args, bool fused) 
   int64_t groups = 1;
   std::vector<PostOp> post_ops;
   std::optional<TensorMeta> residual;
+  bool cl_in = false, cl_out = false;
   if (fused) {
     KILN_ASSIGN_OR_RETURN(groups, args.Int(6, "groups", 1));
     KILN_ASSIGN_OR_RETURN(residual, args.OptionalTensor(7, "residual"));
     KILN_ASSIGN_OR_RETURN(post_ops, ParsePostOps(args, 8, "post_ops"));
+    KILN_ASSIGN_OR_RETURN(cl_in, args.Bool(9, "channels_last_in", false));
+    KILN_ASSIGN_OR_RETURN(cl_out, args.Bool(10, "channels_last_out", false));
   } else {
     KILN_ASSIGN_OR_RETURN(transposed, args.Bool(6, "transposed", false));
     KILN_ASSIGN_OR_RETURN(output_padding, args.IntList(7, "output_padding", {0}));
@@ -237,8 +244,8 @@ static absl::StatusOr<PreparedOp> PrepareConv(const NodeArgs& args, bool fused) 
                                      ShapeString(padding_list)));
     }
   }
-  const int64_t n = input.shape[0], c = input.shape[1], h = input.shape[2],
-                w = input.shape[3];
+  const int64_t n = input.shape[0], c = input.shape[cl_in ? 3 : 1],
+                h = input.shape[cl_in ? 1 : 2], w = input.shape[cl_in ? 2 : 3];
   const int64_t oc = weight.shape[0], icg = weight.shape[1],
                 kh = weight.shape[2], kw = weight.shape[3];
   if (groups <= 0) {
@@ -284,8 +291,9 @@ static absl::StatusOr<PreparedOp> PrepareConv(const NodeArgs& args, bool fused) 
   }
 
   PreparedOp op;
-  op.outputs.push_back(
-      TensorMeta{DType::kF32, {n, oc, out_hw[0], out_hw[1]}});
+  op.outputs.push_back(TensorMeta{
+      DType::kF32, cl_out ? std::vector<int64_t>{n, out_hw[0], out_hw[1], oc}
+                          : std::vector<int64_t>{n, oc, out_hw[0], out_hw[1]}});
   int adds = 0;
   for (const PostOp& p : post_ops) adds += p.kind == PostOp::Kind::kAdd;
   if (adds != (residual ? 1 : 0)) {
@@ -309,9 +317,9 @@ static absl::StatusOr<PreparedOp> PrepareConv(const NodeArgs& args, bool fused) 
 
   try {
     const dnnl::engine& engine = CpuEngine();
-    cfg.src_md = memory::desc({n, c, h, w}, dt::f32, tag::nchw);
-    cfg.dst_md =
-        memory::desc({n, oc, out_hw[0], out_hw[1]}, dt::f32, tag::nchw);
+    cfg.src_md = memory::desc({n, c, h, w}, dt::f32, cl_in ? tag::nhwc : tag::nchw);
+    cfg.dst_md = memory::desc({n, oc, out_hw[0], out_hw[1]}, dt::f32,
+                              cl_out ? tag::nhwc : tag::nchw);
     memory::dims weight_dims;
     if (groups == 1) {
       weight_dims = {oc, icg, kh, kw};
@@ -322,12 +330,13 @@ static absl::StatusOr<PreparedOp> PrepareConv(const NodeArgs& args, bool fused) 
       cfg.user_weights_md = memory::desc(weight_dims, dt::f32, tag::goihw);
     }
     const memory::desc any_weights(weight_dims, dt::f32, tag::any);
-    // Activations in `any` too: the direct JIT kernels want channel-blocked
-    // layouts and beat the plain-layout (im2col + GEMM) path by far more
-    // than the two per-run reorders cost.
-    const memory::desc any_src({n, c, h, w}, dt::f32, tag::any);
-    const memory::desc any_dst({n, oc, out_hw[0], out_hw[1]}, dt::f32,
-                               tag::any);
+    // The primitive computes in NHWC whatever the node's layouts: oneDNN's
+    // NHWC kernels (brgemm-based on AVX-512) beat its NCHW path (im2col +
+    // GEMM) by far more than a per-run reorder of a plain input or output
+    // costs, and leaving the layouts to oneDNN (`any`) can land a
+    // channels-last input on a slow mixed-layout kernel.
+    const memory::desc any_src({n, c, h, w}, dt::f32, tag::nhwc);
+    const memory::desc any_dst({n, oc, out_hw[0], out_hw[1]}, dt::f32, tag::nhwc);
     if (bias) cfg.bias_md = memory::desc({oc}, dt::f32, tag::x);
     // oneDNN counts dilation from 0 (no gap), ATen from 1.
     const memory::dims strides = {stride[0], stride[1]};

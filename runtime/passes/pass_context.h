@@ -43,6 +43,9 @@ void ReplaceAllUses(Graph& graph, ValueRef from, ValueRef to);
 absl::Status FoldBatchNorm(PassContext& ctx);
 absl::Status FuseConvPostOps(PassContext& ctx);
 absl::Status FuseMatmulPostOps(PassContext& ctx);
+// Rebuilds the node list with activations between convolutions in
+// channels-last order; op output metas must be inferred again afterwards.
+absl::Status PropagateChannelsLast(PassContext& ctx);
 // Marks op nodes none of whose outputs are used as dead.
 void EliminateDeadNodes(Graph& graph);
 

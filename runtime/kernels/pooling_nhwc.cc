@@ -1,0 +1,211 @@
+// 2-D pooling over channels-last tensors (dense [N, H, W, C]), the forms
+// passes/channels_last.cc gives aten.max_pool2d_with_indices (values only:
+// the pass uses it when nothing reads the indices), aten.avg_pool2d and
+// aten._adaptive_avg_pool2d. Same arguments and window arithmetic as the
+// NCHW kernels (pooling.cc); the inner loop runs over contiguous channels,
+// so it vectorizes.
+#include <algorithm>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/exec/parallel.h"
+#include "runtime/kernels/kernel_util.h"
+#include "runtime/kernels/pool_geometry.h"
+#include "runtime/ops/prepare_fns.h"
+#include "runtime/util/status_macros.h"
+
+namespace kiln::runtime {
+namespace {
+
+// Output rows (n, oy) per task: at least ~16K output elements.
+int64_t RowGrain(const PoolGeometry& g, int64_t channels) {
+  return std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(1, g.ow * channels));
+}
+
+class MaxPool2dNhwcKernel final : public Kernel {
+ public:
+  MaxPool2dNhwcKernel(PoolGeometry g, int64_t n, int64_t c) : g_(g), n_(n), c_(c) {}
+
+  absl::Status Run(const KernelContext& ctx) const override {
+    const PoolGeometry g = g_;
+    const int64_t c = c_;
+    const float* in = ctx.inputs[0].as<const float>();
+    float* out = ctx.outputs[0].as<float>();
+    ParallelFor(n_ * g.oh, RowGrain(g, c), [&](int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; ++row) {
+        const int64_t b = row / g.oh, oy = row % g.oh;
+        const float* x = in + b * g.ih * g.iw * c;
+        int64_t y0 = oy * g.sh - g.ph;
+        const int64_t y1 = std::min(y0 + (g.kh - 1) * g.dh + 1, g.ih);
+        while (y0 < 0) y0 += g.dh;
+        for (int64_t ox = 0; ox < g.ow; ++ox) {
+          float* y = out + (row * g.ow + ox) * c;
+          int64_t x0 = ox * g.sw - g.pw;
+          const int64_t x1 = std::min(x0 + (g.kw - 1) * g.dw + 1, g.iw);
+          while (x0 < 0) x0 += g.dw;
+          std::fill(y, y + c, -std::numeric_limits<float>::infinity());
+          for (int64_t iy = y0; iy < y1; iy += g.dh) {
+            for (int64_t ix = x0; ix < x1; ix += g.dw) {
+              const float* v = x + (iy * g.iw + ix) * c;
+              // ATen propagates NaN: a NaN maximum stays, a NaN input wins.
+              for (int64_t k = 0; k < c; ++k) {
+                y[k] = (y[k] > v[k] || y[k] != y[k]) ? y[k] : v[k];
+              }
+            }
+          }
+        }
+      }
+    });
+    return absl::OkStatus();
+  }
+
+ private:
+  PoolGeometry g_;
+  int64_t n_, c_;
+};
+
+// Average over a window; the divisor per output position is fixed at
+// prepare time by the same rule as the NCHW kernel.
+class AvgPool2dNhwcKernel final : public Kernel {
+ public:
+  AvgPool2dNhwcKernel(PoolGeometry g, int64_t n, int64_t c, bool count_include_pad,
+                      std::optional<int64_t> divisor_override, bool adaptive)
+      : g_(g), n_(n), c_(c), count_include_pad_(count_include_pad),
+        divisor_override_(divisor_override), adaptive_(adaptive) {}
+
+  absl::Status Run(const KernelContext& ctx) const override {
+    const PoolGeometry g = g_;
+    const int64_t c = c_;
+    const float* in = ctx.inputs[0].as<const float>();
+    float* out = ctx.outputs[0].as<float>();
+    ParallelFor(n_ * g.oh, RowGrain(g, c), [&](int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; ++row) {
+        const int64_t b = row / g.oh, oy = row % g.oh;
+        const float* x = in + b * g.ih * g.iw * c;
+        for (int64_t ox = 0; ox < g.ow; ++ox) {
+          float* y = out + (row * g.ow + ox) * c;
+          int64_t y0, y1, x0, x1, divisor;
+          if (adaptive_) {
+            y0 = oy * g.ih / g.oh;
+            y1 = ((oy + 1) * g.ih + g.oh - 1) / g.oh;
+            x0 = ox * g.iw / g.ow;
+            x1 = ((ox + 1) * g.iw + g.ow - 1) / g.ow;
+            divisor = (y1 - y0) * (x1 - x0);
+          } else {
+            y0 = oy * g.sh - g.ph;
+            x0 = ox * g.sw - g.pw;
+            y1 = std::min(y0 + g.kh, g.ih + g.ph);
+            x1 = std::min(x0 + g.kw, g.iw + g.pw);
+            const int64_t pool_size = (y1 - y0) * (x1 - x0);
+            y0 = std::max<int64_t>(y0, 0);
+            x0 = std::max<int64_t>(x0, 0);
+            y1 = std::min(y1, g.ih);
+            x1 = std::min(x1, g.iw);
+            divisor = divisor_override_   ? *divisor_override_
+                      : count_include_pad_ ? pool_size
+                                           : (y1 - y0) * (x1 - x0);
+          }
+          std::fill(y, y + c, 0.0f);
+          if (y0 >= y1 || x0 >= x1) continue;
+          for (int64_t iy = y0; iy < y1; ++iy) {
+            for (int64_t ix = x0; ix < x1; ++ix) {
+              const float* v = x + (iy * g.iw + ix) * c;
+              for (int64_t k = 0; k < c; ++k) y[k] += v[k];
+            }
+          }
+          // Division, not a multiply by the reciprocal, to round as the
+          // NCHW kernel does.
+          const float d = static_cast<float>(divisor);
+          for (int64_t k = 0; k < c; ++k) y[k] /= d;
+        }
+      }
+    });
+    return absl::OkStatus();
+  }
+
+ private:
+  PoolGeometry g_;
+  int64_t n_, c_;
+  bool count_include_pad_;
+  std::optional<int64_t> divisor_override_;
+  bool adaptive_;
+};
+
+// Reads the [N, H, W, C] input into g (ih, iw) and returns it.
+absl::StatusOr<TensorMeta> NhwcInput(const NodeArgs& args, PoolGeometry* g) {
+  KILN_ASSIGN_OR_RETURN(TensorMeta input, args.Tensor(0, "self"));
+  KILN_RETURN_IF_ERROR(RequireDType(args, input, "self"));
+  if (input.rank() != 4) {
+    return args.Error(absl::StrCat("expected a 4-D channels-last input, got ", input.ToString()));
+  }
+  for (int d = 1; d < 4; ++d) {
+    if (input.shape[d] == 0) {
+      return args.Error(absl::StrCat("input ", input.ToString(),
+                                     " must have non-zero channel and spatial sizes"));
+    }
+  }
+  g->ih = input.shape[1];
+  g->iw = input.shape[2];
+  return input;
+}
+
+PreparedOp NhwcOutput(const TensorMeta& input, const PoolGeometry& g) {
+  PreparedOp op;
+  op.outputs = {TensorMeta{DType::kF32, {input.shape[0], g.oh, g.ow, input.shape[3]}}};
+  return op;
+}
+
+}  // namespace
+
+absl::StatusOr<PreparedOp> PrepareMaxPool2dNhwc(const NodeArgs& args) {
+  // (self, kernel_size, stride=[], padding=0, dilation=1, ceil_mode=False)
+  PoolGeometry g;
+  KILN_ASSIGN_OR_RETURN(TensorMeta input, NhwcInput(args, &g));
+  KILN_ASSIGN_OR_RETURN(bool ceil_mode, args.Bool(5, "ceil_mode", false));
+  KILN_RETURN_IF_ERROR(ReadWindow(args, /*has_dilation=*/true, ceil_mode, &g));
+  PreparedOp op = NhwcOutput(input, g);
+  op.kernel = std::make_unique<MaxPool2dNhwcKernel>(g, input.shape[0], input.shape[3]);
+  return op;
+}
+
+absl::StatusOr<PreparedOp> PrepareAvgPool2dNhwc(const NodeArgs& args) {
+  // (self, kernel_size, stride=[], padding=0, ceil_mode=False,
+  //  count_include_pad=True, divisor_override=None)
+  PoolGeometry g;
+  KILN_ASSIGN_OR_RETURN(TensorMeta input, NhwcInput(args, &g));
+  KILN_ASSIGN_OR_RETURN(bool ceil_mode, args.Bool(4, "ceil_mode", false));
+  KILN_ASSIGN_OR_RETURN(bool count_include_pad, args.Bool(5, "count_include_pad", true));
+  std::optional<int64_t> divisor;
+  if (args.Find(6, "divisor_override") != nullptr) {
+    KILN_ASSIGN_OR_RETURN(divisor, args.Int(6, "divisor_override"));
+    if (*divisor == 0) return args.Error("divisor_override must be non-zero");
+  }
+  KILN_RETURN_IF_ERROR(ReadWindow(args, /*has_dilation=*/false, ceil_mode, &g));
+  PreparedOp op = NhwcOutput(input, g);
+  op.kernel = std::make_unique<AvgPool2dNhwcKernel>(g, input.shape[0], input.shape[3],
+                                                    count_include_pad, divisor, false);
+  return op;
+}
+
+absl::StatusOr<PreparedOp> PrepareAdaptiveAvgPool2dNhwc(const NodeArgs& args) {
+  // (self, output_size[2])
+  PoolGeometry g;
+  KILN_ASSIGN_OR_RETURN(TensorMeta input, NhwcInput(args, &g));
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> size_list, args.IntList(1, "output_size"));
+  KILN_ASSIGN_OR_RETURN(auto size, ExpandPair(args, size_list, "output_size"));
+  if (size[0] < 0 || size[1] < 0) {
+    return args.Error(absl::StrCat("output_size must be non-negative, got ",
+                                   ShapeString(size_list)));
+  }
+  g.oh = size[0];
+  g.ow = size[1];
+  PreparedOp op = NhwcOutput(input, g);
+  op.kernel = std::make_unique<AvgPool2dNhwcKernel>(g, input.shape[0], input.shape[3], true,
+                                                    std::nullopt, true);
+  return op;
+}
+
+}  // namespace kiln::runtime

@@ -1,0 +1,563 @@
+// Layout propagation: keeps the activations between convolutions in
+// channels-last (NHWC) order, so the convolutions' oneDNN kernels (which
+// compute in NHWC on this CPU class) read and write them without a reorder
+// per call, and converts back to the graph's plain NCHW only where an op
+// that needs it, or a graph output, reads the value.
+//
+// A channels-last value is an ordinary dense tensor whose shape is the
+// permuted [N, H, W, C]: kernels never see a layout flag. Only kiln.conv2d
+// knows about layouts (its channels_last_in / channels_last_out arguments);
+// elementwise ops, cat and mean run unchanged on the permuted shapes (their
+// dimension arguments remapped), and conversions are explicit
+// aten.permute nodes (or free aten.view aliases when the bytes agree), so
+// the optimized graph's dump shows every reorder that remains.
+//
+// The pass rebuilds the node list (inserting conversions in front of their
+// users keeps it topologically ordered) and leaves every op node's output
+// metas to be inferred again by the compiler.
+#include <algorithm>
+#include <array>
+#include <optional>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "runtime/ops/registry.h"
+#include "runtime/passes/pass_context.h"
+
+namespace kiln::runtime {
+namespace {
+
+// Logical NCHW dimension d lives at kToPhysical[d] of the NHWC shape.
+constexpr std::array<int, 4> kToPhysical = {0, 3, 1, 2};
+// Physical NHWC position p holds logical dimension kToLogical[p].
+constexpr std::array<int, 4> kToLogical = {0, 2, 3, 1};
+
+std::vector<int64_t> PhysicalShape(const std::vector<int64_t>& logical) {
+  return {logical[0], logical[2], logical[3], logical[1]};
+}
+
+// A rank-4 (or lower, read as left-padded to rank 4) shape whose NCHW and
+// NHWC orders are the same bytes: C == 1 or H * W == 1.
+bool LayoutAmbiguous(const std::vector<int64_t>& shape) {
+  if (shape.size() > 4) return false;
+  std::vector<int64_t> s(4 - shape.size(), 1);
+  s.insert(s.end(), shape.begin(), shape.end());
+  return s[1] == 1 || s[2] * s[3] == 1;
+}
+
+// Ops that compute each output element from the same-position elements of
+// their (broadcast) inputs: they run unchanged on permuted shapes.
+bool IsElementwise(const std::string& target) {
+  static const auto* ops = new absl::flat_hash_set<std::string>{
+      "aten.add.Tensor",       "aten.sub.Tensor",         "aten.mul.Tensor",
+      "aten.mul.Scalar",       "aten.div.Tensor",         "aten.relu.default",
+      "aten.sigmoid.default",  "aten.silu.default",       "aten.hardswish.default",
+      "aten.hardsigmoid.default", "aten.hardtanh.default", "aten.clamp.default",
+      "aten.gelu.default",     "aten.neg.default",        "aten.exp.default",
+      "aten.tanh.default",     "aten.sqrt.default",       "aten.rsqrt.default",
+      "aten.pow.Tensor_Scalar", "aten.clone.default",     "kiln.elementwise"};
+  return ops->contains(target);
+}
+
+Arg IntArg(int64_t v) {
+  Arg a;
+  a.kind = Arg::Kind::kInt;
+  a.i = v;
+  return a;
+}
+
+Arg IntListArg(const std::vector<int64_t>& v) {
+  Arg a;
+  a.kind = Arg::Kind::kList;
+  for (int64_t x : v) a.list.push_back(IntArg(x));
+  return a;
+}
+
+Arg TensorArg(ValueRef r) {
+  Arg a;
+  a.kind = Arg::Kind::kTensor;
+  a.tensor = r;
+  return a;
+}
+
+Arg BoolArg(bool b) {
+  Arg a;
+  a.kind = Arg::Kind::kBool;
+  a.b = b;
+  return a;
+}
+
+// The argument at (pos, name), positional or keyword; null when absent.
+Arg* FindArg(Node& node, size_t pos, const char* name) {
+  if (pos < node.args.size()) return &node.args[pos];
+  for (NamedArg& kw : node.kwargs) {
+    if (kw.name == name) return &kw.value;
+  }
+  return nullptr;
+}
+
+int WrapDim(int64_t d, int rank) { return static_cast<int>(d < 0 ? d + rank : d); }
+
+// Ops the rewriter can run in channels-last order (given such inputs).
+bool FollowsLayout(const std::string& target) {
+  return IsElementwise(target) || target == "aten.cat.default" || target == "aten.mean.dim" ||
+         target == "aten.avg_pool2d.default" || target == "aten._adaptive_avg_pool2d.default" ||
+         target == "aten.max_pool2d_with_indices.default" ||
+         target == "aten.native_batch_norm.default" ||
+         target == "aten._native_batch_norm_legit_no_training.default";
+}
+
+// permute(x, dims) with dims [0, 2, 3, 1] (or its negative spelling).
+bool IsToNhwc(const Node& node) {
+  if (node.args.size() != 2 || node.args[1].kind != Arg::Kind::kList ||
+      node.args[1].list.size() != 4) {
+    return false;
+  }
+  const std::array<int64_t, 4> want = {0, 2, 3, 1};
+  for (int d = 0; d < 4; ++d) {
+    const Arg& a = node.args[1].list[d];
+    if (a.kind != Arg::Kind::kInt || (a.i < 0 ? a.i + 4 : a.i) != want[d]) return false;
+  }
+  return true;
+}
+
+// Per value: whether a convolution (directly or through ops that follow
+// the layout) reads it, so that producing it channels-last saves a
+// reorder. A convolution whose output only reaches ops that need NCHW
+// keeps a plain output (its kernel reorders internally): converting it
+// with a separate node would cost the same and add a step.
+std::vector<std::vector<bool>> WantsChannelsLast(const Graph& g) {
+  std::vector<std::vector<bool>> wants(g.nodes.size());
+  for (size_t i = 0; i < g.nodes.size(); ++i) wants[i].assign(g.nodes[i].outputs.size(), false);
+  for (int i = static_cast<int>(g.nodes.size()) - 1; i >= 0; --i) {
+    const Node& node = g.nodes[i];
+    if (node.dead || node.kind != Node::Kind::kOp) continue;
+    auto mark = [&](const Arg& a) {
+      if (a.kind == Arg::Kind::kTensor) wants[a.tensor.node][a.tensor.output] = true;
+    };
+    if (node.target == "kiln.conv2d" && node.args.size() >= 9) {
+      mark(node.args[0]);
+      mark(node.args[7]);
+    } else if (node.target == "aten.permute.default" && IsToNhwc(node)) {
+      // permute(x, [0, 2, 3, 1]) of a channels-last x is free.
+      mark(node.args[0]);
+    } else if (FollowsLayout(node.target) && !node.outputs.empty() && wants[i][0]) {
+      for (const ValueRef& r : TensorInputsOf(node)) wants[r.node][r.output] = true;
+    }
+  }
+  return wants;
+}
+
+class Rewriter {
+ public:
+  explicit Rewriter(PassContext& ctx)
+      : ctx_(ctx),
+        old_(ctx.graph),
+        view_index_(FindOp("aten.view.default")),
+        permute_index_(FindOp("aten.permute.default")),
+        uses_(ComputeUses(old_)),
+        wants_cl_(WantsChannelsLast(old_)) {
+    plain_.resize(old_.nodes.size());
+    cl_.resize(old_.nodes.size());
+    for (size_t i = 0; i < old_.nodes.size(); ++i) {
+      plain_[i].assign(old_.nodes[i].outputs.size(), std::nullopt);
+      cl_[i].assign(old_.nodes[i].outputs.size(), std::nullopt);
+    }
+  }
+
+  absl::Status Run() {
+    // Inputs and constants first: passes append the constants they create
+    // after the ops that use them.
+    for (int i = 0; i < static_cast<int>(old_.nodes.size()); ++i) {
+      const Node& node = old_.nodes[i];
+      if (!node.dead && node.kind != Node::Kind::kOp) {
+        plain_[i][0] = Emit(node, ctx_.constant_data[i]);
+      }
+    }
+    for (int i = 0; i < static_cast<int>(old_.nodes.size()); ++i) {
+      const Node& node = old_.nodes[i];
+      if (node.dead || node.kind != Node::Kind::kOp) continue;
+      if (!Rewrite(i)) CopyPlain(i);
+    }
+    std::vector<ValueRef> outputs;
+    for (const ValueRef& out : old_.outputs) outputs.push_back(PlainOf(out));
+    ctx_.graph.nodes = std::move(nodes_);
+    ctx_.graph.outputs = std::move(outputs);
+    ctx_.constant_data = std::move(constant_data_);
+    return absl::OkStatus();
+  }
+
+  int conversions() const { return conversions_; }
+
+ private:
+  const TensorMeta& Meta(ValueRef old) const { return old_.MetaOf(old); }
+
+  ValueRef Emit(Node node, const void* constant = nullptr) {
+    nodes_.push_back(std::move(node));
+    constant_data_.push_back(constant);
+    return {static_cast<int>(nodes_.size()) - 1, 0};
+  }
+
+  ValueRef EmitOp(const std::string& target, int op_index, std::string name,
+                  std::vector<Arg> args, TensorMeta meta) {
+    Node n;
+    n.kind = Node::Kind::kOp;
+    n.target = target;
+    n.op_index = op_index;
+    n.name = std::move(name);
+    n.args = std::move(args);
+    n.outputs = {std::move(meta)};
+    return Emit(std::move(n));
+  }
+
+  ValueRef View(ValueRef v, const std::vector<int64_t>& shape, const std::string& name) {
+    TensorMeta meta = nodes_[v.node].outputs[v.output];
+    meta.shape = shape;
+    return EmitOp("aten.view.default", view_index_, name, {TensorArg(v), IntListArg(shape)},
+                  meta);
+  }
+
+  ValueRef Permute(ValueRef v, const std::vector<int64_t>& dims, const std::string& name) {
+    TensorMeta meta = nodes_[v.node].outputs[v.output];
+    std::vector<int64_t> shape;
+    for (int64_t d : dims) shape.push_back(meta.shape[d]);
+    meta.shape = shape;
+    ++conversions_;
+    return EmitOp("aten.permute.default", permute_index_, name, {TensorArg(v), IntListArg(dims)},
+                  meta);
+  }
+
+  std::string NameOf(ValueRef old) const { return old_.nodes[old.node].name; }
+
+  // The value in plain NCHW order, converting (once) if it only exists in
+  // channels-last order.
+  ValueRef PlainOf(ValueRef old) {
+    auto& plain = plain_[old.node][old.output];
+    if (plain) return *plain;
+    const ValueRef cl = *cl_[old.node][old.output];
+    const TensorMeta& meta = Meta(old);
+    plain = LayoutAmbiguous(meta.shape)
+                ? View(cl, meta.shape, absl::StrCat(NameOf(old), ".nchw_view"))
+                : Permute(cl, {0, 3, 1, 2}, absl::StrCat(NameOf(old), ".to_nchw"));
+    return *plain;
+  }
+
+  // The value in channels-last order if it has one (or can have one for
+  // free); never copies.
+  std::optional<ValueRef> ChannelsLastOf(ValueRef old) {
+    auto& cl = cl_[old.node][old.output];
+    if (cl) return cl;
+    const TensorMeta& meta = Meta(old);
+    if (meta.rank() == 4 && meta.dtype == DType::kF32 && LayoutAmbiguous(meta.shape)) {
+      cl = View(*plain_[old.node][old.output], PhysicalShape(meta.shape),
+                absl::StrCat(NameOf(old), ".nhwc_view"));
+    }
+    return cl;
+  }
+
+  // A broadcast operand of an elementwise op running in channels-last
+  // order: scalars as they are, rank <= 4 operands whose bytes read the
+  // same in both orders as a view with the permuted (left-padded) shape.
+  std::optional<ValueRef> BroadcastOperand(ValueRef old) {
+    const TensorMeta& meta = Meta(old);
+    if (meta.rank() == 4) return ChannelsLastOf(old);
+    if (meta.NumElements() == 1 && meta.rank() <= 1) return PlainOf(old);
+    if (meta.rank() > 4 || !LayoutAmbiguous(meta.shape)) return std::nullopt;
+    std::vector<int64_t> padded(4 - meta.rank(), 1);
+    padded.insert(padded.end(), meta.shape.begin(), meta.shape.end());
+    return View(PlainOf(old), PhysicalShape(padded), absl::StrCat(NameOf(old), ".nhwc_view"));
+  }
+
+  // Copies node i with every tensor argument in plain order.
+  void CopyPlain(int i) {
+    Node n = old_.nodes[i];
+    for (Arg& a : n.args) MapArg(a, [&](ValueRef r) { return PlainOf(r); });
+    for (NamedArg& a : n.kwargs) MapArg(a.value, [&](ValueRef r) { return PlainOf(r); });
+    const int outputs = static_cast<int>(n.outputs.size());
+    const ValueRef first = Emit(std::move(n));
+    for (int o = 0; o < outputs; ++o) plain_[i][o] = ValueRef{first.node, o};
+  }
+
+  template <typename F>
+  static void MapArg(Arg& a, F&& f) {
+    if (a.kind == Arg::Kind::kTensor) {
+      a.tensor = f(a.tensor);
+    } else if (a.kind == Arg::Kind::kList) {
+      for (Arg& item : a.list) MapArg(item, f);
+    }
+  }
+
+  bool HasChannelsLast(const Arg& a) const {
+    return a.kind == Arg::Kind::kTensor && cl_[a.tensor.node][a.tensor.output].has_value();
+  }
+
+  // Emits node i in channels-last form when it has one; false to copy it
+  // in plain form instead.
+  bool Rewrite(int i) {
+    const Node& node = old_.nodes[i];
+    if (node.target == "aten.max_pool2d_with_indices.default" ||
+        node.target == "aten.native_batch_norm.default" ||
+        node.target == "aten._native_batch_norm_legit_no_training.default") {
+      return RewriteFirstOutputOnly(i);
+    }
+    if (node.outputs.size() != 1) return false;
+    const TensorMeta& out = node.outputs[0];
+    if (node.target == "kiln.conv2d") return RewriteConv(i);
+    if (out.dtype != DType::kF32) return false;
+    if (node.target == "aten.permute.default") return RewritePermute(i);
+    std::vector<ValueRef> inputs = TensorInputsOf(node);
+    bool any_cl = false;
+    for (const ValueRef& r : inputs) any_cl |= cl_[r.node][r.output].has_value();
+    if (!any_cl) return false;
+    if (IsElementwise(node.target) && out.rank() == 4) return RewriteElementwise(i);
+    if (node.target == "aten.cat.default") return RewriteCat(i);
+    if (node.target == "aten.mean.dim") return RewriteMean(i);
+    if (node.target == "aten.avg_pool2d.default") return RewriteSameArgs(i, "kiln.avg_pool2d_nhwc");
+    if (node.target == "aten._adaptive_avg_pool2d.default") {
+      return RewriteSameArgs(i, "kiln.adaptive_avg_pool2d_nhwc");
+    }
+    return false;
+  }
+
+  // Ops whose channels-last form takes the same arguments, the first being
+  // the (channels-last) input.
+  bool RewriteSameArgs(int i, const std::string& target) {
+    Node n = old_.nodes[i];
+    if (n.args.empty() || n.args[0].kind != Arg::Kind::kTensor) return false;
+    const ValueRef in = n.args[0].tensor;
+    if (Meta(in).rank() != 4 || !cl_[in.node][in.output] || n.outputs[0].rank() != 4) {
+      return false;
+    }
+    n.args[0].tensor = *cl_[in.node][in.output];
+    for (size_t a = 1; a < n.args.size(); ++a) {
+      MapArg(n.args[a], [&](ValueRef r) { return PlainOf(r); });
+    }
+    for (NamedArg& a : n.kwargs) MapArg(a.value, [&](ValueRef r) { return PlainOf(r); });
+    n.target = target;
+    n.op_index = FindOp(target);
+    n.outputs.resize(1);
+    n.outputs[0].shape = PhysicalShape(n.outputs[0].shape);
+    cl_[i][0] = Emit(std::move(n));
+    return true;
+  }
+
+  // Max pooling and inference batch norm have extra outputs (indices, saved
+  // statistics) that inference graphs rarely read; when none is read, their
+  // channels-last forms compute only the first.
+  bool RewriteFirstOutputOnly(int i) {
+    const Node& node = old_.nodes[i];
+    for (size_t o = 1; o < node.outputs.size(); ++o) {
+      if (!uses_.users[i][o].empty() || uses_.is_output[i][o]) return false;
+    }
+    if (!node.kwargs.empty() || node.args.empty()) return false;
+    if (node.target == "aten.max_pool2d_with_indices.default") {
+      return RewriteSameArgs(i, "kiln.max_pool2d_nhwc");
+    }
+    // Batch norm: (input, weight, bias, mean, var, eps) from either overload.
+    const bool native = node.target == "aten.native_batch_norm.default";
+    const size_t eps_pos = native ? 7 : 6;
+    if (node.args.size() <= eps_pos || node.args[eps_pos].kind != Arg::Kind::kFloat) return false;
+    if (native && (node.args[5].kind != Arg::Kind::kBool || node.args[5].b)) return false;
+    Node n = node;
+    n.args = {node.args[0], node.args[1], node.args[2], node.args[3], node.args[4],
+              node.args[eps_pos]};
+    n.target = "kiln.batch_norm_nhwc";
+    n.op_index = FindOp(n.target);
+    const ValueRef in = n.args[0].kind == Arg::Kind::kTensor ? n.args[0].tensor : ValueRef{};
+    if (in.node < 0 || Meta(in).rank() != 4 || !cl_[in.node][in.output]) return false;
+    n.args[0].tensor = *cl_[in.node][in.output];
+    for (size_t a = 1; a < n.args.size(); ++a) {
+      MapArg(n.args[a], [&](ValueRef r) { return PlainOf(r); });
+    }
+    n.outputs.resize(1);
+    n.outputs[0].shape = PhysicalShape(n.outputs[0].shape);
+    cl_[i][0] = Emit(std::move(n));
+    return true;
+  }
+
+  bool RewriteConv(int i) {
+    Node n = old_.nodes[i];
+    if (n.args.size() < 9 || !n.kwargs.empty() || n.outputs[0].rank() != 4) return false;
+    // Input: channels-last when it already is; the kernel reorders a plain
+    // one itself.
+    const ValueRef in = n.args[0].tensor;
+    std::optional<ValueRef> in_cl = cl_[in.node][in.output];
+    n.args[0].tensor = in_cl ? *in_cl : PlainOf(in);
+    n.args[1].tensor = PlainOf(n.args[1].tensor);
+    if (n.args[2].kind == Arg::Kind::kTensor) n.args[2].tensor = PlainOf(n.args[2].tensor);
+    if (n.args[7].kind == Arg::Kind::kTensor && wants_cl_[i][0]) {
+      // The residual is added in the output's layout.
+      const ValueRef res = n.args[7].tensor;
+      std::optional<ValueRef> res_cl = ChannelsLastOf(res);
+      n.args[7].tensor = res_cl ? *res_cl
+                                : Permute(PlainOf(res), {0, 2, 3, 1},
+                                          absl::StrCat(NameOf(res), ".to_nhwc"));
+    }
+    const bool out_cl = wants_cl_[i][0];
+    if (n.args[7].kind == Arg::Kind::kTensor && !out_cl) {
+      n.args[7].tensor = PlainOf(n.args[7].tensor);
+    }
+    n.args.resize(9);
+    n.args.push_back(BoolArg(in_cl.has_value()));
+    n.args.push_back(BoolArg(out_cl));
+    if (out_cl) {
+      n.outputs[0].shape = PhysicalShape(n.outputs[0].shape);
+      cl_[i][0] = Emit(std::move(n));
+    } else {
+      plain_[i][0] = Emit(std::move(n));
+    }
+    return true;
+  }
+
+  // permute(x, [0, 2, 3, 1]) of a channels-last x is x's bytes (a view);
+  // permute(y, [0, 3, 1, 2]) has y's bytes as its channels-last form.
+  bool RewritePermute(int i) {
+    const Node& node = old_.nodes[i];
+    if (node.args.size() != 2 || node.args[0].kind != Arg::Kind::kTensor ||
+        node.args[1].kind != Arg::Kind::kList || node.args[1].list.size() != 4) {
+      return false;
+    }
+    std::vector<int64_t> dims;
+    for (const Arg& a : node.args[1].list) {
+      if (a.kind != Arg::Kind::kInt) return false;
+      dims.push_back(WrapDim(a.i, 4));
+    }
+    const ValueRef in = node.args[0].tensor;
+    if (Meta(in).rank() != 4) return false;
+    if (dims == std::vector<int64_t>{0, 2, 3, 1} && cl_[in.node][in.output]) {
+      plain_[i][0] = View(*cl_[in.node][in.output], node.outputs[0].shape, node.name);
+      return true;
+    }
+    if (dims == std::vector<int64_t>{0, 3, 1, 2}) {
+      cl_[i][0] = PlainOf(in);
+      return true;
+    }
+    return false;
+  }
+
+  bool RewriteElementwise(int i) {
+    Node n = old_.nodes[i];
+    bool ok = true;
+    auto map = [&](ValueRef r) -> ValueRef {
+      std::optional<ValueRef> v = BroadcastOperand(r);
+      if (!v) {
+        ok = false;
+        return r;
+      }
+      return *v;
+    };
+    // Full-size plain operands would need a copy: then the op stays plain.
+    for (const ValueRef& r : TensorInputsOf(n)) {
+      const TensorMeta& m = Meta(r);
+      if (m.rank() == 4 && !cl_[r.node][r.output] && !LayoutAmbiguous(m.shape)) return false;
+      if (m.rank() != 4 && !(m.NumElements() == 1 && m.rank() <= 1) &&
+          (m.rank() > 4 || !LayoutAmbiguous(m.shape))) {
+        return false;
+      }
+    }
+    for (Arg& a : n.args) MapArg(a, map);
+    for (NamedArg& a : n.kwargs) MapArg(a.value, map);
+    if (!ok) return false;  // unreachable after the check above
+    n.outputs[0].shape = PhysicalShape(n.outputs[0].shape);
+    cl_[i][0] = Emit(std::move(n));
+    return true;
+  }
+
+  bool RewriteCat(int i) {
+    Node n = old_.nodes[i];
+    Arg* tensors = FindArg(n, 0, "tensors");
+    if (tensors == nullptr || tensors->kind != Arg::Kind::kList) return false;
+    for (const Arg& a : tensors->list) {
+      if (a.kind != Arg::Kind::kTensor || Meta(a.tensor).rank() != 4 || !ChannelsLastOf(a.tensor)) {
+        return false;
+      }
+    }
+    Arg* dim = FindArg(n, 1, "dim");
+    int64_t d = 0;
+    if (dim != nullptr) {
+      if (dim->kind != Arg::Kind::kInt) return false;
+      d = dim->i;
+    }
+    if (d < -4 || d > 3) return false;
+    for (Arg& a : tensors->list) a.tensor = *cl_[a.tensor.node][a.tensor.output];
+    const int64_t physical = kToPhysical[WrapDim(d, 4)];
+    if (dim != nullptr) {
+      *dim = IntArg(physical);
+    } else {
+      n.args.resize(2);
+      n.args[1] = IntArg(physical);
+    }
+    n.outputs[0].shape = PhysicalShape(n.outputs[0].shape);
+    cl_[i][0] = Emit(std::move(n));
+    return true;
+  }
+
+  // mean over spatial dims (global pooling, squeeze-excitation).
+  bool RewriteMean(int i) {
+    Node n = old_.nodes[i];
+    if (n.args.empty() || n.args[0].kind != Arg::Kind::kTensor) return false;
+    const ValueRef in = n.args[0].tensor;
+    if (Meta(in).rank() != 4 || !cl_[in.node][in.output]) return false;
+    Arg* dims = FindArg(n, 1, "dim");
+    if (dims == nullptr || dims->kind != Arg::Kind::kList || dims->list.empty()) return false;
+    Arg* keep = FindArg(n, 2, "keepdim");
+    const bool keepdim = keep != nullptr && keep->kind == Arg::Kind::kBool && keep->b;
+    std::array<bool, 4> reduced = {false, false, false, false};
+    for (const Arg& a : dims->list) {
+      if (a.kind != Arg::Kind::kInt || a.i < -4 || a.i > 3) return false;
+      reduced[WrapDim(a.i, 4)] = true;
+    }
+    if (!keepdim) {
+      // The kept dims must come out in the same order either way.
+      std::vector<int> logical, physical;
+      for (int d = 0; d < 4; ++d) {
+        if (!reduced[d]) logical.push_back(d);
+        if (!reduced[kToLogical[d]]) physical.push_back(kToLogical[d]);
+      }
+      if (logical != physical) return false;
+    }
+    n.args[0].tensor = *cl_[in.node][in.output];
+    Arg mapped;
+    mapped.kind = Arg::Kind::kList;
+    for (int d = 0; d < 4; ++d) {
+      if (reduced[d]) mapped.list.push_back(IntArg(kToPhysical[d]));
+    }
+    std::sort(mapped.list.begin(), mapped.list.end(),
+              [](const Arg& a, const Arg& b) { return a.i < b.i; });
+    *dims = mapped;
+    for (NamedArg& a : n.kwargs) MapArg(a.value, [&](ValueRef r) { return PlainOf(r); });
+    if (keepdim) {
+      n.outputs[0].shape = PhysicalShape(n.outputs[0].shape);
+      cl_[i][0] = Emit(std::move(n));
+    } else {
+      plain_[i][0] = Emit(std::move(n));
+    }
+    return true;
+  }
+
+  PassContext& ctx_;
+  const Graph old_;  // a copy: the rebuilt node list replaces ctx_.graph's
+  const int view_index_;
+  const int permute_index_;
+  const Uses uses_;  // of the old graph
+  const std::vector<std::vector<bool>> wants_cl_;
+  std::vector<Node> nodes_;
+  std::vector<const void*> constant_data_;
+  // Per old value: its new reference in plain / channels-last order.
+  std::vector<std::vector<std::optional<ValueRef>>> plain_, cl_;
+  int conversions_ = 0;
+};
+
+}  // namespace
+
+absl::Status PropagateChannelsLast(PassContext& ctx) {
+  bool any_conv = false;
+  for (const Node& node : ctx.graph.nodes) {
+    any_conv |= !node.dead && node.target == "kiln.conv2d";
+  }
+  if (!any_conv) return absl::OkStatus();
+  Rewriter rewriter(ctx);
+  return rewriter.Run();
+}
+
+}  // namespace kiln::runtime
