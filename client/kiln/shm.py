@@ -77,6 +77,9 @@ RegisterFn = Callable[[str, int], int]
 UnregisterFn = Callable[[int], None]
 
 
+_MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
+
+
 class Region:
     """One mapped /dev/shm file, registered with the daemon as region_id."""
 
@@ -87,7 +90,10 @@ class Region:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
         try:
             os.ftruncate(fd, byte_size)
-            self._mmap = mmap.mmap(fd, byte_size)
+            # Populated up front: faulting in a large region page by page
+            # (weights uploads are hundreds of MB) costs several times the
+            # copy itself.
+            self._mmap = mmap.mmap(fd, byte_size, flags=mmap.MAP_SHARED | _MAP_POPULATE)
         except BaseException:
             os.unlink(path)
             raise
