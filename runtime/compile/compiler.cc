@@ -170,6 +170,7 @@ absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
   }
   KILN_RETURN_IF_ERROR(FuseConvPostOps(ctx));
   KILN_RETURN_IF_ERROR(FuseMatmulPostOps(ctx));
+  KILN_RETURN_IF_ERROR(FuseElementwise(ctx));
   EliminateDeadNodes(graph);
 
   // 4. Kernels, and where every value lives.
