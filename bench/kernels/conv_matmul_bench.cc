@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/kernels/one_node.h"
 #include "bench/kernels/peak.h"
 #include "benchmark/benchmark.h"
 #include "runtime/ir/graph.h"
@@ -24,6 +25,8 @@
 
 namespace kiln::runtime {
 namespace {
+
+using kiln::bench::OneNode;
 
 Arg Int(int64_t v) {
   Arg a;
@@ -60,90 +63,6 @@ void TimeFlops(benchmark::State& state, double flops_per_iteration, Body body) {
     state.counters["pct_of_peak"] = 100.0 * flops / seconds / 1e9 / peak;
   }
 }
-
-// One op node over f32 inputs/constants, with 64-byte aligned buffers.
-class OneNode {
- public:
-  explicit OneNode(std::string target) : target_(std::move(target)) {}
-
-  Arg Tensor(std::vector<int64_t> shape, bool constant) {
-    Node n;
-    n.kind = constant ? Node::Kind::kConstant : Node::Kind::kInput;
-    n.outputs.push_back(TensorMeta{DType::kF32, std::move(shape)});
-    buffers_.push_back(Alloc(n.outputs[0].ByteSize()));
-    std::mt19937 gen(buffers_.size());
-    std::uniform_real_distribution<float> dist(-1, 1);
-    float* p = static_cast<float*>(buffers_.back().get());
-    for (int64_t i = 0; i < n.outputs[0].NumElements(); ++i) p[i] = dist(gen);
-    graph_.nodes.push_back(std::move(n));
-    Arg a;
-    a.kind = Arg::Kind::kTensor;
-    a.tensor = ValueRef{static_cast<int>(graph_.nodes.size()) - 1, 0};
-    return a;
-  }
-
-  bool Prepare(std::vector<Arg> args, benchmark::State& state) {
-    Node op;
-    op.name = "bench";
-    op.target = target_;
-    op.op_index = FindOp(target_);
-    op.args = std::move(args);
-    std::vector<const void*> constants;
-    for (size_t i = 0; i < graph_.nodes.size(); ++i) {
-      constants.push_back(graph_.nodes[i].kind == Node::Kind::kConstant
-                              ? buffers_[i].get()
-                              : nullptr);
-    }
-    graph_.nodes.push_back(std::move(op));
-    constants.push_back(nullptr);
-    NodeArgs node_args(graph_, graph_.nodes.back(), constants);
-    absl::StatusOr<PreparedOp> p = AllOps()[FindOp(target_)].prepare(node_args);
-    if (!p.ok()) {
-      state.SkipWithError(std::string(p.status().message()).c_str());
-      return false;
-    }
-    outputs_meta_ = p->outputs;
-    kernel_ = std::move(p->kernel);
-    for (const ValueRef& ref : TensorInputsOf(graph_.nodes.back())) {
-      inputs_.push_back(
-          TensorView{buffers_[ref.node].get(), &graph_.MetaOf(ref)});
-    }
-    for (const TensorMeta& m : outputs_meta_) {
-      out_buffers_.push_back(Alloc(m.ByteSize()));
-      outputs_.push_back(TensorView{out_buffers_.back().get(), &m});
-    }
-    scratch_ = Alloc(kernel_->ScratchBytes());
-    return true;
-  }
-
-  bool Run(benchmark::State& state) {
-    KernelContext ctx;
-    ctx.inputs = inputs_;
-    ctx.outputs = outputs_;
-    ctx.scratch = scratch_.get();
-    absl::Status s = kernel_->Run(ctx);
-    if (!s.ok()) state.SkipWithError(std::string(s.message()).c_str());
-    return s.ok();
-  }
-
- private:
-  struct Free {
-    void operator()(void* p) const { std::free(p); }
-  };
-  using Buffer = std::unique_ptr<void, Free>;
-  static Buffer Alloc(int64_t bytes) {
-    return Buffer(std::aligned_alloc(64, (std::max<int64_t>(bytes, 1) + 63) /
-                                             64 * 64));
-  }
-
-  std::string target_;
-  Graph graph_;
-  std::vector<Buffer> buffers_, out_buffers_;
-  Buffer scratch_;
-  std::vector<TensorMeta> outputs_meta_;
-  std::unique_ptr<Kernel> kernel_;
-  std::vector<TensorView> inputs_, outputs_;
-};
 
 // Args: N, C_in, H (= W), C_out, kernel, stride.
 void BM_Conv2d(benchmark::State& state) {

@@ -170,6 +170,7 @@ absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
   }
   KILN_RETURN_IF_ERROR(FuseConvPostOps(ctx));
   KILN_RETURN_IF_ERROR(FuseMatmulPostOps(ctx));
+  KILN_RETURN_IF_ERROR(FuseElementwise(ctx));
   EliminateDeadNodes(graph);
   KILN_RETURN_IF_ERROR(PropagateChannelsLast(ctx));
   // The layout pass changed shapes: infer every op's outputs again.

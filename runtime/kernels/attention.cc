@@ -25,6 +25,7 @@
 #include "runtime/kernels/broadcast.h"
 #include "runtime/kernels/kernel_util.h"
 #include "runtime/kernels/strided_loop.h"
+#include "runtime/kernels/vector_math.h"
 #include "runtime/ops/prepare_fns.h"
 #include "runtime/util/status_macros.h"
 
@@ -109,11 +110,7 @@ class AttentionKernel final : public Kernel {
             lse[bh * s.l + i] = 0.0f;  // what ATen's CPU kernel reports
             continue;
           }
-          float sum = 0.0f;
-          for (int64_t j = 0; j < n; ++j) {
-            sc[j] = std::exp(sc[j] - mx);
-            sum += sc[j];
-          }
+          const float sum = vmath::ExpShiftedSum(sc, mx, sc, n);
           const float inv = 1.0f / sum;
           for (int64_t j = 0; j < n; ++j) {
             const float p = sc[j] * inv;

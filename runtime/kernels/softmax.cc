@@ -5,7 +5,7 @@
 // The tensor is seen as [outer, size(dim), inner]. With inner == 1 (softmax
 // over the last dim, as attention does) each row is three contiguous
 // passes; otherwise columns are processed in blocks of up to 64 inner
-// elements so the loops stay contiguous along inner.
+// elements so the loops stay contiguous along inner. exp is vector_math.h's.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/exec/parallel.h"
 #include "runtime/kernels/kernel_util.h"
+#include "runtime/kernels/vector_math.h"
 #include "runtime/ops/prepare_fns.h"
 #include "runtime/util/status_macros.h"
 
@@ -36,14 +37,8 @@ class SoftmaxKernel final : public Kernel {
         for (int64_t r = b; r < e; ++r) {
           const float* x = in + r * n;
           float* y = out + r * n;
-          float m = -std::numeric_limits<float>::infinity();
-          for (int64_t i = 0; i < n; ++i) m = std::max(m, x[i]);
-          float sum = 0.0f;
-          for (int64_t i = 0; i < n; ++i) {
-            y[i] = std::exp(x[i] - m);
-            sum += y[i];
-          }
-          const float inv = 1.0f / sum;
+          const float m = vmath::Max(x, n);
+          const float inv = 1.0f / vmath::ExpShiftedSum(x, m, y, n);
           for (int64_t i = 0; i < n; ++i) y[i] *= inv;
         }
       });
@@ -61,18 +56,30 @@ class SoftmaxKernel final : public Kernel {
         const int64_t len = std::min(kBlock, inner - c0);
         const float* x = in + o * n * inner + c0;
         float* y = out + o * n * inner + c0;
-        std::fill(m, m + len, -std::numeric_limits<float>::infinity());
-        std::fill(sum, sum + len, 0.0f);
+        std::fill(m, m + kBlock, -std::numeric_limits<float>::infinity());
+        std::fill(sum, sum + kBlock, 0.0f);
         for (int64_t i = 0; i < n; ++i) {
           const float* xr = x + i * inner;
           for (int64_t j = 0; j < len; ++j) m[j] = std::max(m[j], xr[j]);
         }
+        // A partial last vector computes lanes past len from m's and sum's
+        // spare entries; they are never stored to y.
         for (int64_t i = 0; i < n; ++i) {
           const float* xr = x + i * inner;
           float* yr = y + i * inner;
-          for (int64_t j = 0; j < len; ++j) {
-            yr[j] = std::exp(xr[j] - m[j]);
-            sum[j] += yr[j];
+          int64_t j = 0;
+          for (; j + 8 <= len; j += 8) {
+            const __m256 e =
+                vmath::Exp(_mm256_sub_ps(_mm256_loadu_ps(xr + j), _mm256_loadu_ps(m + j)));
+            _mm256_storeu_ps(yr + j, e);
+            _mm256_storeu_ps(sum + j, _mm256_add_ps(_mm256_loadu_ps(sum + j), e));
+          }
+          if (j < len) {
+            const __m256i mask = vmath::TailMask(len - j);
+            const __m256 e = vmath::Exp(
+                _mm256_sub_ps(_mm256_maskload_ps(xr + j, mask), _mm256_loadu_ps(m + j)));
+            _mm256_maskstore_ps(yr + j, mask, e);
+            _mm256_storeu_ps(sum + j, _mm256_add_ps(_mm256_loadu_ps(sum + j), e));
           }
         }
         for (int64_t j = 0; j < len; ++j) sum[j] = 1.0f / sum[j];

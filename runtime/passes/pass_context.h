@@ -43,6 +43,9 @@ void ReplaceAllUses(Graph& graph, ValueRef from, ValueRef to);
 absl::Status FoldBatchNorm(PassContext& ctx);
 absl::Status FuseConvPostOps(PassContext& ctx);
 absl::Status FuseMatmulPostOps(PassContext& ctx);
+// Chains and trees of f32 elementwise ops -> kiln.elementwise (after the
+// post-op passes, which take the activations they can).
+absl::Status FuseElementwise(PassContext& ctx);
 // Rebuilds the node list with activations between convolutions in
 // channels-last order; op output metas must be inferred again afterwards.
 absl::Status PropagateChannelsLast(PassContext& ctx);
