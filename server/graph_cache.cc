@@ -6,6 +6,7 @@
 #include "cache/graph_key.h"
 #include "kiln/v1/artifact.pb.h"
 #include "runtime/compile/compiler.h"
+#include "runtime/exec/executor.h"
 #include "runtime/ir/from_proto.h"
 #include "runtime/util/status_macros.h"
 #include "spdlog/spdlog.h"
@@ -13,17 +14,23 @@
 namespace kiln::server {
 
 absl::StatusOr<std::shared_ptr<const runtime::CompiledGraph>> GraphCache::Build(
-    const kiln::v1::Graph& graph) {
+    const kiln::v1::Graph& graph, const runtime::CompileOptions& options) {
   KILN_ASSIGN_OR_RETURN(runtime::Graph ir, runtime::GraphFromProto(graph));
+  ir.options = options;
   auto resolve = [this](const std::string& hash) { return constants_->Get(hash); };
-  KILN_ASSIGN_OR_RETURN(auto compiled, runtime::Compile(std::move(ir), resolve));
-  return std::shared_ptr<const runtime::CompiledGraph>(std::move(compiled));
+  // In the arena the graph will run in: oneDNN fixes each primitive's
+  // work split for the threads it sees when the primitive is created.
+  absl::StatusOr<std::unique_ptr<runtime::CompiledGraph>> compiled;
+  runtime::RunLikeExecution(options, [&] { compiled = runtime::Compile(std::move(ir), resolve); });
+  if (!compiled.ok()) return compiled.status();
+  return std::shared_ptr<const runtime::CompiledGraph>(*std::move(compiled));
 }
 
 absl::StatusOr<CompileResult> GraphCache::GetOrCompile(
     const kiln::v1::Graph& graph, const std::map<std::string, std::string>& options,
     bool use_disk_cache) {
   const auto start = std::chrono::steady_clock::now();
+  KILN_ASSIGN_OR_RETURN(runtime::CompileOptions parsed, runtime::ParseCompileOptions(options));
   CompileResult result;
   result.key = cache::GraphKey(graph, options);
   const std::string& key = result.key;
@@ -72,7 +79,7 @@ absl::StatusOr<CompileResult> GraphCache::GetOrCompile(
     }
   }
 
-  auto built = Build(graph);
+  auto built = Build(graph, parsed);
   if (!built.ok()) {
     finish();
     return built.status();
@@ -100,9 +107,10 @@ absl::StatusOr<CompileResult> GraphCache::GetOrCompile(
   result.graph = *std::move(built);
   result.cache_hit = disk_hit;
   result.compile_ms = elapsed_ms();
-  spdlog::info("compiled graph {} ({} steps, {} KiB arena) in {:.1f} ms{}", key.substr(0, 12),
+  spdlog::info("compiled graph {} ({} steps, {} KiB arena, {}) in {:.1f} ms{}", key.substr(0, 12),
                result.graph->steps.size(), result.graph->TotalArenaBytes() / 1024,
-               result.compile_ms, disk_hit ? " [disk cache hit]" : "");
+               runtime::CompileOptionsString(parsed), result.compile_ms,
+               disk_hit ? " [disk cache hit]" : "");
   return result;
 }
 

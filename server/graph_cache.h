@@ -40,6 +40,8 @@ class GraphCache {
   GraphCache(cache::ConstantStore* constants, cache::ArtifactStore* artifacts)
       : constants_(constants), artifacts_(artifacts) {}
 
+  // `options` (CompileRequest.options) must parse as CompileOptions
+  // (INVALID_ARGUMENT otherwise); they are part of the key.
   absl::StatusOr<CompileResult> GetOrCompile(const kiln::v1::Graph& graph,
                                              const std::map<std::string, std::string>& options,
                                              bool use_disk_cache);
@@ -47,7 +49,7 @@ class GraphCache {
 
  private:
   absl::StatusOr<std::shared_ptr<const runtime::CompiledGraph>> Build(
-      const kiln::v1::Graph& graph);
+      const kiln::v1::Graph& graph, const runtime::CompileOptions& options);
 
   cache::ConstantStore* constants_;
   cache::ArtifactStore* artifacts_;

@@ -2,6 +2,12 @@
 // request, does the work through SessionRegistry / ConstantStore /
 // GraphCache / the runtime executor, and maps errors with ToGrpcStatus.
 // A bad request gets an error status and changes nothing else.
+//
+// Execute validates on gRPC's callback thread and runs the graph on one of
+// the service's execution threads (runtime::WorkQueue), which finishes the
+// call: gRPC has only a few callback threads for every call, and a long run
+// must not hold one. Graphs known to run short (runtime::RunsShort) run on
+// the callback thread itself.
 #pragma once
 
 #include <atomic>
@@ -11,6 +17,7 @@
 #include "cache/artifact_store.h"
 #include "cache/constant_store.h"
 #include "kiln/v1/kiln.grpc.pb.h"
+#include "runtime/exec/work_queue.h"
 #include "server/graph_cache.h"
 #include "server/session.h"
 
@@ -18,7 +25,9 @@ namespace kiln::server {
 
 class KilnService final : public kiln::v1::Kiln::CallbackService {
  public:
-  explicit KilnService(std::string cache_dir);
+  // `execution_threads` (0: runtime::ConfiguredThreads()) bounds how many
+  // executions run at once; more wait in FIFO order.
+  explicit KilnService(std::string cache_dir, int execution_threads = 0);
 
   grpc::ServerUnaryReactor* OpenSession(grpc::CallbackServerContext* ctx,
                                         const kiln::v1::OpenSessionRequest* req,
@@ -58,7 +67,9 @@ class KilnService final : public kiln::v1::Kiln::CallbackService {
   absl::Status DoUpload(const kiln::v1::UploadConstantsRequest& req,
                         kiln::v1::UploadConstantsResponse* resp);
   absl::Status DoCompile(const kiln::v1::CompileRequest& req, kiln::v1::CompileResponse* resp);
-  absl::Status DoExecute(const kiln::v1::ExecuteRequest& req, kiln::v1::ExecuteResponse* resp);
+  struct PendingRun;
+  // Resolves everything an execution needs, holding it alive for the run.
+  absl::StatusOr<PendingRun> PrepareExecute(const kiln::v1::ExecuteRequest& req);
 
   const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   SessionRegistry sessions_;
@@ -67,6 +78,9 @@ class KilnService final : public kiln::v1::Kiln::CallbackService {
   GraphCache graphs_;
   std::atomic<uint64_t> executes_{0};
   std::atomic<uint64_t> execute_errors_{0};
+  // Last member: destroyed first, running queued executions while
+  // everything they use is still alive.
+  runtime::WorkQueue executions_;
 };
 
 }  // namespace kiln::server

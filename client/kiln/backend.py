@@ -246,7 +246,8 @@ def _compile_partitions(split: fx.GraphModule, lowered: lowering.LoweredGraph,
             else:
                 constant_args.append(None)
         sub = KilnSubgraph(node.target, fused, constant_positions, constant_args,
-                           conn, model_caching=opts.model_caching)
+                           conn, model_caching=opts.model_caching,
+                           compile_options=opts.config.to_request())
         setattr(split, node.target, sub)
         subgraphs.append(sub)
     split.recompile()

@@ -2,12 +2,108 @@
 
 Each option is declared once in OPTIONS (name, type, default, help); adding a
 row is all it takes to add an option. Unknown keys are rejected.
+
+`config` is the runtime config the daemon applies to every graph compiled
+for the model (like OpenVINO's `config` option): its keys are declared once
+in CONFIG_KEYS and sent as CompileRequest.options, so they are part of the
+daemon's cache key.
 """
 from __future__ import annotations
 
 import dataclasses
 import os
 from typing import Any, Mapping
+
+# Upper bound of config num_threads; the daemon enforces the same bound and
+# never gives a graph more threads than its own --threads.
+MAX_NUM_THREADS = 256
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfigKey:
+    name: str
+    valid: str                      # the valid values, for error messages
+    choices: tuple[str, ...] = ()   # for string keys
+    help: str = ""
+
+
+CONFIG_KEYS: tuple[ConfigKey, ...] = (
+    ConfigKey("num_threads", f"an integer from 1 to {MAX_NUM_THREADS}",
+              help="threads one execute may use (default and cap: kilnd --threads)"),
+    ConfigKey("hint", "latency, throughput", ("latency", "throughput"),
+              help="latency: one execute may use all num_threads threads; throughput: "
+                   "each execute runs on one thread, so concurrent callers run side by side"),
+    ConfigKey("precision", "f32, bf16", ("f32", "bf16"),
+              help="bf16: convolutions and matrix products compute in bf16 "
+                   "(tensors stay f32)"),
+    ConfigKey("layout", "auto, nchw", ("auto", "nchw"),
+              help="auto: activations between convolutions stay channels-last (NHWC); "
+                   "nchw: every op reads and writes NCHW (for comparisons)"),
+)
+_CONFIG_KEYS = {key.name: key for key in CONFIG_KEYS}
+
+
+def _valid_config_keys() -> str:
+    return "; ".join(f"{key.name} ({key.valid})" for key in CONFIG_KEYS)
+
+
+@dataclasses.dataclass(frozen=True)
+class RuntimeConfig:
+    """The daemon's runtime config for a compiled graph; None = daemon default."""
+    num_threads: int | None = None
+    hint: str | None = None
+    precision: str | None = None
+    layout: str | None = None
+
+    @classmethod
+    def parse(cls, value: Any) -> "RuntimeConfig":
+        """From a mapping or a "key=value,key=value" string (KILN_CONFIG)."""
+        if isinstance(value, RuntimeConfig):
+            return value
+        if isinstance(value, str):
+            items: dict[str, Any] = {}
+            for part in filter(None, (p.strip() for p in value.split(","))):
+                key, sep, val = part.partition("=")
+                if not sep:
+                    raise ValueError(f"kiln config {value!r}: expected key=value pairs separated "
+                                     f"by commas, got {part!r}; valid keys: {_valid_config_keys()}")
+                items[key.strip()] = val.strip()
+            value = items
+        if not isinstance(value, Mapping):
+            raise ValueError(f"kiln option 'config' expects a dict, got {value!r}; "
+                             f"valid keys: {_valid_config_keys()}")
+        unknown = sorted(set(value) - set(_CONFIG_KEYS))
+        if unknown:
+            raise ValueError(f"unknown kiln config key(s) {', '.join(map(repr, unknown))}; "
+                             f"valid keys: {_valid_config_keys()}")
+        fields: dict[str, Any] = {}
+        for name, raw in value.items():
+            key = _CONFIG_KEYS[name]
+            if name == "num_threads":
+                number = raw
+                if isinstance(raw, str) and raw.strip().isdigit():
+                    number = int(raw)
+                if isinstance(number, bool) or not isinstance(number, int) \
+                        or not 1 <= number <= MAX_NUM_THREADS:
+                    raise ValueError(f"kiln config num_threads={raw!r} is invalid: "
+                                     f"expected {key.valid}")
+                fields[name] = number
+            else:
+                text = raw.strip().lower() if isinstance(raw, str) else raw
+                if text not in key.choices:
+                    raise ValueError(f"kiln config {name}={raw!r} is invalid: "
+                                     f"expected one of {key.valid}")
+                fields[name] = text
+        return cls(**fields)
+
+    def updated(self, other: "RuntimeConfig") -> "RuntimeConfig":
+        """This config with every key that `other` sets taken from `other`."""
+        return dataclasses.replace(self, **{
+            k: v for k, v in dataclasses.asdict(other).items() if v is not None})
+
+    def to_request(self) -> dict[str, str]:
+        """CompileRequest.options: the keys that are set, as strings."""
+        return {k: str(v) for k, v in dataclasses.asdict(self).items() if v is not None}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -17,6 +113,9 @@ class OptionSpec:
     default: Any
     help: str
     env: str | None = None  # environment variable supplying the default
+    # For mapping-like options: the environment's value supplies defaults
+    # key by key, and the option's keys win.
+    merge_env: bool = False
 
 
 OPTIONS: tuple[OptionSpec, ...] = (
@@ -30,6 +129,10 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("autostart", bool, True,
                "start kilnd when nothing answers on the socket",
                env="KILN_AUTOSTART"),
+    OptionSpec("config", RuntimeConfig, RuntimeConfig(),
+               "runtime config of the compiled graphs, a dict with keys "
+               + _valid_config_keys() + " (env: key=value,key=value)",
+               env="KILN_CONFIG", merge_env=True),
 )
 
 _SPECS = {spec.name: spec for spec in OPTIONS}
@@ -47,6 +150,8 @@ def _coerce(spec: OptionSpec, value: Any) -> Any:
         if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
             return value.strip().lower() in _TRUE
         raise ValueError(f"kiln option {spec.name!r} expects a bool, got {value!r}")
+    if spec.type is RuntimeConfig:
+        return RuntimeConfig.parse(value)
     if spec.type is str:
         if isinstance(value, (str, os.PathLike)):
             return os.fspath(value)
@@ -66,10 +171,13 @@ class _OptionsBase:
                 f"valid options: {', '.join(sorted(_SPECS))}")
         values: dict[str, Any] = {}
         for spec in OPTIONS:
+            env = os.environ.get(spec.env) if spec.env else None
             if spec.name in options:
                 values[spec.name] = _coerce(spec, options[spec.name])
-            elif spec.env and os.environ.get(spec.env) is not None:
-                values[spec.name] = _coerce(spec, os.environ[spec.env])
+                if spec.merge_env and env is not None:
+                    values[spec.name] = _coerce(spec, env).updated(values[spec.name])
+            elif env is not None:
+                values[spec.name] = _coerce(spec, env)
             else:
                 values[spec.name] = spec.default
         return cls(**values)

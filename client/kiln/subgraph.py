@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import grpc
 import torch
@@ -40,12 +40,15 @@ class KilnSubgraph(torch.nn.Module):
     def __init__(self, name: str, gm: fx.GraphModule, constant_positions: Sequence[int],
                  example_args: Sequence[torch.Tensor], conn: connection_mod.Connection,
                  model_caching: bool = True,
-                 on_fallback: Callable[["KilnSubgraph"], None] | None = None):
+                 on_fallback: Callable[["KilnSubgraph"], None] | None = None,
+                 compile_options: Mapping[str, str] | None = None):
         super().__init__()
         self.name = name
         self.eager = gm
         self.conn = conn
         self.model_caching = model_caching
+        # CompileRequest.options: the runtime config (options.RuntimeConfig).
+        self.compile_options = dict(compile_options or {})
         self.constant_positions = tuple(constant_positions)
         self.num_nodes = sum(1 for n in gm.graph.nodes if n.op == "call_function")
         self.fallback = False
@@ -106,6 +109,7 @@ class KilnSubgraph(torch.nn.Module):
         response = self.conn.stub.Compile(
             kiln_pb2.CompileRequest(session_id=self.conn.session_id,
                                     graph=self._serialized.graph,
+                                    options=self.compile_options,
                                     model_caching=self.model_caching,
                                     want_dump=bool(os.environ.get("KILN_DUMP"))),
             timeout=connection_mod.COMPILE_TIMEOUT_S)

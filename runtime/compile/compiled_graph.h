@@ -4,10 +4,13 @@
 //
 // Immutable after compilation, so any number of threads may execute it at
 // once; the only shared mutable state is the pool of per-run arenas, which
-// is guarded by its own mutex.
+// is guarded by its own mutex, and what the executor learns about the
+// graph's run time (atomics).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -65,7 +68,20 @@ struct CompiledGraph {
   mutable absl::Mutex pool_mu;
   mutable std::vector<std::unique_ptr<RunArena>> pool;
 
+  // Whether executions use their arena's threads, decided by the executor
+  // from the first runs (exec/executor.cc, ChooseArena), and the fastest
+  // run so far (RunsShort).
+  struct Threading {
+    enum Decision { kUndecided = 0, kOneThread = 1, kArena = 2 };
+    std::atomic<int> decision{kUndecided};
+    std::atomic<int> calibration_runs{0};
+    std::atomic<int64_t> fastest_run_ns{std::numeric_limits<int64_t>::max()};
+  };
+  mutable Threading threading;
+
   int64_t TotalArenaBytes() const { return arena_bytes + scratch_bytes; }
+  // The options it was compiled with (threads, hint, precision).
+  const CompileOptions& options() const { return graph.options; }
 };
 
 }  // namespace kiln::runtime

@@ -52,7 +52,7 @@ absl::StatusOr<PreparedOp> PrepareNode(const Graph& g, const Node& node,
                                        bool shape_only) {
   const OpDef& def = AllOps()[node.op_index];
   KILN_RETURN_IF_ERROR(CheckInputs(g, node, def));
-  NodeArgs args(g, node, constant_data, shape_only);
+  NodeArgs args(g, node, constant_data, shape_only, g.options);
   KILN_ASSIGN_OR_RETURN(PreparedOp prepared, def.prepare(args));
   for (const TensorMeta& meta : prepared.outputs) {
     absl::Status s = ValidateMeta(meta);

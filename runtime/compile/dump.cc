@@ -43,7 +43,8 @@ std::string DumpCompiledGraph(const CompiledGraph& cg) {
   const Graph& g = cg.graph;
   std::string out = absl::StrCat("# ", cg.steps.size(), " steps, ", cg.input_metas.size(),
                                  " inputs, ", cg.output_metas.size(), " outputs, arena ",
-                                 cg.arena_bytes, " B + scratch ", cg.scratch_bytes, " B\n");
+                                 cg.arena_bytes, " B + scratch ", cg.scratch_bytes, " B; ",
+                                 CompileOptionsString(cg.options()), "\n");
   std::vector<bool> is_step(g.nodes.size(), false);
   for (const CompiledStep& s : cg.steps) is_step[s.node] = true;
   for (size_t i = 0; i < g.nodes.size(); ++i) {

@@ -1,30 +1,61 @@
 #include "runtime/exec/executor.h"
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <memory>
-#include <mutex>
 
 #include <oneapi/tbb/info.h>
-#include <oneapi/tbb/task_arena.h>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/exec/arenas.h"
 #include "runtime/exec/profile.h"
 
 namespace kiln::runtime {
 namespace {
 
-std::once_flag g_arena_once;
-int g_requested_threads = 0;
-oneapi::tbb::task_arena* g_arena = nullptr;
+std::atomic<int> g_requested_threads{0};
 
-oneapi::tbb::task_arena& Arena() {
-  std::call_once(g_arena_once, [] {
-    int n = g_requested_threads > 0 ? g_requested_threads
-                                    : oneapi::tbb::info::default_concurrency();
-    g_arena = new oneapi::tbb::task_arena(n);
-  });
-  return *g_arena;
+using Threading = CompiledGraph::Threading;
+
+// A graph whose whole run takes less than this on one thread gains less
+// from more threads than waking them costs: the request round trip alone is
+// several times longer, and oneTBB workers spin for a while after each
+// parallel region, burning a core that another client's run could use.
+// Measured on 2 cores: a tiny CNN runs in ~100 us either way, and with the
+// arena's threads the daemon used 1.2 cores at 1 client instead of 0.4.
+constexpr int64_t kOneThreadBelowNs = 250'000;
+// Warm runs on one thread before deciding (after a first, cold one: it
+// touches the run's memory for the first time); a warm run this long
+// decides at once, so a large graph spends little time on one thread.
+constexpr int kCalibrationRuns = 3;
+constexpr int64_t kClearlyLargeNs = 10 * kOneThreadBelowNs;
+
+// Keeps the fastest run of g; returns it (including this one).
+int64_t RecordRun(const CompiledGraph& g, int64_t ns) {
+  std::atomic<int64_t>& fastest_ns = g.threading.fastest_run_ns;
+  int64_t fastest = fastest_ns.load();
+  while (ns < fastest && !fastest_ns.compare_exchange_weak(fastest, ns)) {
+  }
+  return std::min(fastest, ns);
+}
+
+// Feeds a calibration run (one thread, `ns` long) into g's decision.
+void RecordCalibrationRun(const CompiledGraph& g, int64_t ns, int64_t fastest) {
+  Threading& t = g.threading;
+  const int runs = t.calibration_runs.fetch_add(1) + 1;
+  if (runs == 1) return;  // cold
+  int decision = Threading::kUndecided;
+  if (ns >= kClearlyLargeNs) {
+    decision = Threading::kArena;
+  } else if (runs > kCalibrationRuns) {
+    decision = fastest < kOneThreadBelowNs ? Threading::kOneThread : Threading::kArena;
+  }
+  if (decision != Threading::kUndecided) {
+    int expected = Threading::kUndecided;
+    t.decision.compare_exchange_strong(expected, decision);
+  }
 }
 
 std::unique_ptr<RunArena> TakeArena(const CompiledGraph& g) {
@@ -48,7 +79,34 @@ void ReturnArena(const CompiledGraph& g, std::unique_ptr<RunArena> a) {
 
 void ConfigureThreads(int num_threads) { g_requested_threads = num_threads; }
 
-int ConfiguredThreads() { return Arena().max_concurrency(); }
+int ConfiguredThreads() {
+  const int n = g_requested_threads.load();
+  return n > 0 ? n : oneapi::tbb::info::default_concurrency();
+}
+
+ArenaChoice ArenaFor(const CompileOptions& options) {
+  if (options.hint == ExecutionHint::kThroughput) return {1, /*shared=*/false};
+  const int cap = ConfiguredThreads();
+  return {options.num_threads > 0 ? std::min(options.num_threads, cap) : cap,
+          /*shared=*/true};
+}
+
+void RunLikeExecution(const CompileOptions& options, absl::FunctionRef<void()> fn) {
+  const ArenaChoice where = ArenaFor(options);
+  RunInArena(where.concurrency, where.shared, fn);
+}
+
+bool RunsShort(const CompiledGraph& g) {
+  return g.threading.fastest_run_ns.load() < kOneThreadBelowNs;
+}
+
+ArenaChoice ChooseArena(const CompiledGraph& g) {
+  const ArenaChoice where = ArenaFor(g.options());
+  if (!where.shared || where.concurrency == 1) return where;
+  // Until decided (the first runs), and for small graphs: one thread, in
+  // an arena of its own.
+  return g.threading.decision.load() == Threading::kArena ? where : ArenaChoice{1, false};
+}
 
 absl::Status Execute(const CompiledGraph& g,
                      absl::Span<const void* const> inputs,
@@ -81,7 +139,11 @@ absl::Status Execute(const CompiledGraph& g,
 
   absl::Status status;
   const bool profile = ProfilingEnabled();
-  Arena().execute([&] {
+  const ArenaChoice where = ChooseArena(g);
+  const bool calibrating = g.threading.decision.load() == Threading::kUndecided &&
+                           ArenaFor(g.options()).concurrency > 1 && ArenaFor(g.options()).shared;
+  const auto start = std::chrono::steady_clock::now();
+  RunInArena(where.concurrency, where.shared, [&] {
     std::vector<TensorView> in_views, out_views;
     for (const CompiledStep& step : g.steps) {
       const Node& node = g.graph.nodes[step.node];
@@ -94,12 +156,12 @@ absl::Status Execute(const CompiledGraph& g,
         out_views.push_back({address({step.node, o}), &node.outputs[o]});
       }
       KernelContext ctx{in_views, out_views, base + g.arena_bytes};
-      const auto start = profile ? std::chrono::steady_clock::now()
-                                 : std::chrono::steady_clock::time_point();
+      const auto step_start = profile ? std::chrono::steady_clock::now()
+                                      : std::chrono::steady_clock::time_point();
       status = step.kernel->Run(ctx);
       if (profile) {
         RecordStep(node.target, node.name, std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                    std::chrono::steady_clock::now() - start)
+                                    std::chrono::steady_clock::now() - step_start)
                                     .count());
       }
       if (!status.ok()) {
@@ -115,6 +177,13 @@ absl::Status Execute(const CompiledGraph& g,
                   static_cast<size_t>(g.output_metas[i].ByteSize()));
     }
   });
+  if (status.ok()) {
+    const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                           std::chrono::steady_clock::now() - start)
+                           .count();
+    const int64_t fastest = RecordRun(g, ns);
+    if (calibrating) RecordCalibrationRun(g, ns, fastest);
+  }
   ReturnArena(g, std::move(arena));
   return status;
 }

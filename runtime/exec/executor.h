@@ -1,18 +1,51 @@
-// Runs compiled graphs. The executor owns the runtime's threads: one oneTBB
-// task arena shared by every execution, so concurrent clients share the
-// cores instead of each bringing a pool (oneDNN runs on the same oneTBB).
+// Runs compiled graphs. The executor owns the runtime's threads: every
+// execution runs in a oneTBB task arena (exec/arenas.h) chosen by the
+// graph's compile options, and oneDNN runs on the same oneTBB, in the same
+// arena, so no execution brings a thread pool of its own.
+//
+//   hint latency (default): the shared arena of num_threads threads
+//     (default and cap: the daemon's --threads); one execute may use all of
+//     them, concurrent executes of that size split them. Except for small
+//     graphs: the first runs of a graph (up to four) go on one thread, and
+//     a graph whose fastest such run took under 250 us keeps running on one
+//     thread (in an arena of its own), since waking more threads costs it
+//     more than they save and takes cores from other clients.
+//   hint throughput: each execute gets a one-thread arena of its own, so
+//     concurrent executes (clients) run side by side, one core each.
 #pragma once
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "runtime/compile/compiled_graph.h"
 
 namespace kiln::runtime {
 
-// Sets the number of worker threads (0: all cores). Call before the first
-// Execute; later calls are ignored.
+// Sets the daemon's thread count (0: all cores): the arena size of graphs
+// that ask for none, and the most any graph gets. Call before the first
+// Execute.
 void ConfigureThreads(int num_threads);
 int ConfiguredThreads();
+
+// Where executions of a graph compiled with `options` run.
+struct ArenaChoice {
+  int concurrency = 1;
+  bool shared = true;  // see RunInArena
+};
+ArenaChoice ArenaFor(const CompileOptions& options);
+
+// Runs fn where executions of a graph compiled with `options` run. Compile
+// inside it, so oneDNN sizes each primitive's work split for the threads
+// it will actually get.
+void RunLikeExecution(const CompileOptions& options, absl::FunctionRef<void()> fn);
+
+// Where the next execution of g runs: ArenaFor(g.options()), or one thread
+// of its own for a small graph (or while deciding whether g is small).
+ArenaChoice ChooseArena(const CompiledGraph& g);
+
+// True once a run of g has taken under 250 us: short enough to run on a
+// thread that must not block for long (gRPC's callback threads).
+bool RunsShort(const CompiledGraph& g);
 
 // Runs `graph` with `inputs[i]` pointing at dense data of input_metas[i] and
 // `outputs[i]` at room for output_metas[i]. Thread-safe; the caller has

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/ir/compile_options.h"
 #include "runtime/ir/tensor_meta.h"
 
 namespace kiln::runtime {
@@ -78,6 +79,10 @@ struct Graph {
   std::vector<Node> nodes;
   std::vector<ValueRef> outputs;
   int num_inputs = 0;
+  // From the compile request (not the wire graph): how to compile and run
+  // this graph. Set before Compile(); read by prepare functions (through
+  // NodeArgs), passes and the executor.
+  CompileOptions options;
 
   const TensorMeta& MetaOf(ValueRef v) const {
     return nodes[v.node].outputs[v.output];

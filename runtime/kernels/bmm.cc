@@ -1,10 +1,12 @@
 // aten.bmm.default on f32: [B, M, K] x [B, K, N] -> [B, M, N] with one
 // oneDNN batched matmul primitive (built once at prepare time, run with the
 // executor's scratch so concurrent runs are safe). Empty problems write
-// zeros (K == 0) or nothing.
+// zeros (K == 0) or nothing. With precision bf16 both operands are
+// converted to bf16 in run scratch and the product comes out in f32.
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/kernels/kernel_util.h"
@@ -21,6 +23,7 @@ using dt = dnnl::memory::data_type;
 
 class BmmKernel final : public Kernel {
  public:
+  // a_md, b_md, c_md: the f32 operands as they lie in memory.
   BmmKernel(dnnl::matmul::primitive_desc pd, memory::desc a_md,
             memory::desc b_md, memory::desc c_md, int a_index, int b_index)
       : pd_(std::move(pd)),
@@ -29,21 +32,32 @@ class BmmKernel final : public Kernel {
         b_md_(std::move(b_md)),
         c_md_(std::move(c_md)),
         a_index_(a_index),
-        b_index_(b_index) {}
-
-  size_t ScratchBytes() const override {
-    return pd_.scratchpad_desc().get_size();
+        b_index_(b_index) {
+    scratch_bytes_ = pd_.scratchpad_desc().get_size();
+    if (pd_.src_desc() != a_md_) {
+      a_convert_ = ScratchReorder::Make(a_md_, pd_.src_desc(), &scratch_bytes_);
+    }
+    if (pd_.weights_desc() != b_md_) {
+      b_convert_ = ScratchReorder::Make(b_md_, pd_.weights_desc(), &scratch_bytes_);
+    }
   }
+
+  size_t ScratchBytes() const override { return scratch_bytes_; }
 
   absl::Status Run(const KernelContext& ctx) const override {
     try {
       const dnnl::engine& engine = CpuEngine();
+      char* scratch = static_cast<char*>(ctx.scratch);
       dnnl::stream stream(engine);
+      memory a(a_md_, engine, ctx.inputs[a_index_].data);
+      memory b(b_md_, engine, ctx.inputs[b_index_].data);
+      if (a_convert_) a = a_convert_->Run(stream, a, scratch);
+      if (b_convert_) b = b_convert_->Run(stream, b, scratch);
       std::unordered_map<int, memory> args = {
-          {DNNL_ARG_SRC, memory(a_md_, engine, ctx.inputs[a_index_].data)},
-          {DNNL_ARG_WEIGHTS, memory(b_md_, engine, ctx.inputs[b_index_].data)},
+          {DNNL_ARG_SRC, a},
+          {DNNL_ARG_WEIGHTS, b},
           {DNNL_ARG_DST, memory(c_md_, engine, ctx.outputs[0].data)}};
-      if (ScratchBytes() > 0) {
+      if (pd_.scratchpad_desc().get_size() > 0) {
         args.emplace(DNNL_ARG_SCRATCHPAD,
                      memory(pd_.scratchpad_desc(), engine, ctx.scratch));
       }
@@ -60,6 +74,9 @@ class BmmKernel final : public Kernel {
   dnnl::matmul prim_;
   memory::desc a_md_, b_md_, c_md_;
   int a_index_, b_index_;
+  // bf16 compute: per-run conversions into scratch, after the scratchpad.
+  std::optional<ScratchReorder> a_convert_, b_convert_;
+  size_t scratch_bytes_ = 0;
 };
 
 // For problems oneDNN cannot describe (a zero-sized dim): zeros when K is 0.
@@ -101,19 +118,28 @@ absl::StatusOr<PreparedOp> PrepareBmm(const NodeArgs& args) {
     op.kernel = std::make_unique<ZeroFillKernel>(out.NumElements());
     return op;
   }
-  try {
-    const dnnl::engine& engine = CpuEngine();
-    memory::desc a_md({batch, m, k}, dt::f32, tag::abc);
-    memory::desc b_md({batch, k, n}, dt::f32, tag::abc);
-    memory::desc c_md({batch, m, n}, dt::f32, tag::abc);
-    dnnl::matmul::primitive_desc pd(engine, a_md, b_md, c_md, ReentrantAttr());
-    op.kernel = std::make_unique<BmmKernel>(
-        std::move(pd), a_md, b_md, c_md, InputIndex(args, 0, "self"),
-        InputIndex(args, 1, "mat2"));
-  } catch (const dnnl::error& e) {
-    return args.Unimplemented(
-        absl::StrCat("oneDNN cannot build this bmm: ", e.what()));
-  }
+  auto build = [&](dt compute) -> absl::Status {
+    try {
+      const dnnl::engine& engine = CpuEngine();
+      memory::desc a_md({batch, m, k}, dt::f32, tag::abc);
+      memory::desc b_md({batch, k, n}, dt::f32, tag::abc);
+      memory::desc c_md({batch, m, n}, dt::f32, tag::abc);
+      dnnl::matmul::primitive_desc pd(engine, memory::desc({batch, m, k}, compute, tag::abc),
+                                      memory::desc({batch, k, n}, compute, tag::abc), c_md,
+                                      AttrFor(args.options()));
+      op.kernel = std::make_unique<BmmKernel>(
+          std::move(pd), a_md, b_md, c_md, InputIndex(args, 0, "self"),
+          InputIndex(args, 1, "mat2"));
+    } catch (const dnnl::error& e) {
+      return args.Unimplemented(
+          absl::StrCat("oneDNN cannot build this bmm: ", e.what()));
+    }
+    return absl::OkStatus();
+  };
+  const dt compute = ComputeType(args.options());
+  absl::Status built = build(compute);
+  if (!built.ok() && compute != dt::f32) built = build(dt::f32);
+  KILN_RETURN_IF_ERROR(built);
   return op;
 }
 

@@ -329,20 +329,21 @@ static absl::StatusOr<PreparedOp> PrepareConv(const NodeArgs& args, bool fused) 
       weight_dims = {groups, oc / groups, icg, kh, kw};
       cfg.user_weights_md = memory::desc(weight_dims, dt::f32, tag::goihw);
     }
-    const memory::desc any_weights(weight_dims, dt::f32, tag::any);
+    const dt compute = ComputeType(args.options());
+    const memory::desc any_weights(weight_dims, compute, tag::any);
     // The primitive computes in NHWC whatever the node's layouts: oneDNN's
     // NHWC kernels (brgemm-based on AVX-512) beat its NCHW path (im2col +
     // GEMM) by far more than a per-run reorder of a plain input or output
     // costs, and leaving the layouts to oneDNN (`any`) can land a
     // channels-last input on a slow mixed-layout kernel.
-    const memory::desc any_src({n, c, h, w}, dt::f32, tag::nhwc);
+    const memory::desc any_src({n, c, h, w}, compute, tag::nhwc);
     const memory::desc any_dst({n, oc, out_hw[0], out_hw[1]}, dt::f32, tag::nhwc);
     if (bias) cfg.bias_md = memory::desc({oc}, dt::f32, tag::x);
     // oneDNN counts dilation from 0 (no gap), ATen from 1.
     const memory::dims strides = {stride[0], stride[1]};
     const memory::dims dil = {dilation[0] - 1, dilation[1] - 1};
     const memory::dims pad = {padding[0], padding[1]};
-    dnnl::primitive_attr attr = ReentrantAttr();
+    dnnl::primitive_attr attr = AttrFor(args.options());
     if (!post_ops.empty()) attr.set_post_ops(ToDnnlPostOps(post_ops));
     cfg.pd = bias ? dnnl::convolution_forward::primitive_desc(
                         engine, dnnl::prop_kind::forward_inference,

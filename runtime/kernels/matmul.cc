@@ -5,6 +5,11 @@
 // A constant right-hand matrix is prepacked at prepare time into the
 // primitive's preferred layout; a computed one (e.g. aten.permute of a
 // weight) is read in place as a plain row-major matrix.
+//
+// With precision bf16 (compile options) the product runs on bf16 operands
+// with f32 accumulation and an f32 result: the left matrix (and a computed
+// right one) is converted into run scratch on every run, a constant right
+// matrix once, when it is prepacked.
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -58,7 +63,12 @@ class MatmulKernel final : public Kernel {
     bool use_dnnl = true;  // false when M, N or K is 0
     dnnl::matmul::primitive_desc pd;
     dnnl::matmul prim;
+    // The node's f32 operands as they lie in memory.
     memory::desc a_md, b_md, dst_md, addend_md;
+    // bf16 compute: per-run conversions of A and of a computed B.
+    std::optional<ScratchReorder> a_convert, b_convert;
+    // [primitive scratchpad | converted operands]
+    size_t scratch_bytes = 0;
     std::optional<memory> packed_b;
     std::optional<memory> bias;  // constant bias, copied
     BroadcastPlan addend_plan;   // kScaled: over [M, N] x addend
@@ -66,9 +76,7 @@ class MatmulKernel final : public Kernel {
 
   explicit MatmulKernel(Config c) : c_(std::move(c)) {}
 
-  size_t ScratchBytes() const override {
-    return c_.use_dnnl ? c_.pd.scratchpad_desc().get_size() : 0;
-  }
+  size_t ScratchBytes() const override { return c_.use_dnnl ? c_.scratch_bytes : 0; }
 
   absl::Status Run(const KernelContext& ctx) const override {
     const MatmulSpec& s = c_.spec;
@@ -81,18 +89,23 @@ class MatmulKernel final : public Kernel {
     } else {
       try {
         const dnnl::engine& engine = CpuEngine();
+        char* scratch = static_cast<char*>(ctx.scratch);
         dnnl::stream stream(engine);
+        memory a(c_.a_md, engine, ctx.inputs[s.a_index].data);
+        if (c_.a_convert) a = c_.a_convert->Run(stream, a, scratch);
         std::unordered_map<int, memory> args = {
-            {DNNL_ARG_SRC, memory(c_.a_md, engine, ctx.inputs[s.a_index].data)},
-            {DNNL_ARG_DST, memory(c_.dst_md, engine, out)}};
+            {DNNL_ARG_SRC, a}, {DNNL_ARG_DST, memory(c_.dst_md, engine, out)}};
         // The executor may pass no scratch at all when none was asked for.
         if (c_.pd.scratchpad_desc().get_size() > 0) {
           args[DNNL_ARG_SCRATCHPAD] =
               memory(c_.pd.scratchpad_desc(), engine, ctx.scratch);
         }
-        args[DNNL_ARG_WEIGHTS] =
-            c_.packed_b ? *c_.packed_b
-                        : memory(c_.b_md, engine, ctx.inputs[s.b_index].data);
+        if (c_.packed_b) {
+          args[DNNL_ARG_WEIGHTS] = *c_.packed_b;
+        } else {
+          memory b(c_.b_md, engine, ctx.inputs[s.b_index].data);
+          args[DNNL_ARG_WEIGHTS] = c_.b_convert ? c_.b_convert->Run(stream, b, scratch) : b;
+        }
         if (c_.epilogue == Epilogue::kBias) {
           args[DNNL_ARG_BIAS] =
               c_.bias ? *c_.bias
@@ -137,6 +150,57 @@ memory::dims Addend2d(const std::vector<int64_t>& shape) {
   return {shape[0], shape[1]};
 }
 
+// The oneDNN part of c (given c.epilogue): primitive, operand conversions,
+// prepacked constants, computing on `compute` (f32 or bf16) operands.
+absl::Status BuildMatmulPrimitive(const NodeArgs& args, const MatmulSpec& s, dt compute,
+                                  MatmulKernel::Config& c) {
+  try {
+    const dnnl::engine& engine = CpuEngine();
+    c.a_md = memory::desc({s.m, s.k}, dt::f32, tag::ab);
+    c.dst_md = memory::desc({s.m, s.n}, dt::f32, tag::ab);
+    // [N, K] row-major is [K, N] column-major ("ba").
+    const tag b_tag = s.b_is_nk ? tag::ba : tag::ab;
+    c.b_md = memory::desc({s.k, s.n}, dt::f32, b_tag);
+    const memory::desc a_pd_md({s.m, s.k}, compute, tag::ab);
+    const memory::desc b_pd_md({s.k, s.n}, compute, s.b_constant ? tag::any : b_tag);
+    dnnl::primitive_attr attr = AttrFor(args.options());
+    memory::desc bias_md;
+    if (c.epilogue == MatmulKernel::Epilogue::kBias) {
+      c.addend_md = memory::desc(Addend2d(s.addend_shape), dt::f32, tag::ab);
+      bias_md = c.addend_md;
+    } else if (c.epilogue == MatmulKernel::Epilogue::kPostOp) {
+      c.addend_md = memory::desc(Addend2d(s.addend_shape), dt::f32, tag::ab);
+    }
+    dnnl::post_ops po;
+    if (c.epilogue == MatmulKernel::Epilogue::kPostOp) {
+      po.append_binary(dnnl::algorithm::binary_add, c.addend_md);
+    }
+    for (const PostOp& a : s.activations) po.append_eltwise(a.algorithm, a.alpha, a.beta);
+    if (po.len() > 0) attr.set_post_ops(po);
+    c.pd = dnnl::matmul::primitive_desc(engine, a_pd_md, b_pd_md, bias_md, c.dst_md, attr);
+    c.prim = dnnl::matmul(c.pd);
+    c.scratch_bytes = c.pd.scratchpad_desc().get_size();
+    c.a_convert.reset();
+    c.b_convert.reset();
+    if (c.pd.src_desc() != c.a_md) {
+      c.a_convert = ScratchReorder::Make(c.a_md, c.pd.src_desc(), &c.scratch_bytes);
+    }
+    if (s.b_constant) {
+      c.packed_b = ReorderToNew(c.b_md, s.b_constant, c.pd.weights_desc());
+    } else if (c.pd.weights_desc() != c.b_md) {
+      c.b_convert = ScratchReorder::Make(c.b_md, c.pd.weights_desc(), &c.scratch_bytes);
+    }
+    if (c.epilogue == MatmulKernel::Epilogue::kBias && s.addend_constant) {
+      memory b(c.addend_md, engine);
+      std::memcpy(b.get_data_handle(), s.addend_constant, c.addend_md.get_size());
+      c.bias = b;
+    }
+  } catch (const dnnl::error& e) {
+    return args.Unimplemented(absl::StrCat("oneDNN cannot build this matmul: ", e.what()));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<PreparedOp> BuildMatmul(const NodeArgs& args, MatmulSpec s,
                                        std::vector<int64_t> out_shape) {
   PreparedOp op;
@@ -161,46 +225,12 @@ absl::StatusOr<PreparedOp> BuildMatmul(const NodeArgs& args, MatmulSpec s,
   }
   c.use_dnnl = s.m > 0 && s.n > 0 && s.k > 0;
   if (c.use_dnnl) {
-    try {
-      const dnnl::engine& engine = CpuEngine();
-      c.a_md = memory::desc({s.m, s.k}, dt::f32, tag::ab);
-      c.dst_md = memory::desc({s.m, s.n}, dt::f32, tag::ab);
-      // [N, K] row-major is [K, N] column-major ("ba").
-      c.b_md = memory::desc({s.k, s.n}, dt::f32, s.b_is_nk ? tag::ba : tag::ab);
-      const memory::desc b_pd_md =
-          s.b_constant ? memory::desc({s.k, s.n}, dt::f32, tag::any) : c.b_md;
-      dnnl::primitive_attr attr = ReentrantAttr();
-      memory::desc bias_md;
-      if (c.epilogue == MatmulKernel::Epilogue::kBias) {
-        c.addend_md =
-            memory::desc(Addend2d(s.addend_shape), dt::f32, tag::ab);
-        bias_md = c.addend_md;
-      } else if (c.epilogue == MatmulKernel::Epilogue::kPostOp) {
-        c.addend_md =
-            memory::desc(Addend2d(s.addend_shape), dt::f32, tag::ab);
-      }
-      dnnl::post_ops po;
-      if (c.epilogue == MatmulKernel::Epilogue::kPostOp) {
-        po.append_binary(dnnl::algorithm::binary_add, c.addend_md);
-      }
-      for (const PostOp& a : s.activations) po.append_eltwise(a.algorithm, a.alpha, a.beta);
-      if (po.len() > 0) attr.set_post_ops(po);
-      c.pd = dnnl::matmul::primitive_desc(engine, c.a_md, b_pd_md, bias_md,
-                                          c.dst_md, attr);
-      c.prim = dnnl::matmul(c.pd);
-      if (s.b_constant) {
-        c.packed_b = ReorderToNew(c.b_md, s.b_constant, c.pd.weights_desc());
-      }
-      if (c.epilogue == MatmulKernel::Epilogue::kBias && s.addend_constant) {
-        memory b(c.addend_md, engine);
-        std::memcpy(b.get_data_handle(), s.addend_constant,
-                    c.addend_md.get_size());
-        c.bias = b;
-      }
-    } catch (const dnnl::error& e) {
-      return args.Unimplemented(
-          absl::StrCat("oneDNN cannot build this matmul: ", e.what()));
-    }
+    // bf16 first when asked for; should oneDNN have no bf16 kernel for
+    // this combination of bias and post-ops, f32 still gives an answer.
+    const dt compute = ComputeType(args.options());
+    absl::Status built = BuildMatmulPrimitive(args, s, compute, c);
+    if (!built.ok() && compute != dt::f32) built = BuildMatmulPrimitive(args, s, dt::f32, c);
+    KILN_RETURN_IF_ERROR(built);
   }
   c.spec = std::move(s);
   op.kernel = std::make_unique<MatmulKernel>(std::move(c));

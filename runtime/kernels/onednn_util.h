@@ -13,6 +13,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "absl/status/status.h"
+#include "runtime/ir/compile_options.h"
 
 namespace kiln::runtime {
 
@@ -29,6 +30,37 @@ inline dnnl::memory::dims ToDnnlDims(const std::vector<int64_t>& shape) {
 // Primitive attributes every Kiln primitive uses: user scratchpad (the
 // executor's per-run scratch) so Run() is reentrant.
 dnnl::primitive_attr ReentrantAttr();
+
+// ReentrantAttr() for a compute primitive (convolution, matmul) of a graph
+// compiled with `options`. Precision bf16 sets fpmath_mode bf16, which lets
+// oneDNN down-convert f32 operands internally where it implements that
+// (2023.2: AMX only; on AVX512-BF16 it keeps computing in f32), so kernels
+// also give their sources and weights ComputeType() below.
+dnnl::primitive_attr AttrFor(const CompileOptions& options);
+
+// The data type a compute primitive's source and weights should have:
+// bf16 for precision bf16 on a CPU with native bf16 dot products
+// (AVX512-BF16 or AMX), else f32. Destinations and biases stay f32, so
+// bf16 never shows at a node's boundary: f32 inputs are converted on the
+// way in (constant weights once, at prepare time) and results accumulate
+// and come out in f32.
+dnnl::memory::data_type ComputeType(const CompileOptions& options);
+
+// A per-run reorder (layout or data-type conversion) whose destination and
+// own scratchpad are carved out of a kernel's run scratch.
+struct ScratchReorder {
+  dnnl::reorder::primitive_desc pd;
+  dnnl::reorder prim;
+  size_t buffer_offset = 0;  // the destination tensor, in run scratch
+  size_t pad_offset = 0;     // the reorder's scratchpad, in run scratch
+
+  // A reorder from `from` to `to` whose destination lives in scratch at
+  // *scratch_bytes; advances *scratch_bytes (64-byte aligned pieces).
+  static ScratchReorder Make(const dnnl::memory::desc& from, const dnnl::memory::desc& to,
+                             size_t* scratch_bytes);
+  // Reorders `src` (of `from`) into scratch; returns the destination.
+  dnnl::memory Run(dnnl::stream& stream, const dnnl::memory& src, char* scratch) const;
+};
 
 // Copies `src` (in src_md) to a new memory object in `dst_md` owned by the
 // returned memory. For prepacking constant weights at prepare time.

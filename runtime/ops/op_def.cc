@@ -37,11 +37,12 @@ const char* KindName(Arg::Kind kind) {
 
 NodeArgs::NodeArgs(const Graph& graph, const Node& node,
                    const std::vector<const void*>& constant_data,
-                   bool shape_only)
+                   bool shape_only, const CompileOptions& options)
     : graph_(graph),
       node_(node),
       constant_data_(constant_data),
-      shape_only_(shape_only) {}
+      shape_only_(shape_only),
+      options_(options) {}
 
 const Arg* NodeArgs::Find(int pos, const char* name) const {
   const Arg* arg = nullptr;

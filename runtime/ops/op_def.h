@@ -27,12 +27,15 @@ class NodeArgs {
   // passes run a shape sweep before choosing kernels): prepare functions
   // whose kernels are expensive to build (oneDNN primitives, prepacking)
   // may return a PreparedOp without a kernel. Others can ignore it.
+  // `options` are the graph's compile options (the compiler passes
+  // graph.options); kernels read precision from them.
   NodeArgs(const Graph& graph, const Node& node,
            const std::vector<const void*>& constant_data,
-           bool shape_only = false);
+           bool shape_only = false, const CompileOptions& options = {});
 
   const Node& node() const { return node_; }
   bool shape_only() const { return shape_only_; }
+  const CompileOptions& options() const { return options_; }
   // The argument at `pos` / named `name`, or null when absent or None.
   const Arg* Find(int pos, const char* name) const;
 
@@ -74,6 +77,7 @@ class NodeArgs {
   const Node& node_;
   const std::vector<const void*>& constant_data_;
   const bool shape_only_;
+  const CompileOptions options_;  // a copy: small, and the default is a temporary
 };
 
 struct PreparedOp {

@@ -551,6 +551,7 @@ class Rewriter {
 }  // namespace
 
 absl::Status PropagateChannelsLast(PassContext& ctx) {
+  if (!ctx.graph.options.channels_last) return absl::OkStatus();
   bool any_conv = false;
   for (const Node& node : ctx.graph.nodes) {
     any_conv |= !node.dead && node.target == "kiln.conv2d";

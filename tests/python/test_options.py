@@ -28,3 +28,43 @@ def test_defaults_and_environment(monkeypatch):
 def test_option_type_is_checked():
     with pytest.raises(ValueError):
         KilnOptions.from_mapping({"model_caching": "maybe"})
+
+
+def test_config_keys_are_validated_listing_valid_keys_and_values():
+    with pytest.raises(ValueError) as info:
+        KilnOptions.from_mapping({"config": {"threads": 2}})
+    message = str(info.value)
+    assert "threads" in message
+    for fragment in ("num_threads", "latency, throughput", "f32, bf16"):
+        assert fragment in message
+    for bad, fragment in (({"num_threads": 0}, "from 1 to 256"),
+                          ({"num_threads": 1000}, "from 1 to 256"),
+                          ({"num_threads": True}, "from 1 to 256"),
+                          ({"num_threads": "two"}, "from 1 to 256"),
+                          ({"hint": "fast"}, "latency, throughput"),
+                          ({"precision": "fp16"}, "f32, bf16")):
+        with pytest.raises(ValueError, match=fragment):
+            KilnOptions.from_mapping({"config": bad})
+    with pytest.raises(ValueError, match="expects a dict"):
+        KilnOptions.from_mapping({"config": 3})
+
+
+def test_config_goes_to_the_compile_request_as_strings():
+    opts = KilnOptions.from_mapping(
+        {"config": {"num_threads": 1, "hint": "Throughput", "precision": "bf16"}})
+    assert opts.config.to_request() == {"num_threads": "1", "hint": "throughput",
+                                        "precision": "bf16"}
+    # Unset keys are not sent: the daemon's defaults apply.
+    assert KilnOptions.from_mapping(None).config.to_request() == {}
+
+
+def test_config_environment_is_overridden_key_by_key(monkeypatch):
+    monkeypatch.setenv("KILN_CONFIG", "num_threads=1, hint=throughput")
+    assert KilnOptions.from_mapping(None).config.to_request() == {
+        "num_threads": "1", "hint": "throughput"}
+    opts = KilnOptions.from_mapping({"config": {"hint": "latency", "precision": "bf16"}})
+    assert opts.config.to_request() == {"num_threads": "1", "hint": "latency",
+                                        "precision": "bf16"}
+    monkeypatch.setenv("KILN_CONFIG", "num_threads")
+    with pytest.raises(ValueError, match="key=value"):
+        KilnOptions.from_mapping(None)

@@ -8,6 +8,8 @@
 
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <thread>
 
 #include <grpcpp/grpcpp.h>
 
@@ -74,11 +76,13 @@ class KilnServiceTest : public ::testing::Test {
     return resp.region_id();
   }
   grpc::Status Compile(const kiln::v1::Graph& graph, kiln::v1::CompileResponse* resp,
-                       const std::string& session = "") {
+                       const std::string& session = "",
+                       const std::map<std::string, std::string>& options = {}) {
     grpc::ClientContext ctx;
     kiln::v1::CompileRequest req;
     req.set_session_id(session.empty() ? session_ : session);
     *req.mutable_graph() = graph;
+    for (const auto& [k, v] : options) (*req.mutable_options())[k] = v;
     req.set_model_caching(true);
     return stub_->Compile(&ctx, req, resp);
   }
@@ -103,12 +107,12 @@ class KilnServiceTest : public ::testing::Test {
     kiln::v1::ExecuteResponse resp;
     return stub_->Execute(&ctx, req, &resp);
   }
-  uint64_t CompileRelu(int n) {
+  uint64_t CompileRelu(int n, const std::map<std::string, std::string>& options = {}) {
     GraphBuilder b;
     int x = b.Input({n});
     b.Output(b.Call("aten.relu.default", {Ref(x)}));
     kiln::v1::CompileResponse resp;
-    grpc::Status s = Compile(b.graph(), &resp);
+    grpc::Status s = Compile(b.graph(), &resp, "", options);
     EXPECT_TRUE(s.ok()) << s.error_message();
     return resp.handle();
   }
@@ -211,6 +215,66 @@ TEST_F(KilnServiceTest, SecondCompileOfTheSameGraphIsACacheHit) {
   kiln::v1::CompileResponse resp;
   ASSERT_TRUE(Compile(b.graph(), &resp).ok());
   EXPECT_TRUE(resp.cache_hit());
+}
+
+TEST_F(KilnServiceTest, CompileOptionsAreAppliedAndPartOfTheKey) {
+  GraphBuilder b;
+  int x = b.Input({16});
+  b.Output(b.Call("aten.relu.default", {Ref(x)}));
+  kiln::v1::CompileResponse plain, tuned;
+  ASSERT_TRUE(Compile(b.graph(), &plain).ok());
+  grpc::Status s = Compile(b.graph(), &tuned, "",
+                           {{"num_threads", "1"}, {"hint", "throughput"}, {"precision", "bf16"}});
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_NE(plain.graph_key(), tuned.graph_key());
+  EXPECT_FALSE(tuned.cache_hit());
+  ExpectReluWorks(tuned.handle());
+}
+
+TEST_F(KilnServiceTest, BadCompileOptionIsInvalidArgumentNamingIt) {
+  GraphBuilder b;
+  int x = b.Input({16});
+  b.Output(b.Call("aten.relu.default", {Ref(x)}));
+  kiln::v1::CompileResponse resp;
+  grpc::Status s = Compile(b.graph(), &resp, "", {{"hint", "fastest"}});
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("hint"), std::string::npos) << s.error_message();
+  EXPECT_NE(s.error_message().find("latency, throughput"), std::string::npos);
+  s = Compile(b.graph(), &resp, "", {{"threads", "2"}});
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("num_threads, hint, precision"), std::string::npos);
+  ExpectReluWorks(CompileRelu(16));
+}
+
+// Executions run off gRPC's threads; many at once from several clients
+// must each finish with their own results.
+TEST_F(KilnServiceTest, ConcurrentExecutesAllFinishWithTheirOwnResults) {
+  const uint64_t latency = CompileRelu(16);
+  const uint64_t throughput = CompileRelu(16, {{"hint", "throughput"}});
+  std::vector<std::thread> clients;
+  std::atomic<int> failures{0};
+  for (int c = 0; c < 4; ++c) {
+    clients.emplace_back([&, c] {
+      // Each client its own slice of the region: inputs at 8 KiB * c.
+      const uint64_t in_off = 8192 * (c + 1), out_off = in_off + 4096;
+      float* in = reinterpret_cast<float*>(base_ + in_off);
+      float* out = reinterpret_cast<float*>(base_ + out_off);
+      for (int iter = 0; iter < 50; ++iter) {
+        for (int i = 0; i < 16; ++i) in[i] = static_cast<float>((i + iter + c) % 7 - 3);
+        grpc::Status s = Execute(c % 2 ? latency : throughput, Desc(in_off, {16}),
+                                 Desc(out_off, {16}));
+        if (!s.ok()) {
+          failures++;
+          continue;
+        }
+        for (int i = 0; i < 16; ++i) {
+          if (out[i] != std::max(0.f, in[i])) failures++;
+        }
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(failures.load(), 0);
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
 // Tests aten.bmm.default against a double-precision batched matmul.
+#include "runtime/kernels/onednn_util.h"
 #include "tests/runtime/kernels/kernel_test_util.h"
 
 namespace kiln::runtime::testing {
@@ -54,6 +55,33 @@ TEST(BmmTest, BmmRejectsNon3dInputs) {
   t.SetArgs({t.Input(F32({3, 4}), RandomFloats(12, 1)),
              t.Input(F32({4, 5}), RandomFloats(20, 2))});
   EXPECT_TRUE(IsInvalidArgument(t.Prepare(), "3-D"));
+}
+
+TEST(BmmTest, Bf16PrecisionIsWithinBf16ToleranceButNotF32Exact) {
+  CompileOptions bf16;
+  bf16.precision = Precision::kBf16;
+  if (ComputeType(bf16) != dnnl::memory::data_type::bf16) {
+    GTEST_SKIP() << "this CPU has no native bf16 dot products; bf16 runs in f32";
+  }
+  const int64_t b = 4, m = 8, k = 64, n = 16;
+  const auto x = RandomFloats(b * m * k, 31);
+  const auto w = RandomFloats(b * k * n, 32);
+  auto run = [&](const CompileOptions& options) {
+    OpTester t("aten.bmm.default");
+    t.SetOptions(options);
+    t.SetArgs({t.Input(F32({b, m, k}), x), t.Input(F32({b, k, n}), w)});
+    EXPECT_TRUE(t.Prepare().ok());
+    EXPECT_TRUE(t.Run().ok());
+    return t.OutputF32(0);
+  };
+  const std::vector<float> f32 = run(CompileOptions()), lowp = run(bf16);
+  double err = 0, scale = 0;
+  for (size_t i = 0; i < f32.size(); ++i) {
+    err = std::max(err, static_cast<double>(std::abs(lowp[i] - f32[i])));
+    scale = std::max(scale, static_cast<double>(std::abs(f32[i])));
+  }
+  EXPECT_LT(err / scale, 1e-2);
+  EXPECT_GT(err / scale, 1e-4);
 }
 
 }  // namespace

@@ -139,6 +139,8 @@ class OpTester {
     kwargs_.push_back(NamedArg{std::move(name), std::move(a)});
   }
   void SetArgs(std::vector<Arg> args) { args_ = std::move(args); }
+  // Compile options prepare sees (default: f32, latency).
+  void SetOptions(const CompileOptions& options) { options_ = options; }
 
   // Builds the graph and calls the op's prepare function.
   absl::Status Prepare() {
@@ -163,7 +165,7 @@ class OpTester {
     graph_.nodes.push_back(std::move(op));
     constant_data.push_back(nullptr);
     Node& node = graph_.nodes.back();
-    NodeArgs node_args(graph_, node, constant_data);
+    NodeArgs node_args(graph_, node, constant_data, /*shape_only=*/false, options_);
     absl::StatusOr<PreparedOp> prepared = AllOps()[index].prepare(node_args);
     if (!prepared.ok()) return prepared.status();
     if (prepared->kernel == nullptr) {
@@ -257,6 +259,7 @@ class OpTester {
   int num_inputs_ = 0;
   std::vector<Arg> args_;
   std::vector<NamedArg> kwargs_;
+  CompileOptions options_;
   Graph graph_;
   std::vector<TensorMeta> outputs_meta_;
   std::unique_ptr<Kernel> kernel_;

@@ -1,6 +1,7 @@
 // Tests aten.mm, aten.addmm and aten.linear against double-precision
 // matrix products computed here, with constant (prepacked) and computed
 // right-hand matrices.
+#include "runtime/kernels/onednn_util.h"
 #include "tests/runtime/kernels/kernel_test_util.h"
 
 namespace kiln::runtime::testing {
@@ -210,6 +211,97 @@ TEST(LinearTest, LinearRejectsScalarInput) {
   t.AddArg(t.Input(F32({}), RandomFloats(1, 1)));
   t.AddArg(t.Constant(F32({4, 1}), RandomFloats(4, 2)));
   EXPECT_TRUE(IsInvalidArgument(t.Prepare(), "rank >= 1"));
+}
+
+// ---- precision bf16 ----
+
+// max|actual - expected| / max|expected|.
+double RelativeError(const std::vector<float>& actual, const std::vector<double>& expected) {
+  double err = 0, scale = 0;
+  for (size_t i = 0; i < actual.size(); ++i) {
+    err = std::max(err, std::abs(actual[i] - expected[i]));
+    scale = std::max(scale, std::abs(expected[i]));
+  }
+  return err / scale;
+}
+
+CompileOptions Bf16() {
+  CompileOptions o;
+  o.precision = Precision::kBf16;
+  return o;
+}
+
+// bf16 keeps 8 significant bits: products of K values in [-1, 1] come out
+// about 1e-3 off relative to the result's scale; f32 is ~1e-7 off.
+constexpr double kBf16RelTol = 1e-2;
+constexpr double kF32RelTol = 1e-5;
+
+struct Bf16Case {
+  const char* name;
+  bool constant_b;
+  bool linear;  // aten.linear with bias, else aten.mm
+};
+
+class MatmulBf16Test : public ::testing::TestWithParam<Bf16Case> {};
+
+TEST_P(MatmulBf16Test, Bf16DiffersFromF32ByBf16SizedError) {
+  if (ComputeType(Bf16()) != dnnl::memory::data_type::bf16) {
+    GTEST_SKIP() << "this CPU has no native bf16 dot products; bf16 runs in f32";
+  }
+  const Bf16Case& c = GetParam();
+  const int64_t m = 16, k = 256, n = 64;
+  const auto a = RandomFloats(m * k, 11);
+  const auto b = RandomFloats(k * n, 12);  // [K, N] for mm, [N, K] for linear
+  const auto bias = RandomFloats(n, 13);
+  std::vector<double> expected = ReferenceMm(m, k, n, a, b, /*b_is_nk=*/c.linear);
+  if (c.linear) {
+    for (int64_t i = 0; i < m * n; ++i) expected[i] += bias[i % n];
+  }
+  auto run = [&](const CompileOptions& options) -> std::vector<float> {
+    OpTester t(c.linear ? "aten.linear.default" : "aten.mm.default");
+    t.SetOptions(options);
+    const TensorMeta b_meta = c.linear ? F32({n, k}) : F32({k, n});
+    t.AddArg(t.Input(F32({m, k}), a));
+    t.AddArg(c.constant_b ? t.Constant(b_meta, b) : t.Input(b_meta, b));
+    if (c.linear) t.AddArg(t.Constant(F32({n}), bias));
+    absl::Status prepared = t.Prepare();
+    EXPECT_TRUE(prepared.ok()) << prepared;
+    EXPECT_TRUE(t.Run().ok());
+    return t.OutputF32(0);
+  };
+  const std::vector<float> f32 = run(CompileOptions());
+  const std::vector<float> bf16 = run(Bf16());
+  EXPECT_LT(RelativeError(f32, expected), kF32RelTol);
+  const double bf16_error = RelativeError(bf16, expected);
+  EXPECT_LT(bf16_error, kBf16RelTol);
+  // Not silently f32: the rounding of the operands must show.
+  EXPECT_GT(bf16_error, 10 * kF32RelTol);
+  EXPECT_NE(f32, bf16);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Operands, MatmulBf16Test,
+    ::testing::Values(Bf16Case{"mm_constant_b", true, false},
+                      Bf16Case{"mm_computed_b", false, false},
+                      Bf16Case{"linear_constant_weight", true, true},
+                      Bf16Case{"linear_computed_weight", false, true}),
+    [](const ::testing::TestParamInfo<Bf16Case>& info) { return info.param.name; });
+
+TEST(MatmulBf16Test, F32OptionsGiveTheDefaultKernel) {
+  // The options' default is f32: bit-identical to a prepare without options.
+  const auto a = RandomFloats(8 * 32, 21);
+  const auto b = RandomFloats(32 * 8, 22);
+  std::vector<float> outs[2];
+  for (int i = 0; i < 2; ++i) {
+    OpTester t("aten.mm.default");
+    if (i == 1) t.SetOptions(CompileOptions());
+    t.AddArg(t.Input(F32({8, 32}), a));
+    t.AddArg(t.Constant(F32({32, 8}), b));
+    ASSERT_TRUE(t.Prepare().ok());
+    ASSERT_TRUE(t.Run().ok());
+    outs[i] = t.OutputF32(0);
+  }
+  EXPECT_EQ(outs[0], outs[1]);
 }
 
 }  // namespace

@@ -1,0 +1,71 @@
+// Parsing and printing of CompileOptions (see compile_options.h).
+#include "runtime/ir/compile_options.h"
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace kiln::runtime {
+namespace {
+
+constexpr const char* kValidKeys = "num_threads, hint, precision, layout";
+
+absl::Status BadValue(const std::string& key, const std::string& value,
+                      const std::string& valid) {
+  return absl::InvalidArgumentError(absl::StrCat("compile option ", key, "='", value,
+                                                 "' is invalid; valid values: ", valid));
+}
+
+}  // namespace
+
+absl::StatusOr<CompileOptions> ParseCompileOptions(
+    const std::map<std::string, std::string>& options) {
+  CompileOptions parsed;
+  for (const auto& [key, value] : options) {
+    if (key == "num_threads") {
+      int n = 0;
+      if (!absl::SimpleAtoi(value, &n) || n < 1 || n > kMaxNumThreads) {
+        return BadValue(key, value, absl::StrCat("an integer from 1 to ", kMaxNumThreads));
+      }
+      parsed.num_threads = n;
+    } else if (key == "hint") {
+      if (value == "latency") {
+        parsed.hint = ExecutionHint::kLatency;
+      } else if (value == "throughput") {
+        parsed.hint = ExecutionHint::kThroughput;
+      } else {
+        return BadValue(key, value, "latency, throughput");
+      }
+    } else if (key == "precision") {
+      if (value == "f32") {
+        parsed.precision = Precision::kF32;
+      } else if (value == "bf16") {
+        parsed.precision = Precision::kBf16;
+      } else {
+        return BadValue(key, value, "f32, bf16");
+      }
+    } else if (key == "layout") {
+      if (value == "auto") {
+        parsed.channels_last = true;
+      } else if (value == "nchw") {
+        parsed.channels_last = false;
+      } else {
+        return BadValue(key, value, "auto, nchw");
+      }
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown compile option '", key, "'; valid options: ", kValidKeys));
+    }
+  }
+  return parsed;
+}
+
+std::string CompileOptionsString(const CompileOptions& options) {
+  return absl::StrCat(
+      "num_threads=",
+      options.num_threads == 0 ? std::string("default") : absl::StrCat(options.num_threads),
+      " hint=", options.hint == ExecutionHint::kLatency ? "latency" : "throughput",
+      " precision=", options.precision == Precision::kF32 ? "f32" : "bf16",
+      " layout=", options.channels_last ? "auto" : "nchw");
+}
+
+}  // namespace kiln::runtime

@@ -1,0 +1,65 @@
+// How a graph is compiled and run: the runtime config a client passes as
+// torch.compile(m, backend="kiln", options={"config": {...}}), which arrives
+// as CompileRequest.options. The raw map is part of the cache key, so graphs
+// compiled with different options never share an entry.
+//
+// It lives beside the IR because the graph carries it (Graph::options, like
+// XLA's HloModuleConfig): prepare functions, passes and the executor all
+// see the options of the graph they work on.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace kiln::runtime {
+
+enum class ExecutionHint {
+  // One execute may use every thread of the graph's arena.
+  kLatency,
+  // Each execute runs on one thread, so concurrent executes (several
+  // clients) run side by side instead of splitting the same threads.
+  kThroughput,
+};
+
+enum class Precision {
+  kF32,
+  // Convolutions and matrix products compute in bf16 (f32 accumulation);
+  // every tensor at a node's boundary stays f32.
+  kBf16,
+};
+
+// Upper bound for num_threads: far above any core count this runs on, low
+// enough that a typo cannot ask oneTBB for a million-slot arena.
+inline constexpr int kMaxNumThreads = 256;
+
+struct CompileOptions {
+  // Threads of the arena the graph runs in; 0: the daemon's --threads.
+  int num_threads = 0;
+  ExecutionHint hint = ExecutionHint::kLatency;
+  Precision precision = Precision::kF32;
+  // Layout propagation (passes/channels_last.cc): activations between
+  // convolutions stay channels-last. Off ("layout=nchw") runs every op in
+  // NCHW, for comparisons.
+  bool channels_last = true;
+
+  bool operator==(const CompileOptions& o) const {
+    return num_threads == o.num_threads && hint == o.hint && precision == o.precision &&
+           channels_last == o.channels_last;
+  }
+  bool operator!=(const CompileOptions& o) const { return !(*this == o); }
+};
+
+// Parses CompileRequest.options. Keys: num_threads (1..kMaxNumThreads),
+// hint (latency | throughput), precision (f32 | bf16), layout (auto |
+// nchw); absent keys keep
+// their defaults. INVALID_ARGUMENT naming the key and the valid values for
+// an unknown key or a bad value.
+absl::StatusOr<CompileOptions> ParseCompileOptions(
+    const std::map<std::string, std::string>& options);
+
+// "num_threads=1 hint=throughput precision=bf16" (num_threads=default for 0).
+std::string CompileOptionsString(const CompileOptions& options);
+
+}  // namespace kiln::runtime

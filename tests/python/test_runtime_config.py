@@ -1,0 +1,81 @@
+"""options={"config": {...}}: validated, sent to the daemon, and applied there."""
+from __future__ import annotations
+
+import glob
+import os
+
+import pytest
+import torch
+from torch import nn
+
+from kiln import backend
+
+# bf16 keeps 8 significant bits: a few layers of 256-wide products land
+# about 1e-3 off (relative to the output's scale); allow 3e-2.
+BF16_TOLERANCE = 3e-2
+
+
+def _mlp() -> tuple[nn.Module, torch.Tensor]:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 256), nn.GELU(),
+                          nn.Linear(256, 64)).eval()
+    return model, torch.randn(8, 256)
+
+
+def _relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
+    return ((got - want).abs().max() / want.abs().max()).item()
+
+
+def _run(model: nn.Module, x: torch.Tensor, config: dict | None) -> torch.Tensor:
+    torch._dynamo.reset()
+    options = {"config": config} if config is not None else None
+    compiled = torch.compile(model, backend="kiln", options=options)
+    with torch.no_grad():
+        return compiled(x)
+
+
+def test_bf16_precision_is_within_bf16_tolerance_of_eager(daemon_up):
+    model, x = _mlp()
+    with torch.no_grad():
+        want = model(x)
+    got = _run(model, x, {"precision": "bf16"})
+    s = backend.stats()
+    assert s.nodes_in_eager == 0 and s.fallback_partitions == 0, s
+    assert _relative_error(got, want) <= BF16_TOLERANCE
+
+
+def test_bf16_precision_changes_the_result(daemon_up):
+    model, x = _mlp()
+    f32 = _run(model, x, None)
+    bf16 = _run(model, x, {"precision": "bf16"})
+    assert not torch.equal(f32, bf16)
+    assert _relative_error(bf16, f32) <= BF16_TOLERANCE
+
+
+def test_threads_and_hint_give_the_same_result(daemon_up):
+    model, x = _mlp()
+    with torch.no_grad():
+        want = model(x)
+    for config in ({"num_threads": 1}, {"hint": "throughput"},
+                   {"num_threads": 2, "hint": "latency"}):
+        got = _run(model, x, config)
+        assert _relative_error(got, want) <= 1e-5, config
+
+
+def test_config_reaches_the_daemon(daemon_up, tmp_path, monkeypatch):
+    monkeypatch.setenv("KILN_DUMP", str(tmp_path))
+    monkeypatch.setenv("KILN_CONFIG", "num_threads=1,precision=bf16")
+    model, x = _mlp()
+    _run(model, x, {"hint": "throughput"})
+    dumps = glob.glob(os.path.join(tmp_path, "*.txt"))
+    assert dumps
+    header = open(dumps[0]).readline()
+    assert "num_threads=1 hint=throughput precision=bf16" in header, header
+
+
+def test_bad_config_is_an_error_listing_valid_keys(daemon_up):
+    model, x = _mlp()
+    compiled = torch.compile(model, backend="kiln", options={"config": {"hint": "fastest"}})
+    with pytest.raises(Exception) as info, torch.no_grad():
+        compiled(x)
+    assert "latency, throughput" in str(info.value)

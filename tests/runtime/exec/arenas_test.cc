@@ -1,0 +1,115 @@
+// Task arenas: their concurrency is what code (oneDNN included) inside them
+// sees, private arenas never make callers wait for one another, and a
+// oneDNN primitive run in a one-thread arena uses no other thread.
+#include "runtime/exec/arenas.h"
+
+#include <dirent.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <fstream>
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "tests/runtime/kernels/kernel_test_util.h"
+
+namespace kiln::runtime {
+namespace {
+
+TEST(Arenas, CodeInsideSeesTheArenasConcurrency) {
+  int inside = 0;
+  RunInArena(1, /*shared=*/false, [&] { inside = CurrentArenaConcurrency(); });
+  EXPECT_EQ(inside, 1);
+  RunInArena(3, /*shared=*/true, [&] { inside = CurrentArenaConcurrency(); });
+  EXPECT_EQ(inside, 3);
+}
+
+// Both callers must be inside at the same time; in one shared arena of one
+// thread the second would wait for the first, which waits for the second.
+TEST(Arenas, PrivateArenasLetCallersRunSideBySide) {
+  std::atomic<int> entered{0};
+  std::atomic<bool> both{true};
+  auto body = [&] {
+    RunInArena(1, /*shared=*/false, [&] {
+      entered++;
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (entered.load() < 2) {
+        if (std::chrono::steady_clock::now() > deadline) {
+          both = false;
+          return;
+        }
+        std::this_thread::yield();
+      }
+    });
+  };
+  std::thread a(body), b(body);
+  a.join();
+  b.join();
+  EXPECT_TRUE(both.load());
+}
+
+// Nanoseconds every thread of this process has run, by thread id.
+std::map<int, int64_t> ThreadRunNs() {
+  std::map<int, int64_t> out;
+  DIR* dir = opendir("/proc/self/task");
+  if (dir == nullptr) return out;
+  while (dirent* e = readdir(dir)) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream f(std::string("/proc/self/task/") + e->d_name + "/schedstat");
+    int64_t ns = 0;
+    if (f >> ns) out[std::atoi(e->d_name)] = ns;
+  }
+  closedir(dir);
+  return out;
+}
+
+// CPU time other threads than the caller spent while fn ran, as a fraction
+// of the caller's own.
+double OtherThreadsShare(const std::function<void()>& fn) {
+  const int self = static_cast<int>(syscall(SYS_gettid));
+  const auto before = ThreadRunNs();
+  fn();
+  const auto after = ThreadRunNs();
+  int64_t mine = 0, others = 0;
+  for (const auto& [tid, ns] : after) {
+    auto it = before.find(tid);
+    const int64_t delta = ns - (it == before.end() ? 0 : it->second);
+    (tid == self ? mine : others) += delta;
+  }
+  return mine > 0 ? static_cast<double>(others) / mine : 0.0;
+}
+
+TEST(Arenas, OneDnnUsesOnlyTheThreadsOfTheCallersArena) {
+  if (std::thread::hardware_concurrency() < 2) GTEST_SKIP() << "needs 2 cores";
+  if (ThreadRunNs().empty()) GTEST_SKIP() << "no /proc/self/task/*/schedstat";
+  // ~2 GFLOP per run: tens of milliseconds, long enough to see where it ran.
+  const int64_t n = 1024;
+  testing::OpTester t("aten.mm.default");
+  t.AddArg(t.Input(testing::F32({n, n}), testing::RandomFloats(n * n, 1)));
+  t.AddArg(t.Constant(testing::F32({n, n}), testing::RandomFloats(n * n, 2)));
+  // Built outside any arena: oneDNN splits the work for every core, which
+  // a one-thread arena must still run on its one thread.
+  ASSERT_TRUE(t.Prepare().ok());
+  ASSERT_TRUE(t.Run().ok());  // warm up
+  auto runs = [&] {
+    for (int i = 0; i < 5; ++i) ASSERT_TRUE(t.Run().ok());
+  };
+  // Other threads of the process (idle oneTBB workers, say) may run a
+  // little now and then: the best of three tries counts. A primitive that
+  // used the machine's threads would show in every try.
+  double alone = 1.0, shared = 0.0;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    alone = std::min(alone, OtherThreadsShare([&] { RunInArena(1, /*shared=*/false, runs); }));
+    // The same measurement does see the second thread of a two-thread
+    // arena (unless the other core was busy elsewhere the whole time).
+    shared = std::max(shared, OtherThreadsShare([&] { RunInArena(2, /*shared=*/true, runs); }));
+  }
+  EXPECT_LT(alone, 0.05) << "other threads ran while the caller's arena had one thread";
+  EXPECT_GT(shared, 0.2) << "a two-thread arena used only the caller";
+}
+
+}  // namespace
+}  // namespace kiln::runtime

@@ -1,0 +1,56 @@
+// CompileOptions parsing: every key, defaults, and INVALID_ARGUMENT naming
+// the key and the valid values for anything else.
+#include "runtime/ir/compile_options.h"
+
+#include "gtest/gtest.h"
+
+namespace kiln::runtime {
+namespace {
+
+TEST(CompileOptions, EmptyMapGivesDefaults) {
+  auto o = ParseCompileOptions({});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(*o, CompileOptions());
+  EXPECT_EQ(o->num_threads, 0);
+  EXPECT_EQ(o->hint, ExecutionHint::kLatency);
+  EXPECT_EQ(o->precision, Precision::kF32);
+}
+
+TEST(CompileOptions, ParsesEveryKey) {
+  auto o = ParseCompileOptions(
+      {{"num_threads", "3"}, {"hint", "throughput"}, {"precision", "bf16"}, {"layout", "nchw"}});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->num_threads, 3);
+  EXPECT_EQ(o->hint, ExecutionHint::kThroughput);
+  EXPECT_EQ(o->precision, Precision::kBf16);
+  EXPECT_FALSE(o->channels_last);
+  EXPECT_EQ(CompileOptionsString(*o), "num_threads=3 hint=throughput precision=bf16 layout=nchw");
+  EXPECT_EQ(CompileOptionsString(CompileOptions()),
+            "num_threads=default hint=latency precision=f32 layout=auto");
+}
+
+void ExpectInvalid(const std::map<std::string, std::string>& options, const std::string& fragment) {
+  auto o = ParseCompileOptions(options);
+  ASSERT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument) << o.status();
+  EXPECT_NE(std::string(o.status().message()).find(fragment), std::string::npos)
+      << o.status().message();
+}
+
+TEST(CompileOptions, RejectsUnknownKeyListingValidOnes) {
+  ExpectInvalid({{"threads", "2"}}, "valid options: num_threads, hint, precision");
+}
+
+TEST(CompileOptions, RejectsBadNumThreads) {
+  for (const char* bad : {"0", "-1", "257", "two", "", "1.5"}) {
+    ExpectInvalid({{"num_threads", bad}}, "an integer from 1 to 256");
+  }
+}
+
+TEST(CompileOptions, RejectsBadHintAndPrecision) {
+  ExpectInvalid({{"hint", "fast"}}, "latency, throughput");
+  ExpectInvalid({{"precision", "fp16"}}, "f32, bf16");
+  ExpectInvalid({{"precision", "BF16"}}, "f32, bf16");  // the client normalises case
+}
+
+}  // namespace
+}  // namespace kiln::runtime
