@@ -141,7 +141,11 @@ std::vector<std::vector<bool>> WantsChannelsLast(const Graph& g) {
     } else if (node.target == "aten.permute.default" && IsToNhwc(node)) {
       // permute(x, [0, 2, 3, 1]) of a channels-last x is free.
       mark(node.args[0]);
-    } else if (FollowsLayout(node.target) && !node.outputs.empty() && wants[i][0]) {
+    } else if (FollowsLayout(node.target) && !node.outputs.empty() &&
+               (wants[i][0] || (node.outputs[0].rank() == 4 &&
+                                LayoutAmbiguous(node.outputs[0].shape)))) {
+      // (A global pool's [N, C, 1, 1] output reads the same in both
+      // layouts, so computing it from a channels-last input is free.)
       for (const ValueRef& r : TensorInputsOf(node)) wants[r.node][r.output] = true;
     }
   }
