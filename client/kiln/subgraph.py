@@ -219,7 +219,7 @@ class KilnSubgraph(torch.nn.Module):
         for val, off in zip(ser.output_vals, out_offsets):
             # A fresh tensor with eager's strides: never aliases the arena.
             out = torch.empty_strided(tuple(val.shape), tuple(val.stride()), dtype=val.dtype)
-            out.copy_(region.view(off, val.dtype, val.shape))
+            shm.copy_tensor(out, region.view(off, val.dtype, val.shape))
             outputs.append(out)
         return outputs[0] if ser.single_output else tuple(outputs)
 
