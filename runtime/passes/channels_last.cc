@@ -191,8 +191,6 @@ class Rewriter {
     return absl::OkStatus();
   }
 
-  int conversions() const { return conversions_; }
-
  private:
   const TensorMeta& Meta(ValueRef old) const { return old_.MetaOf(old); }
 
@@ -226,7 +224,6 @@ class Rewriter {
     std::vector<int64_t> shape;
     for (int64_t d : dims) shape.push_back(meta.shape[d]);
     meta.shape = shape;
-    ++conversions_;
     return EmitOp("aten.permute.default", permute_index_, name, {TensorArg(v), IntListArg(dims)},
                   meta);
   }
@@ -441,15 +438,6 @@ class Rewriter {
 
   bool RewriteElementwise(int i) {
     Node n = old_.nodes[i];
-    bool ok = true;
-    auto map = [&](ValueRef r) -> ValueRef {
-      std::optional<ValueRef> v = BroadcastOperand(r);
-      if (!v) {
-        ok = false;
-        return r;
-      }
-      return *v;
-    };
     // Full-size plain operands would need a copy: then the op stays plain.
     for (const ValueRef& r : TensorInputsOf(n)) {
       const TensorMeta& m = Meta(r);
@@ -459,9 +447,10 @@ class Rewriter {
         return false;
       }
     }
+    // Every operand passed the check, so each has a channels-last form.
+    auto map = [&](ValueRef r) { return *BroadcastOperand(r); };
     for (Arg& a : n.args) MapArg(a, map);
     for (NamedArg& a : n.kwargs) MapArg(a.value, map);
-    if (!ok) return false;  // unreachable after the check above
     n.outputs[0].shape = PhysicalShape(n.outputs[0].shape);
     cl_[i][0] = Emit(std::move(n));
     return true;
@@ -549,7 +538,6 @@ class Rewriter {
   std::vector<const void*> constant_data_;
   // Per old value: its new reference in plain / channels-last order.
   std::vector<std::vector<std::optional<ValueRef>>> plain_, cl_;
-  int conversions_ = 0;
 };
 
 }  // namespace

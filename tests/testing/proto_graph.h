@@ -37,6 +37,24 @@ inline kiln::v1::Argument Int(int64_t v) {
   return a;
 }
 
+inline kiln::v1::Argument Bool(bool b) {
+  kiln::v1::Argument a;
+  a.set_bool_value(b);
+  return a;
+}
+
+inline kiln::v1::Argument Float(double f) {
+  kiln::v1::Argument a;
+  a.set_float_value(f);
+  return a;
+}
+
+inline kiln::v1::Argument None() {
+  kiln::v1::Argument a;
+  a.mutable_none();
+  return a;
+}
+
 inline kiln::v1::Argument IntList(const std::vector<int64_t>& v) {
   kiln::v1::Argument a;
   auto* list = a.mutable_list();

@@ -17,26 +17,14 @@
 namespace kiln::runtime {
 namespace {
 
+using kiln::testing::Bool;
+using kiln::testing::Float;
 using kiln::testing::GraphBuilder;
+using kiln::testing::None;
 using kiln::testing::Int;
 using kiln::testing::IntList;
 using kiln::testing::Ref;
 
-kiln::v1::Argument Bool(bool b) {
-  kiln::v1::Argument a;
-  a.set_bool_value(b);
-  return a;
-}
-kiln::v1::Argument Float(double f) {
-  kiln::v1::Argument a;
-  a.set_float_value(f);
-  return a;
-}
-kiln::v1::Argument None() {
-  kiln::v1::Argument a;
-  a.mutable_none();
-  return a;
-}
 kiln::v1::Argument Tensors(const std::vector<int>& nodes) {
   kiln::v1::Argument a;
   for (int n : nodes) *a.mutable_list()->add_items() = Ref(n);

@@ -19,22 +19,15 @@
 namespace kiln::runtime {
 namespace {
 
+using kiln::testing::Bool;
+using kiln::testing::Float;
 using kiln::testing::GraphBuilder;
+using kiln::testing::None;
 using kiln::testing::Ref;
 
-kiln::v1::Argument Float(double f) {
-  kiln::v1::Argument a;
-  a.set_float_value(f);
-  return a;
-}
 kiln::v1::Argument String(const std::string& s) {
   kiln::v1::Argument a;
   a.set_str_value(s);
-  return a;
-}
-kiln::v1::Argument None() {
-  kiln::v1::Argument a;
-  a.mutable_none();
   return a;
 }
 void Kwarg(GraphBuilder& b, int node, const std::string& name, const kiln::v1::Argument& value) {

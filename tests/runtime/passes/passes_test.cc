@@ -17,25 +17,13 @@
 namespace kiln::runtime {
 namespace {
 
+using kiln::testing::Bool;
+using kiln::testing::Float;
 using kiln::testing::GraphBuilder;
+using kiln::testing::None;
 using kiln::testing::IntList;
 using kiln::testing::Ref;
 
-kiln::v1::Argument Bool(bool b) {
-  kiln::v1::Argument a;
-  a.set_bool_value(b);
-  return a;
-}
-kiln::v1::Argument Float(double f) {
-  kiln::v1::Argument a;
-  a.set_float_value(f);
-  return a;
-}
-kiln::v1::Argument None() {
-  kiln::v1::Argument a;
-  a.mutable_none();
-  return a;
-}
 
 std::vector<float> Random(size_t n, float lo, float hi, int seed) {
   std::mt19937 rng(seed);
