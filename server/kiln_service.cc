@@ -11,6 +11,7 @@
 #include "runtime/ops/registry.h"
 #include "runtime/util/cpu_features.h"
 #include "runtime/util/status_macros.h"
+#include "server/call_channel_layout.h"
 #include "server/status_map.h"
 #include "spdlog/spdlog.h"
 
@@ -24,38 +25,49 @@ grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx, const absl::Sta
   return reactor;
 }
 
-// Resolves a descriptor against the session's regions: it must name one of
-// them, lie inside it, hold `meta` exactly (dense, contiguous) and be aligned
-// for the element type. With `keep`, the region is added to it, so the
-// mapping outlives a concurrent UnregisterRegion while it is in use.
+// Resolves bytes [offset, offset + byte_size) of one of the session's
+// regions as a tensor of `expected` (dense, contiguous): the span must lie
+// inside the region, hold the tensor and be aligned for its element type.
+// With `keep`, the region is added to it, so the mapping outlives a
+// concurrent UnregisterRegion while it is in use.
+absl::StatusOr<uint8_t*> ResolveSlot(const Session& session, const TensorSlot& slot,
+                                     const runtime::TensorMeta& expected, const std::string& what,
+                                     std::vector<std::shared_ptr<ShmRegion>>* keep = nullptr) {
+  auto fail = [&](const std::string& msg) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", msg));
+  };
+  const uint64_t needed = static_cast<uint64_t>(expected.ByteSize());
+  if (slot.byte_size < needed) {
+    return fail(absl::StrCat("descriptor holds ", slot.byte_size, " bytes, the tensor ",
+                             expected.ToString(), " needs ", needed));
+  }
+  if (slot.offset % runtime::ElementSize(expected.dtype) != 0) {
+    return fail(absl::StrCat("offset ", slot.offset, " is not aligned to the element size"));
+  }
+  auto region = session.Region(slot.region_id);
+  if (!region.ok()) return fail(std::string(region.status().message()));
+  auto ptr = (*region)->Resolve(slot.offset, slot.byte_size);
+  if (!ptr.ok()) return fail(std::string(ptr.status().message()));
+  if (keep != nullptr) keep->push_back(*std::move(region));
+  return *ptr;
+}
+
+// A wire descriptor: its meta must be `expected` exactly, then as ResolveSlot.
 absl::StatusOr<uint8_t*> ResolveDescriptor(const Session& session,
                                            const kiln::v1::TensorDescriptor& desc,
                                            const runtime::TensorMeta& expected,
                                            const std::string& what,
                                            std::vector<std::shared_ptr<ShmRegion>>* keep = nullptr) {
-  auto fail = [&](const std::string& msg) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": ", msg));
-  };
   auto meta = runtime::MetaFromProto(desc.meta());
-  if (!meta.ok()) return fail(std::string(meta.status().message()));
+  if (!meta.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", meta.status().message()));
+  }
   if (*meta != expected) {
-    return fail(absl::StrCat("tensor is ", meta->ToString(), ", the graph expects ",
-                             expected.ToString()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": tensor is ", meta->ToString(), ", the graph expects ", expected.ToString()));
   }
-  const uint64_t needed = static_cast<uint64_t>(expected.ByteSize());
-  if (desc.byte_size() < needed) {
-    return fail(absl::StrCat("descriptor holds ", desc.byte_size(), " bytes, the tensor needs ",
-                             needed));
-  }
-  if (desc.offset() % runtime::ElementSize(expected.dtype) != 0) {
-    return fail(absl::StrCat("offset ", desc.offset(), " is not aligned to the element size"));
-  }
-  auto region = session.Region(desc.region_id());
-  if (!region.ok()) return fail(std::string(region.status().message()));
-  auto ptr = (*region)->Resolve(desc.offset(), desc.byte_size());
-  if (!ptr.ok()) return fail(std::string(ptr.status().message()));
-  if (keep != nullptr) keep->push_back(*std::move(region));
-  return *ptr;
+  return ResolveSlot(session, TensorSlot{desc.region_id(), desc.offset(), desc.byte_size()},
+                     expected, what, keep);
 }
 
 }  // namespace
@@ -63,7 +75,15 @@ absl::StatusOr<uint8_t*> ResolveDescriptor(const Session& session,
 KilnService::KilnService(std::string cache_dir, int execution_threads)
     : artifacts_(std::move(cache_dir)),
       graphs_(&constants_, &artifacts_),
+      channel_slots_(execution_threads > 0 ? execution_threads : runtime::ConfiguredThreads()),
       executions_(execution_threads > 0 ? execution_threads : runtime::ConfiguredThreads()) {}
+
+KilnService::~KilnService() { Shutdown(); }
+
+void KilnService::Shutdown() {
+  shutting_down_.store(true);
+  sessions_.StopAllChannels();
+}
 
 grpc::ServerUnaryReactor* KilnService::OpenSession(grpc::CallbackServerContext* ctx,
                                                    const kiln::v1::OpenSessionRequest* req,
@@ -190,33 +210,105 @@ struct KilnService::PendingRun {
   std::vector<void*> outputs;
 };
 
-absl::StatusOr<KilnService::PendingRun> KilnService::PrepareExecute(
-    const kiln::v1::ExecuteRequest& req) {
+absl::StatusOr<KilnService::PendingRun> KilnService::PrepareRun(
+    const Session& session, uint64_t handle, absl::Span<const TensorSlot> inputs,
+    absl::Span<const TensorSlot> outputs) {
   PendingRun run;
   run.start = std::chrono::steady_clock::now();
-  KILN_ASSIGN_OR_RETURN(auto session, sessions_.Find(req.session_id()));
-  KILN_ASSIGN_OR_RETURN(run.graph, session->Handle(req.handle()));
+  KILN_ASSIGN_OR_RETURN(run.graph, session.Handle(handle));
   const runtime::CompiledGraph& graph = *run.graph;
-  if (req.inputs_size() != static_cast<int>(graph.input_metas.size()) ||
-      req.outputs_size() != static_cast<int>(graph.output_metas.size())) {
+  if (inputs.size() != graph.input_metas.size() || outputs.size() != graph.output_metas.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "handle ", req.handle(), " takes ", graph.input_metas.size(), " inputs and ",
-        graph.output_metas.size(), " outputs; the request has ", req.inputs_size(), " and ",
-        req.outputs_size()));
+        "handle ", handle, " takes ", graph.input_metas.size(), " inputs and ",
+        graph.output_metas.size(), " outputs; the request has ", inputs.size(), " and ",
+        outputs.size()));
   }
-  for (int i = 0; i < req.inputs_size(); ++i) {
-    KILN_ASSIGN_OR_RETURN(uint8_t * p,
-                          ResolveDescriptor(*session, req.inputs(i), graph.input_metas[i],
-                                            absl::StrCat("input ", i), &run.regions));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    KILN_ASSIGN_OR_RETURN(uint8_t * p, ResolveSlot(session, inputs[i], graph.input_metas[i],
+                                                   absl::StrCat("input ", i), &run.regions));
     run.inputs.push_back(p);
   }
-  for (int i = 0; i < req.outputs_size(); ++i) {
-    KILN_ASSIGN_OR_RETURN(uint8_t * p,
-                          ResolveDescriptor(*session, req.outputs(i), graph.output_metas[i],
-                                            absl::StrCat("output ", i), &run.regions));
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    KILN_ASSIGN_OR_RETURN(uint8_t * p, ResolveSlot(session, outputs[i], graph.output_metas[i],
+                                                   absl::StrCat("output ", i), &run.regions));
     run.outputs.push_back(p);
   }
   return run;
+}
+
+absl::StatusOr<KilnService::PendingRun> KilnService::PrepareExecute(
+    const kiln::v1::ExecuteRequest& req) {
+  KILN_ASSIGN_OR_RETURN(auto session, sessions_.Find(req.session_id()));
+  KILN_ASSIGN_OR_RETURN(auto graph, session->Handle(req.handle()));
+  // The wire descriptors carry metas: check them, then resolve as slots.
+  std::vector<TensorSlot> inputs, outputs;
+  auto check = [&](const auto& descs, const std::vector<runtime::TensorMeta>& metas,
+                   const char* what, std::vector<TensorSlot>* slots) -> absl::Status {
+    for (int i = 0; i < descs.size(); ++i) {
+      if (static_cast<size_t>(i) < metas.size()) {
+        auto p = ResolveDescriptor(*session, descs.Get(i), metas[i], absl::StrCat(what, " ", i));
+        if (!p.ok()) return p.status();
+      }
+      slots->push_back(
+          TensorSlot{descs.Get(i).region_id(), descs.Get(i).offset(), descs.Get(i).byte_size()});
+    }
+    return absl::OkStatus();
+  };
+  if (req.inputs_size() == static_cast<int>(graph->input_metas.size()) &&
+      req.outputs_size() == static_cast<int>(graph->output_metas.size())) {
+    KILN_RETURN_IF_ERROR(check(req.inputs(), graph->input_metas, "input", &inputs));
+    KILN_RETURN_IF_ERROR(check(req.outputs(), graph->output_metas, "output", &outputs));
+  } else {
+    inputs.resize(req.inputs_size());
+    outputs.resize(req.outputs_size());
+  }
+  return PrepareRun(*session, req.handle(), inputs, outputs);
+}
+
+absl::Status KilnService::RunChannelCall(const Session& session, const ChannelCall& call) {
+  absl::StatusOr<PendingRun> run = PrepareRun(session, call.handle, call.inputs, call.outputs);
+  absl::Status s = run.status();
+  if (run.ok()) {
+    ExecutionSlots::Slot slot(&channel_slots_);
+    s = runtime::Execute(*run->graph, run->inputs, run->outputs);
+  }
+  executes_++;
+  channel_calls_++;
+  if (!s.ok()) execute_errors_++;
+  return s;
+}
+
+absl::Status KilnService::DoOpenChannel(const kiln::v1::OpenChannelRequest& req,
+                                        kiln::v1::OpenChannelResponse* resp) {
+  if (shutting_down_.load()) return absl::UnavailableError("kilnd is shutting down");
+  KILN_ASSIGN_OR_RETURN(auto session, sessions_.Find(req.session_id()));
+  KILN_ASSIGN_OR_RETURN(auto block, session->Region(req.region_id()));
+  // The session owns the channel and stops it before it goes away, so the
+  // runner may hold a plain pointer to it.
+  const Session* s = session.get();
+  KILN_ASSIGN_OR_RETURN(
+      auto channel, CallChannel::Start(std::move(block), [this, s](const ChannelCall& call) {
+        return RunChannelCall(*s, call);
+      }));
+  resp->set_max_tensors(channel->slots());
+  resp->set_layout_version(kChannelLayoutVersion);
+  KILN_ASSIGN_OR_RETURN(uint64_t id, session->AddChannel(std::move(channel)));
+  resp->set_channel_id(id);
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* KilnService::OpenChannel(grpc::CallbackServerContext* ctx,
+                                                   const kiln::v1::OpenChannelRequest* req,
+                                                   kiln::v1::OpenChannelResponse* resp) {
+  return Done(ctx, DoOpenChannel(*req, resp));
+}
+
+grpc::ServerUnaryReactor* KilnService::CloseChannel(grpc::CallbackServerContext* ctx,
+                                                    const kiln::v1::CloseChannelRequest* req,
+                                                    kiln::v1::CloseChannelResponse*) {
+  auto session = sessions_.Find(req->session_id());
+  if (!session.ok()) return Done(ctx, session.status());
+  return Done(ctx, (*session)->RemoveChannel(req->channel_id()));
 }
 
 grpc::ServerUnaryReactor* KilnService::Execute(grpc::CallbackServerContext* ctx,
@@ -274,6 +366,8 @@ grpc::ServerUnaryReactor* KilnService::GetStats(grpc::CallbackServerContext* ctx
   resp->set_execute_errors(execute_errors_.load());
   resp->set_live_handles(sessions_.handle_count());
   resp->set_sessions(sessions_.count());
+  resp->set_channels(sessions_.channel_count());
+  resp->set_channel_calls(channel_calls_.load());
   resp->set_constants(constants_.count());
   resp->set_constant_bytes(constants_.bytes());
   resp->set_uptime_s(

@@ -8,6 +8,11 @@
 // call: gRPC has only a few callback threads for every call, and a long run
 // must not hold one. Graphs known to run short (runtime::RunsShort) run on
 // the callback thread itself.
+//
+// The same calls can come through call channels (OpenChannel): shared
+// memory and a futex instead of gRPC, served on the channel's own thread,
+// checked by the same code. Channel executions take one of as many slots
+// as the work queue has threads.
 #pragma once
 
 #include <atomic>
@@ -18,6 +23,7 @@
 #include "cache/constant_store.h"
 #include "kiln/v1/kiln.grpc.pb.h"
 #include "runtime/exec/work_queue.h"
+#include "server/execution_slots.h"
 #include "server/graph_cache.h"
 #include "server/session.h"
 
@@ -62,14 +68,33 @@ class KilnService final : public kiln::v1::Kiln::CallbackService {
   grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* ctx,
                                      const kiln::v1::StatsRequest* req,
                                      kiln::v1::StatsResponse* resp) override;
+  grpc::ServerUnaryReactor* OpenChannel(grpc::CallbackServerContext* ctx,
+                                        const kiln::v1::OpenChannelRequest* req,
+                                        kiln::v1::OpenChannelResponse* resp) override;
+  grpc::ServerUnaryReactor* CloseChannel(grpc::CallbackServerContext* ctx,
+                                         const kiln::v1::CloseChannelRequest* req,
+                                         kiln::v1::CloseChannelResponse* resp) override;
+
+  // Before the gRPC server shuts down: stops every call channel (calls in
+  // progress finish; calls posted later are answered UNAVAILABLE) and
+  // refuses new ones. The destructor does it too.
+  void Shutdown();
+  ~KilnService() override;
 
  private:
   absl::Status DoUpload(const kiln::v1::UploadConstantsRequest& req,
                         kiln::v1::UploadConstantsResponse* resp);
   absl::Status DoCompile(const kiln::v1::CompileRequest& req, kiln::v1::CompileResponse* resp);
+  absl::Status DoOpenChannel(const kiln::v1::OpenChannelRequest& req,
+                             kiln::v1::OpenChannelResponse* resp);
   struct PendingRun;
   // Resolves everything an execution needs, holding it alive for the run.
   absl::StatusOr<PendingRun> PrepareExecute(const kiln::v1::ExecuteRequest& req);
+  absl::StatusOr<PendingRun> PrepareRun(const Session& session, uint64_t handle,
+                                        absl::Span<const TensorSlot> inputs,
+                                        absl::Span<const TensorSlot> outputs);
+  // One call from a channel of `session`, start to finish.
+  absl::Status RunChannelCall(const Session& session, const ChannelCall& call);
 
   const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   SessionRegistry sessions_;
@@ -78,6 +103,9 @@ class KilnService final : public kiln::v1::Kiln::CallbackService {
   GraphCache graphs_;
   std::atomic<uint64_t> executes_{0};
   std::atomic<uint64_t> execute_errors_{0};
+  std::atomic<uint64_t> channel_calls_{0};
+  std::atomic<bool> shutting_down_{false};
+  ExecutionSlots channel_slots_;
   // Last member: destroyed first, running queued executions while
   // everything they use is still alive.
   runtime::WorkQueue executions_;

@@ -90,6 +90,7 @@ int Run(int argc, char** argv) {
   int sig = 0;
   sigwait(&signals, &sig);
   spdlog::info("signal {}: draining in-flight calls and shutting down", sig);
+  service.Shutdown();  // call channels first: their calls are in flight too
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(30));
   server->Wait();
   lock->Release();

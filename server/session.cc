@@ -1,6 +1,7 @@
 #include "server/session.h"
 
 #include <random>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -62,6 +63,49 @@ size_t Session::handle_count() const {
   return handles_.size();
 }
 
+absl::StatusOr<uint64_t> Session::AddChannel(std::unique_ptr<CallChannel> channel) {
+  absl::MutexLock lock(&channels_mu_);
+  if (channels_.size() >= kMaxChannelsPerSession) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "a session may open at most ", kMaxChannelsPerSession, " call channels"));
+  }
+  uint64_t id = next_channel_++;
+  channels_.emplace(id, std::move(channel));
+  return id;
+}
+
+absl::Status Session::RemoveChannel(uint64_t channel_id) {
+  std::unique_ptr<CallChannel> channel;
+  {
+    absl::MutexLock lock(&channels_mu_);
+    auto it = channels_.find(channel_id);
+    if (it == channels_.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("channel ", channel_id, " is not open in this session"));
+    }
+    channel = std::move(it->second);
+    channels_.erase(it);
+  }
+  channel->Stop();
+  return absl::OkStatus();
+}
+
+void Session::StopChannels() {
+  absl::flat_hash_map<uint64_t, std::unique_ptr<CallChannel>> channels;
+  {
+    absl::MutexLock lock(&channels_mu_);
+    channels.swap(channels_);
+  }
+  // All asked first, then joined: each may take a wake interval to notice.
+  for (auto& [id, c] : channels) c->RequestStop();
+  for (auto& [id, c] : channels) c->Join();
+}
+
+size_t Session::channel_count() const {
+  absl::MutexLock lock(&channels_mu_);
+  return channels_.size();
+}
+
 std::shared_ptr<Session> SessionRegistry::Open(int pid, const std::string& client_name) {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
   std::string id = absl::StrFormat("%016x%016x", rng(), rng());
@@ -72,11 +116,28 @@ std::shared_ptr<Session> SessionRegistry::Open(int pid, const std::string& clien
 }
 
 absl::Status SessionRegistry::Close(const std::string& id) {
-  absl::MutexLock lock(&mu_);
-  if (sessions_.erase(id) == 0) {
-    return absl::NotFoundError(absl::StrCat("session ", id, " is not open"));
+  std::shared_ptr<Session> session;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = sessions_.find(id);
+    if (it == sessions_.end()) {
+      return absl::NotFoundError(absl::StrCat("session ", id, " is not open"));
+    }
+    session = std::move(it->second);
+    sessions_.erase(it);
   }
+  // Now, not when the last in-flight call lets go of the session.
+  session->StopChannels();
   return absl::OkStatus();
+}
+
+void SessionRegistry::StopAllChannels() {
+  std::vector<std::shared_ptr<Session>> sessions;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, s] : sessions_) sessions.push_back(s);
+  }
+  for (const auto& s : sessions) s->StopChannels();
 }
 
 absl::StatusOr<std::shared_ptr<Session>> SessionRegistry::Find(const std::string& id) const {
@@ -97,6 +158,13 @@ size_t SessionRegistry::handle_count() const {
   absl::MutexLock lock(&mu_);
   size_t n = 0;
   for (const auto& [id, s] : sessions_) n += s->handle_count();
+  return n;
+}
+
+size_t SessionRegistry::channel_count() const {
+  absl::MutexLock lock(&mu_);
+  size_t n = 0;
+  for (const auto& [id, s] : sessions_) n += s->channel_count();
   return n;
 }
 

@@ -15,14 +15,20 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "runtime/compile/compiled_graph.h"
+#include "server/call_channel.h"
 #include "server/shm_region.h"
 
 namespace kiln::server {
+
+// Call channels one session may open (one per client thread that executes).
+inline constexpr size_t kMaxChannelsPerSession = 64;
 
 class Session {
  public:
   Session(std::string id, int pid, std::string client_name)
       : id_(std::move(id)), pid_(pid), client_name_(std::move(client_name)) {}
+  // Stops the session's channels first: their threads use the session.
+  ~Session() { StopChannels(); }
 
   const std::string& id() const { return id_; }
   int pid() const { return pid_; }
@@ -37,6 +43,15 @@ class Session {
   absl::StatusOr<std::shared_ptr<const runtime::CompiledGraph>> Handle(uint64_t handle) const;
   size_t handle_count() const;
 
+  // Takes over a started channel. RESOURCE_EXHAUSTED (and the channel is
+  // stopped) past kMaxChannelsPerSession.
+  absl::StatusOr<uint64_t> AddChannel(std::unique_ptr<CallChannel> channel);
+  // Stops and removes one channel; NOT_FOUND when it is not this session's.
+  absl::Status RemoveChannel(uint64_t channel_id);
+  // Stops every channel (a call in progress finishes first). Idempotent.
+  void StopChannels();
+  size_t channel_count() const;
+
  private:
   const std::string id_;
   const int pid_;
@@ -47,16 +62,33 @@ class Session {
   absl::flat_hash_map<uint64_t, std::shared_ptr<ShmRegion>> regions_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, std::shared_ptr<const runtime::CompiledGraph>> handles_
       ABSL_GUARDED_BY(mu_);
+  // Own lock: stopping a channel waits for its call, which takes mu_.
+  mutable absl::Mutex channels_mu_;
+  uint64_t next_channel_ ABSL_GUARDED_BY(channels_mu_) = 1;
+  absl::flat_hash_map<uint64_t, std::unique_ptr<CallChannel>> channels_
+      ABSL_GUARDED_BY(channels_mu_);
 };
 
 class SessionRegistry {
  public:
   std::shared_ptr<Session> Open(int pid, const std::string& client_name);
+  // Forgets the session and stops its channels.
   absl::Status Close(const std::string& id);
+  // Stops every session's channels (daemon shutdown); sessions stay open.
+  void StopAllChannels();
   // NOT_FOUND when unknown (e.g. opened with a daemon that has restarted).
   absl::StatusOr<std::shared_ptr<Session>> Find(const std::string& id) const;
   size_t count() const;
   size_t handle_count() const;
+
+  // Takes over a started channel. RESOURCE_EXHAUSTED (and the channel is
+  // stopped) past kMaxChannelsPerSession.
+  absl::StatusOr<uint64_t> AddChannel(std::unique_ptr<CallChannel> channel);
+  // Stops and removes one channel; NOT_FOUND when it is not this session's.
+  absl::Status RemoveChannel(uint64_t channel_id);
+  // Stops every channel (a call in progress finishes first). Idempotent.
+  void StopChannels();
+  size_t channel_count() const;
 
  private:
   mutable absl::Mutex mu_;

@@ -21,6 +21,7 @@ from typing import Mapping
 import grpc
 import torch
 
+from kiln import channel as channel_mod
 from kiln import daemon, shm
 from kiln.v1 import kiln_pb2, kiln_pb2_grpc
 
@@ -70,6 +71,7 @@ class Connection:
         self._stub: kiln_pb2_grpc.KilnStub | None = None
         self._capabilities: kiln_pb2.CapabilitiesResponse | None = None
         self._local = threading.local()
+        self._channels_ok = channel_mod.supported()
         self._present: set[str] = set()  # constant hashes the daemon holds
         # Handles of garbage-collected subgraphs, released on the next
         # flush (a finalizer must not make RPCs itself).
@@ -211,6 +213,63 @@ class Connection:
             arena = shm.Arena(self._register, self._unregister, self.generation)
             self._local.arena = arena
         return arena
+
+    def channel(self) -> channel_mod.Channel | None:
+        """This thread's call channel in the current generation, or None
+        when channels are off or the daemon does not offer them."""
+        if not self._channels_ok:
+            return None
+        self.connect()
+        chan = getattr(self._local, "channel", None)
+        if chan is not None and (chan.generation != self.generation or chan.closed):
+            chan.close()
+            chan = self._local.channel = None
+        if chan is None:
+            try:
+                chan = channel_mod.Channel(self._register, self._open_channel, self.alive,
+                                           self.generation)
+            except grpc.RpcError as e:
+                if e.code() != grpc.StatusCode.UNIMPLEMENTED:
+                    raise
+                log.info("kilnd on %s has no call channels; executing over gRPC",
+                         self.socket_path)
+                self._channels_ok = False
+                return None
+            self._local.channel = chan
+        return chan
+
+    def discard_thread_state(self) -> None:
+        """Drops this thread's channel and arena (after an abandoned call,
+        which may still be using them in the daemon)."""
+        for name in ("channel", "arena"):
+            obj = getattr(self._local, name, None)
+            if obj is not None:
+                setattr(self._local, name, None)
+                if name == "channel" and obj.generation == self.generation:
+                    try:
+                        self.stub.CloseChannel(
+                            kiln_pb2.CloseChannelRequest(session_id=self.session_id,
+                                                         channel_id=obj.channel_id),
+                            timeout=SMALL_CALL_TIMEOUT_S)
+                    except grpc.RpcError as e:
+                        log.debug("CloseChannel failed: %s", e.details())
+
+    def _open_channel(self, region_id: int) -> tuple[int, int]:
+        response = self.stub.OpenChannel(
+            kiln_pb2.OpenChannelRequest(session_id=self.session_id, region_id=region_id),
+            timeout=SMALL_CALL_TIMEOUT_S)
+        return response.channel_id, response.max_tensors
+
+    def alive(self) -> bool:
+        """Whether the daemon still answers (for callers waiting on it)."""
+        stub = self._stub
+        if stub is None:
+            return False
+        try:
+            stub.GetStats(kiln_pb2.StatsRequest(), timeout=SMALL_CALL_TIMEOUT_S)
+            return True
+        except grpc.RpcError as e:
+            return not is_daemon_lost(e) and e.code() != grpc.StatusCode.DEADLINE_EXCEEDED
 
     # ---------------------------------------------------------- constants --
 

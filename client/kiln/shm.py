@@ -124,6 +124,7 @@ class Region:
         # One uint8 tensor over the whole mapping; slices of it alias the
         # shared memory.
         self._bytes = torch.frombuffer(self._mmap, dtype=torch.uint8)
+        self.address = self._bytes.data_ptr()
 
     def view(self, offset: int, dtype: torch.dtype, shape: Sequence[int]) -> torch.Tensor:
         """A tensor aliasing the region at offset (valid while the region lives)."""

@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "runtime/util/sha256.h"
 #include "tests/testing/proto_graph.h"
+#include "tests/testing/service_fixture.h"
 
 namespace kiln::server {
 namespace {
@@ -25,117 +26,7 @@ using kiln::testing::GraphBuilder;
 using kiln::testing::Ref;
 namespace fs = std::filesystem;
 
-class KilnServiceTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("kiln-svc-" + std::to_string(getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    service_ = std::make_unique<KilnService>((dir_ / "cache").string());
-    grpc::ServerBuilder builder;
-    target_ = "unix:" + (dir_ / "s.sock").string();
-    builder.AddListeningPort(target_, grpc::InsecureServerCredentials());
-    builder.RegisterService(service_.get());
-    server_ = builder.BuildAndStart();
-    ASSERT_NE(server_, nullptr);
-    stub_ = kiln::v1::Kiln::NewStub(grpc::CreateChannel(target_, grpc::InsecureChannelCredentials()));
-    session_ = OpenSession();
-    // One shared-memory region for this client, unlinked once registered.
-    region_name_ = "kiln-svc-test-" + std::to_string(getpid());
-    int fd = shm_open(("/" + region_name_).c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
-    ASSERT_GE(fd, 0);
-    ASSERT_EQ(ftruncate(fd, kRegionBytes), 0);
-    base_ = static_cast<uint8_t*>(mmap(nullptr, kRegionBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
-    close(fd);
-    region_id_ = Register(session_, region_name_);
-    shm_unlink(("/" + region_name_).c_str());
-  }
-  void TearDown() override {
-    server_->Shutdown();
-    munmap(base_, kRegionBytes);
-    fs::remove_all(dir_);
-  }
-
-  std::string OpenSession() {
-    grpc::ClientContext ctx;
-    kiln::v1::OpenSessionRequest req;
-    req.set_pid(getpid());
-    kiln::v1::OpenSessionResponse resp;
-    EXPECT_TRUE(stub_->OpenSession(&ctx, req, &resp).ok());
-    return resp.session_id();
-  }
-  uint64_t Register(const std::string& session, const std::string& name) {
-    grpc::ClientContext ctx;
-    kiln::v1::RegisterRegionRequest req;
-    req.set_session_id(session);
-    req.set_name(name);
-    req.set_byte_size(kRegionBytes);
-    kiln::v1::RegisterRegionResponse resp;
-    grpc::Status s = stub_->RegisterRegion(&ctx, req, &resp);
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    return resp.region_id();
-  }
-  grpc::Status Compile(const kiln::v1::Graph& graph, kiln::v1::CompileResponse* resp,
-                       const std::string& session = "",
-                       const std::map<std::string, std::string>& options = {}) {
-    grpc::ClientContext ctx;
-    kiln::v1::CompileRequest req;
-    req.set_session_id(session.empty() ? session_ : session);
-    *req.mutable_graph() = graph;
-    for (const auto& [k, v] : options) (*req.mutable_options())[k] = v;
-    req.set_model_caching(true);
-    return stub_->Compile(&ctx, req, resp);
-  }
-  kiln::v1::TensorDescriptor Desc(uint64_t offset, const std::vector<int64_t>& shape) {
-    kiln::v1::TensorDescriptor d;
-    d.set_region_id(region_id_);
-    d.set_offset(offset);
-    int64_t n = 1;
-    for (int64_t s : shape) n *= s;
-    d.set_byte_size(n * 4);
-    *d.mutable_meta() = F32Meta(shape);
-    return d;
-  }
-  grpc::Status Execute(uint64_t handle, const kiln::v1::TensorDescriptor& in,
-                       const kiln::v1::TensorDescriptor& out, const std::string& session = "") {
-    grpc::ClientContext ctx;
-    kiln::v1::ExecuteRequest req;
-    req.set_session_id(session.empty() ? session_ : session);
-    req.set_handle(handle);
-    *req.add_inputs() = in;
-    *req.add_outputs() = out;
-    kiln::v1::ExecuteResponse resp;
-    return stub_->Execute(&ctx, req, &resp);
-  }
-  uint64_t CompileRelu(int n, const std::map<std::string, std::string>& options = {}) {
-    GraphBuilder b;
-    int x = b.Input({n});
-    b.Output(b.Call("aten.relu.default", {Ref(x)}));
-    kiln::v1::CompileResponse resp;
-    grpc::Status s = Compile(b.graph(), &resp, "", options);
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    return resp.handle();
-  }
-  void ExpectReluWorks(uint64_t handle) {
-    float* in = reinterpret_cast<float*>(base_);
-    float* out = reinterpret_cast<float*>(base_ + 4096);
-    for (int i = 0; i < 16; ++i) in[i] = static_cast<float>(i - 8);
-    grpc::Status s = Execute(handle, Desc(0, {16}), Desc(4096, {16}));
-    ASSERT_TRUE(s.ok()) << s.error_message();
-    for (int i = 0; i < 16; ++i) EXPECT_EQ(out[i], std::max(0.f, in[i]));
-  }
-
-  static constexpr int64_t kRegionBytes = 1 << 16;
-  fs::path dir_;
-  std::string target_;
-  std::unique_ptr<KilnService> service_;
-  std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<kiln::v1::Kiln::Stub> stub_;
-  std::string session_;
-  std::string region_name_;
-  uint64_t region_id_ = 0;
-  uint8_t* base_ = nullptr;
-};
+using KilnServiceTest = kiln::testing::ServiceFixture;
 
 TEST_F(KilnServiceTest, CompileAndExecuteThroughSharedMemory) {
   ExpectReluWorks(CompileRelu(16));

@@ -84,6 +84,16 @@ class KilnStub:
                 request_serializer=kiln_dot_v1_dot_kiln__pb2.ReleaseRequest.SerializeToString,
                 response_deserializer=kiln_dot_v1_dot_kiln__pb2.ReleaseResponse.FromString,
                 _registered_method=True)
+        self.OpenChannel = channel.unary_unary(
+                '/kiln.v1.Kiln/OpenChannel',
+                request_serializer=kiln_dot_v1_dot_kiln__pb2.OpenChannelRequest.SerializeToString,
+                response_deserializer=kiln_dot_v1_dot_kiln__pb2.OpenChannelResponse.FromString,
+                _registered_method=True)
+        self.CloseChannel = channel.unary_unary(
+                '/kiln.v1.Kiln/CloseChannel',
+                request_serializer=kiln_dot_v1_dot_kiln__pb2.CloseChannelRequest.SerializeToString,
+                response_deserializer=kiln_dot_v1_dot_kiln__pb2.CloseChannelResponse.FromString,
+                _registered_method=True)
         self.GetStats = channel.unary_unary(
                 '/kiln.v1.Kiln/GetStats',
                 request_serializer=kiln_dot_v1_dot_kiln__pb2.StatsRequest.SerializeToString,
@@ -154,6 +164,18 @@ class KilnServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def OpenChannel(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CloseChannel(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetStats(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -212,6 +234,16 @@ def add_KilnServicer_to_server(servicer, server):
                     servicer.Release,
                     request_deserializer=kiln_dot_v1_dot_kiln__pb2.ReleaseRequest.FromString,
                     response_serializer=kiln_dot_v1_dot_kiln__pb2.ReleaseResponse.SerializeToString,
+            ),
+            'OpenChannel': grpc.unary_unary_rpc_method_handler(
+                    servicer.OpenChannel,
+                    request_deserializer=kiln_dot_v1_dot_kiln__pb2.OpenChannelRequest.FromString,
+                    response_serializer=kiln_dot_v1_dot_kiln__pb2.OpenChannelResponse.SerializeToString,
+            ),
+            'CloseChannel': grpc.unary_unary_rpc_method_handler(
+                    servicer.CloseChannel,
+                    request_deserializer=kiln_dot_v1_dot_kiln__pb2.CloseChannelRequest.FromString,
+                    response_serializer=kiln_dot_v1_dot_kiln__pb2.CloseChannelResponse.SerializeToString,
             ),
             'GetStats': grpc.unary_unary_rpc_method_handler(
                     servicer.GetStats,
@@ -489,6 +521,60 @@ class Kiln:
             '/kiln.v1.Kiln/Release',
             kiln_dot_v1_dot_kiln__pb2.ReleaseRequest.SerializeToString,
             kiln_dot_v1_dot_kiln__pb2.ReleaseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OpenChannel(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kiln.v1.Kiln/OpenChannel',
+            kiln_dot_v1_dot_kiln__pb2.OpenChannelRequest.SerializeToString,
+            kiln_dot_v1_dot_kiln__pb2.OpenChannelResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CloseChannel(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kiln.v1.Kiln/CloseChannel',
+            kiln_dot_v1_dot_kiln__pb2.CloseChannelRequest.SerializeToString,
+            kiln_dot_v1_dot_kiln__pb2.CloseChannelResponse.FromString,
             options,
             channel_credentials,
             insecure,

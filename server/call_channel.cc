@@ -1,0 +1,156 @@
+#include "server/call_channel.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "server/call_channel_layout.h"
+#include "server/futex.h"
+
+namespace kiln::server {
+namespace {
+
+// How long the thread sleeps before re-checking whether it should stop: the
+// bound on a Stop() that races with the thread going to sleep.
+constexpr std::chrono::milliseconds kWakeInterval{100};
+
+// After a call, how long the thread watches the word before sleeping: a
+// client calling in a loop posts its next call within tens of microseconds,
+// and catching it awake saves a futex wake-up (tens of microseconds on a
+// VM) per call. Short, so an idle channel costs next to nothing.
+constexpr std::chrono::microseconds kSpinAfterCall{50};
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+template <typename T>
+T Read(const uint8_t* base, uint64_t offset) {
+  T v;
+  std::memcpy(&v, base + offset, sizeof(T));
+  return v;
+}
+
+template <typename T>
+void Write(uint8_t* base, uint64_t offset, T v) {
+  std::memcpy(base + offset, &v, sizeof(T));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CallChannel>> CallChannel::Start(std::shared_ptr<ShmRegion> block,
+                                                                ChannelRunner runner) {
+  const uint64_t size = block->size();
+  if (size < kMinChannelBytes || size > kMaxChannelBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("a call channel block must hold between ",
+                                                   kMinChannelBytes, " and ", kMaxChannelBytes,
+                                                   " bytes; region '", block->name(), "' has ",
+                                                   size));
+  }
+  auto base = block->Resolve(0, size);
+  if (!base.ok()) return base.status();
+  const uint32_t magic = Read<uint32_t>(*base, kChannelMagicOffset);
+  const uint32_t version = Read<uint32_t>(*base, kChannelVersionOffset);
+  if (magic != kChannelMagic || version != kChannelLayoutVersion) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "region '", block->name(), "' is not a call channel block of layout version ",
+        kChannelLayoutVersion, " (magic ", magic, ", version ", version, ")"));
+  }
+  return std::unique_ptr<CallChannel>(new CallChannel(std::move(block), *base, std::move(runner)));
+}
+
+CallChannel::CallChannel(std::shared_ptr<ShmRegion> block, uint8_t* base, ChannelRunner runner)
+    : block_(std::move(block)),
+      base_(base),
+      slots_(ChannelSlots(block_->size())),
+      runner_(std::move(runner)) {
+  StoreRelease(word(kChannelClosedOffset), 0);
+  thread_ = std::thread([this] { Loop(); });
+}
+
+CallChannel::~CallChannel() { Stop(); }
+
+void CallChannel::RequestStop() {
+  stop_.store(true);
+  FutexWakeAll(word(kChannelStateOffset));
+}
+
+void CallChannel::Join() {
+  if (thread_.joinable()) thread_.join();
+}
+
+void CallChannel::Loop() {
+  uint32_t* state = word(kChannelStateOffset);
+  while (!stop_.load()) {
+    const uint32_t s = LoadAcquire(state);
+    if (s == kChannelRequest) {
+      if (CompareExchange(state, kChannelRequest, kChannelRunning)) {
+        Serve();
+        const auto until = std::chrono::steady_clock::now() + kSpinAfterCall;
+        while (LoadAcquire(state) != kChannelRequest && !stop_.load(std::memory_order_relaxed) &&
+               std::chrono::steady_clock::now() < until) {
+          CpuRelax();
+        }
+      }
+      continue;
+    }
+    // Whatever else the word holds (the client's business, or garbage), wait
+    // for it to change: a client cannot make this thread spin.
+    FutexWait(state, s, kWakeInterval);
+  }
+  // A call posted but not claimed gets an answer rather than silence.
+  if (CompareExchange(state, kChannelRequest, kChannelRunning)) {
+    Reply(Read<uint64_t>(base_, kRequestSeqOffset),
+          absl::UnavailableError("kilnd is shutting down"), 0);
+  }
+  StoreRelease(word(kChannelClosedOffset), 1);
+  FutexWakeAll(state);
+}
+
+void CallChannel::Serve() {
+  const auto start = std::chrono::steady_clock::now();
+  // Copy the request out first: the client may scribble on the block while
+  // the call runs, and nothing checked may change under us.
+  const uint64_t seq = Read<uint64_t>(base_, kRequestSeqOffset);
+  ChannelCall call;
+  call.handle = Read<uint64_t>(base_, kRequestHandleOffset);
+  const uint64_t n_in = Read<uint32_t>(base_, kRequestInputsOffset);
+  const uint64_t n_out = Read<uint32_t>(base_, kRequestOutputsOffset);
+  absl::Status status;
+  if (n_in > slots_ || n_out > slots_ - n_in) {
+    status = absl::InvalidArgumentError(absl::StrCat("the call names ", n_in, " inputs and ",
+                                                     n_out, " outputs; the channel holds ",
+                                                     slots_, " tensors"));
+  } else {
+    auto slot = [&](uint64_t i) {
+      const uint64_t at = kSlotsOffset + i * kSlotBytes;
+      return TensorSlot{Read<uint64_t>(base_, at), Read<uint64_t>(base_, at + 8),
+                        Read<uint64_t>(base_, at + 16)};
+    };
+    for (uint64_t i = 0; i < n_in; ++i) call.inputs.push_back(slot(i));
+    for (uint64_t i = 0; i < n_out; ++i) call.outputs.push_back(slot(n_in + i));
+    status = runner_(call);
+  }
+  calls_.fetch_add(1, std::memory_order_relaxed);
+  Reply(seq, status,
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+            .count());
+}
+
+void CallChannel::Reply(uint64_t seq, const absl::Status& status, double run_us) {
+  Write<uint64_t>(base_, kReplySeqOffset, seq);
+  Write<int32_t>(base_, kReplyCodeOffset, static_cast<int32_t>(status.code()));
+  const uint64_t n = std::min<uint64_t>(status.message().size(), kReplyMessageCapacity);
+  std::memcpy(base_ + kReplyMessageOffset, status.message().data(), n);
+  Write<uint32_t>(base_, kReplyMessageBytesOffset, static_cast<uint32_t>(n));
+  Write<double>(base_, kReplyRunUsOffset, run_us);
+  StoreRelease(word(kChannelStateOffset), kChannelReply);
+  FutexWakeAll(word(kChannelStateOffset));
+}
+
+}  // namespace kiln::server

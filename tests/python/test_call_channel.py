@@ -1,0 +1,149 @@
+"""Executes through call channels (shared memory + futex) with the real daemon:
+used by default, same answers as eager, off by KILN_CALL_CHANNEL=0, and a
+daemon killed in the middle of a call is an error or a transparent restart,
+never a hang or a half-finished result."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import torch
+import torch.nn as nn
+
+from conftest import REPO, kill_and_wait
+from kiln import backend, connection
+
+
+def _mlp():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)).eval()
+
+
+class _Slow(nn.Module):
+    """Long enough in the daemon (several 1024^2 matmuls) to be killed mid-call."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.w = nn.Parameter(torch.randn(1024, 1024) / 32)
+
+    def forward(self, x):
+        for _ in range(24):
+            x = torch.tanh(x @ self.w)
+        return x
+
+
+def _channel_calls(kilnd) -> int:
+    return connection.get_connection(kilnd.socket).stats().channel_calls
+
+
+def test_calls_go_through_a_channel_and_match_eager(daemon_up):
+    model = _mlp()
+    compiled = torch.compile(model, backend="kiln")
+    xs = [torch.randn(3, 16) for _ in range(5)]
+    with torch.no_grad():
+        compiled(xs[0])
+        before = _channel_calls(daemon_up)
+        for x in xs:
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
+    assert backend.stats().nodes_in_eager == 0, backend.stats()
+    assert _channel_calls(daemon_up) - before == len(xs)
+    assert connection.get_connection(daemon_up.socket).stats().channels >= 1
+
+
+def test_calls_from_several_threads_get_their_own_results(daemon_up):
+    model = _mlp()
+    compiled = torch.compile(model, backend="kiln")
+    errors: list[str] = []
+
+    def client(seed: int) -> None:
+        g = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for _ in range(30):
+                x = torch.randn(2, 16, generator=g)
+                if not torch.allclose(compiled(x), model(x), rtol=1e-5, atol=1e-5):
+                    errors.append(f"thread {seed}: wrong result")
+
+    with torch.no_grad():
+        compiled(torch.randn(2, 16))
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+def test_channels_off_executes_over_grpc(daemon_up):
+    code = (
+        "import torch, torch.nn as nn\n"
+        "from kiln import connection\n"
+        "torch.manual_seed(0)\n"
+        "m = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)).eval()\n"
+        "c = torch.compile(m, backend='kiln')\n"
+        "x = torch.randn(3, 16)\n"
+        "conn = connection.get_connection()\n"
+        "with torch.no_grad():\n"
+        "    c(x)\n"
+        "    before = conn.stats()\n"
+        "    for _ in range(4):\n"
+        "        torch.testing.assert_close(c(x), m(x), rtol=1e-5, atol=1e-5)\n"
+        "after = conn.stats()\n"
+        "print(after.executes - before.executes, after.channel_calls - before.channel_calls)\n")
+    env = dict(os.environ, KILN_CALL_CHANNEL="0",
+               PYTHONPATH=str(REPO / "client") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    executes, channel_calls = map(int, out.stdout.split()[-2:])
+    assert executes == 4 and channel_calls == 0, out.stdout
+
+
+def _kill_during_call(kilnd, compiled, x, delay_s: float):
+    """Calls compiled(x) while another thread SIGKILLs the daemon after delay_s."""
+    pid = kilnd.pid()
+    assert pid is not None
+    killer = threading.Timer(delay_s, kill_and_wait, args=(pid,))
+    killer.start()
+    start = time.monotonic()
+    try:
+        return compiled(x), time.monotonic() - start, pid
+    finally:
+        killer.join()
+
+
+def test_sigkill_mid_call_restarts_and_answers(daemon_up):
+    model = _Slow().eval()
+    compiled = torch.compile(model, backend="kiln")
+    x = torch.randn(256, 1024)
+    with torch.no_grad():
+        compiled(x)
+        assert backend.stats().nodes_in_eager == 0, backend.stats()
+        # A call takes long enough that the kill lands while it runs.
+        t0 = time.monotonic()
+        compiled(x)
+        run_s = time.monotonic() - t0
+        got, elapsed, old_pid = _kill_during_call(daemon_up, compiled, x, run_s / 3)
+        expected = model(x)
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+    assert daemon_up.pid() not in (None, old_pid)
+    assert elapsed < 40, f"recovery took {elapsed:.1f} s"
+
+
+def test_sigkill_mid_call_without_autostart_raises_promptly(daemon_up):
+    model = _Slow().eval()
+    compiled = torch.compile(model, backend="kiln", options={"autostart": False})
+    x = torch.randn(256, 1024)
+    with torch.no_grad():
+        compiled(x)
+        t0 = time.monotonic()
+        compiled(x)
+        run_s = time.monotonic() - t0
+        with pytest.raises(Exception) as info:
+            _kill_during_call(daemon_up, compiled, x, run_s / 3)
+    assert daemon_up.socket in str(info.value)
+    assert daemon_up.pid() is None
