@@ -29,6 +29,12 @@ inline void CpuRelax() {
 #endif
 }
 
+// Channels serving a call, and channels spinning after one, in this
+// process: a thread spins only when the daemon is otherwise idle, so with
+// several clients spinning never takes a core a call (or a client) needs.
+std::atomic<int> g_serving{0};
+std::atomic<int> g_spinning{0};
+
 template <typename T>
 T Read(const uint8_t* base, uint64_t offset) {
   T v;
@@ -90,12 +96,10 @@ void CallChannel::Loop() {
     const uint32_t s = LoadAcquire(state);
     if (s == kChannelRequest) {
       if (CompareExchange(state, kChannelRequest, kChannelRunning)) {
+        g_serving.fetch_add(1);
         Serve();
-        const auto until = std::chrono::steady_clock::now() + kSpinAfterCall;
-        while (LoadAcquire(state) != kChannelRequest && !stop_.load(std::memory_order_relaxed) &&
-               std::chrono::steady_clock::now() < until) {
-          CpuRelax();
-        }
+        g_serving.fetch_sub(1);
+        SpinForNextCall(state);
       }
       continue;
     }
@@ -110,6 +114,17 @@ void CallChannel::Loop() {
   }
   StoreRelease(word(kChannelClosedOffset), 1);
   FutexWakeAll(state);
+}
+
+void CallChannel::SpinForNextCall(const uint32_t* state) {
+  int none = 0;
+  if (g_serving.load() != 0 || !g_spinning.compare_exchange_strong(none, 1)) return;
+  const auto until = std::chrono::steady_clock::now() + kSpinAfterCall;
+  while (LoadAcquire(state) != kChannelRequest && g_serving.load(std::memory_order_relaxed) == 0 &&
+         !stop_.load(std::memory_order_relaxed) && std::chrono::steady_clock::now() < until) {
+    CpuRelax();
+  }
+  g_spinning.store(0);
 }
 
 void CallChannel::Serve() {

@@ -69,6 +69,7 @@ class CallChannel {
   CallChannel(std::shared_ptr<ShmRegion> block, uint8_t* base, ChannelRunner runner);
   void Loop();
   void Serve();
+  void SpinForNextCall(const uint32_t* state);
   void Reply(uint64_t seq, const absl::Status& status, double run_us);
   uint32_t* word(uint64_t offset) const { return reinterpret_cast<uint32_t*>(base_ + offset); }
 

@@ -261,9 +261,11 @@ class _CallPlan:
     changes)."""
 
     # A graph whose last run took under this many microseconds is waited
-    # for by spinning: it runs on one daemon thread, leaving a core free,
-    # and a futex sleep and wake-up would cost more than the run.
-    SPIN_BELOW_US = 250.0
+    # for by spinning (for up to SPIN_US): a futex sleep and wake-up would
+    # cost more than the run. Longer runs are slept through: a spinning
+    # client takes the core that another client's call needs.
+    SPIN_BELOW_US = 20.0
+    SPIN_US = 50.0
 
     def __init__(self, ser: serialize.SerializedGraph, constant_positions: Sequence[int]):
         constant = set(constant_positions)
@@ -308,7 +310,7 @@ class _CallPlan:
         self.slots = channel_mod.pack_slots(slots)
 
     def spin_s(self, last_run_us: float) -> float:
-        return 2 * self.SPIN_BELOW_US * 1e-6 if 0 < last_run_us < self.SPIN_BELOW_US else 0.0
+        return self.SPIN_US * 1e-6 if 0 < last_run_us < self.SPIN_BELOW_US else 0.0
 
     def request(self, session_id: str, handle: int) -> kiln_pb2.ExecuteRequest:
         """The same call as an Execute RPC (when channels are unavailable)."""
