@@ -76,19 +76,41 @@ KilnService::KilnService(std::string cache_dir, int execution_threads)
     : artifacts_(std::move(cache_dir)),
       graphs_(&constants_, &artifacts_),
       channel_slots_(execution_threads > 0 ? execution_threads : runtime::ConfiguredThreads()),
-      executions_(execution_threads > 0 ? execution_threads : runtime::ConfiguredThreads()) {}
+      executions_(execution_threads > 0 ? execution_threads : runtime::ConfiguredThreads()) {
+  watcher_ = std::thread([this] { WatchClients(); });
+}
 
 KilnService::~KilnService() { Shutdown(); }
 
 void KilnService::Shutdown() {
   shutting_down_.store(true);
+  {
+    absl::MutexLock lock(&watch_mu_);
+    watch_stop_ = true;
+  }
+  if (watcher_.joinable()) watcher_.join();
   sessions_.StopAllChannels();
+}
+
+void KilnService::WatchClients() {
+  // Often enough that a crashed client's memory comes back promptly;
+  // reading /proc/<pid>/stat per session is cheap.
+  constexpr absl::Duration kWatchInterval = absl::Seconds(1);
+  absl::MutexLock lock(&watch_mu_);
+  while (!watch_mu_.AwaitWithTimeout(absl::Condition(&watch_stop_), kWatchInterval)) {
+    watch_mu_.Unlock();
+    for (const auto& s : sessions_.CloseExited()) {
+      spdlog::info("session {} closed: client pid {} exited ({} handles released)",
+                   s->id().substr(0, 8), s->pid(), s->handle_count());
+    }
+    watch_mu_.Lock();
+  }
 }
 
 grpc::ServerUnaryReactor* KilnService::OpenSession(grpc::CallbackServerContext* ctx,
                                                    const kiln::v1::OpenSessionRequest* req,
                                                    kiln::v1::OpenSessionResponse* resp) {
-  auto session = sessions_.Open(req->pid(), req->client_name());
+  auto session = sessions_.Open(req->pid(), req->client_name(), req->pid_namespace());
   resp->set_session_id(session->id());
   resp->set_runtime_version(KILN_RUNTIME_VERSION);
   spdlog::info("session {} opened by pid {} ({})", session->id().substr(0, 8), req->pid(),

@@ -18,6 +18,7 @@
 #include <atomic>
 #include <chrono>
 #include <string>
+#include <thread>
 
 #include "cache/artifact_store.h"
 #include "cache/constant_store.h"
@@ -105,6 +106,11 @@ class KilnService final : public kiln::v1::Kiln::CallbackService {
   std::atomic<uint64_t> execute_errors_{0};
   std::atomic<uint64_t> channel_calls_{0};
   std::atomic<bool> shutting_down_{false};
+  // Closes the sessions of exited clients every kWatchInterval.
+  void WatchClients();
+  absl::Mutex watch_mu_;
+  bool watch_stop_ ABSL_GUARDED_BY(watch_mu_) = false;
+  std::thread watcher_;
   ExecutionSlots channel_slots_;
   // Last member: destroyed first, running queued executions while
   // everything they use is still alive.

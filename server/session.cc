@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "server/process_watch.h"
 
 namespace kiln::server {
 
@@ -106,10 +107,18 @@ size_t Session::channel_count() const {
   return channels_.size();
 }
 
-std::shared_ptr<Session> SessionRegistry::Open(int pid, const std::string& client_name) {
+bool Session::ClientAlive() const {
+  if (!watched_start_ticks_) return true;
+  return ProcessStartTicks(pid_) == watched_start_ticks_;
+}
+
+std::shared_ptr<Session> SessionRegistry::Open(int pid, const std::string& client_name,
+                                               uint64_t pid_namespace) {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
   std::string id = absl::StrFormat("%016x%016x", rng(), rng());
-  auto session = std::make_shared<Session>(id, pid, client_name);
+  std::optional<uint64_t> start;
+  if (pid_namespace != 0 && pid_namespace == OwnPidNamespace()) start = ProcessStartTicks(pid);
+  auto session = std::make_shared<Session>(id, pid, client_name, start);
   absl::MutexLock lock(&mu_);
   sessions_.emplace(id, session);
   return session;
@@ -129,6 +138,18 @@ absl::Status SessionRegistry::Close(const std::string& id) {
   // Now, not when the last in-flight call lets go of the session.
   session->StopChannels();
   return absl::OkStatus();
+}
+
+std::vector<std::shared_ptr<Session>> SessionRegistry::CloseExited() {
+  std::vector<std::shared_ptr<Session>> all, exited;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, s] : sessions_) all.push_back(s);
+  }
+  for (const auto& s : all) {
+    if (!s->ClientAlive() && Close(s->id()).ok()) exited.push_back(s);
+  }
+  return exited;
 }
 
 void SessionRegistry::StopAllChannels() {

@@ -9,7 +9,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
@@ -25,13 +27,21 @@ inline constexpr size_t kMaxChannelsPerSession = 64;
 
 class Session {
  public:
-  Session(std::string id, int pid, std::string client_name)
-      : id_(std::move(id)), pid_(pid), client_name_(std::move(client_name)) {}
+  // `watched_start_ticks`: the client process's start time when the daemon
+  // can watch it (same pid namespace; see process_watch.h), else nullopt.
+  Session(std::string id, int pid, std::string client_name,
+          std::optional<uint64_t> watched_start_ticks = std::nullopt)
+      : id_(std::move(id)),
+        pid_(pid),
+        client_name_(std::move(client_name)),
+        watched_start_ticks_(watched_start_ticks) {}
   // Stops the session's channels first: their threads use the session.
   ~Session() { StopChannels(); }
 
   const std::string& id() const { return id_; }
   int pid() const { return pid_; }
+  // False once the watched client process has exited; true when unwatched.
+  bool ClientAlive() const;
 
   uint64_t AddRegion(std::shared_ptr<ShmRegion> region);
   absl::Status RemoveRegion(uint64_t region_id);
@@ -56,6 +66,7 @@ class Session {
   const std::string id_;
   const int pid_;
   const std::string client_name_;
+  const std::optional<uint64_t> watched_start_ticks_;
   mutable absl::Mutex mu_;
   uint64_t next_region_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t next_handle_ ABSL_GUARDED_BY(mu_) = 1;
@@ -71,9 +82,15 @@ class Session {
 
 class SessionRegistry {
  public:
-  std::shared_ptr<Session> Open(int pid, const std::string& client_name);
+  // `pid_namespace`: the client's (OpenSessionRequest.pid_namespace); when
+  // it is the daemon's own, the session is closed by CloseExited() once the
+  // client process is gone.
+  std::shared_ptr<Session> Open(int pid, const std::string& client_name,
+                                uint64_t pid_namespace = 0);
   // Forgets the session and stops its channels.
   absl::Status Close(const std::string& id);
+  // Closes the sessions whose client process has exited; returns them.
+  std::vector<std::shared_ptr<Session>> CloseExited();
   // Stops every session's channels (daemon shutdown); sessions stay open.
   void StopAllChannels();
   // NOT_FOUND when unknown (e.g. opened with a daemon that has restarted).

@@ -48,6 +48,15 @@ def is_daemon_lost(error: grpc.RpcError) -> bool:
     return error.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.NOT_FOUND)
 
 
+def _pid_namespace() -> int:
+    """Inode of this process's pid namespace (0 if unknown): with it the
+    daemon can tell when this process is gone and free its session."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
 def sha256_of(tensor: torch.Tensor) -> str:
     """Lowercase hex SHA-256 of the tensor's contiguous bytes."""
     import hashlib
@@ -92,7 +101,8 @@ class Connection:
         stub = kiln_pb2_grpc.KilnStub(channel)
         try:
             response = stub.OpenSession(
-                kiln_pb2.OpenSessionRequest(pid=os.getpid(), client_name="kiln-python"),
+                kiln_pb2.OpenSessionRequest(pid=os.getpid(), client_name="kiln-python",
+                                            pid_namespace=_pid_namespace()),
                 timeout=SMALL_CALL_TIMEOUT_S)
         except grpc.RpcError:
             channel.close()

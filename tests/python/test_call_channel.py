@@ -147,3 +147,37 @@ def test_sigkill_mid_call_without_autostart_raises_promptly(daemon_up):
             _kill_during_call(daemon_up, compiled, x, run_s / 3)
     assert daemon_up.socket in str(info.value)
     assert daemon_up.pid() is None
+
+
+def test_killed_client_session_and_channels_are_released(daemon_up):
+    code = (
+        "import sys, time, torch, torch.nn as nn\n"
+        "m = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)).eval()\n"
+        "c = torch.compile(m, backend='kiln')\n"
+        "with torch.no_grad():\n"
+        "    c(torch.randn(3, 16))\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(600)\n")
+    conn = connection.get_connection(daemon_up.socket)
+    before = conn.stats()
+    env = dict(os.environ,
+               PYTHONPATH=str(REPO / "client") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready", proc.stderr.read()[-3000:]
+        during = conn.stats()
+        assert during.sessions == before.sessions + 1
+        assert during.channels == before.channels + 1
+        assert during.live_handles > before.live_handles
+    finally:
+        kill_and_wait(proc.pid)
+        proc.communicate()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        after = conn.stats()
+        if after.sessions == before.sessions:
+            break
+        time.sleep(0.1)
+    assert (after.sessions, after.channels, after.live_handles) == \
+        (before.sessions, before.channels, before.live_handles)
