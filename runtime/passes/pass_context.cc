@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <new>
 
 namespace kiln::runtime {
 namespace {
@@ -18,9 +19,16 @@ void ReplaceInArg(Arg& arg, ValueRef from, ValueRef to) {
 
 int PassContext::AddConstant(const std::string& name, const TensorMeta& meta,
                              const void* bytes) {
+  auto [index, data] = AddUninitializedConstant(name, meta);
+  std::memcpy(data, bytes, static_cast<size_t>(meta.ByteSize()));
+  return index;
+}
+
+std::pair<int, void*> PassContext::AddUninitializedConstant(const std::string& name,
+                                                            const TensorMeta& meta) {
   const size_t size = static_cast<size_t>(meta.ByteSize());
   auto* raw = static_cast<uint8_t*>(std::aligned_alloc(64, (size + 127) / 64 * 64));
-  std::memcpy(raw, bytes, size);
+  if (raw == nullptr) throw std::bad_alloc();
   created.push_back(ConstantData{
       std::shared_ptr<const uint8_t>(raw, [](const uint8_t* p) { std::free(const_cast<uint8_t*>(p)); }),
       static_cast<int64_t>(size)});
@@ -30,7 +38,7 @@ int PassContext::AddConstant(const std::string& name, const TensorMeta& meta,
   node.outputs.push_back(meta);
   graph.nodes.push_back(std::move(node));
   constant_data.push_back(raw);
-  return static_cast<int>(graph.nodes.size()) - 1;
+  return {static_cast<int>(graph.nodes.size()) - 1, raw};
 }
 
 Uses ComputeUses(const Graph& graph) {

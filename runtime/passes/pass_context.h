@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -21,6 +22,11 @@ struct PassContext {
 
   // Appends a constant node holding a copy of `bytes`; returns its index.
   int AddConstant(const std::string& name, const TensorMeta& meta, const void* bytes);
+  // Appends a constant node whose meta.ByteSize() bytes are left for the
+  // caller to fill (before anything reads them): a pass computing a large
+  // constant writes it once, in place. Returns its index and the bytes.
+  std::pair<int, void*> AddUninitializedConstant(const std::string& name,
+                                                 const TensorMeta& meta);
 };
 
 // Every use of each value: (user node, position in TensorInputsOf(user)),
