@@ -17,10 +17,10 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 import torch.fx as fx
 
-from kiln import lowering, partition
+from kiln import aot, lowering, partition
 from kiln.connection import Connection, get_connection
 from kiln.options import KilnOptions
-from kiln.subgraph import KilnSubgraph
+from kiln.subgraph import KilnFallbackError, KilnSubgraph
 
 log = logging.getLogger(__name__)
 
@@ -167,9 +167,20 @@ def _rejected_node(sub: KilnSubgraph) -> str | None:
     return match.group(1) if match.group(1) in names else None
 
 
+def _eager_or_raise(opts: KilnOptions, gm: fx.GraphModule, why: str) -> CompiledGraph:
+    if opts.fallback == "error":
+        raise KilnFallbackError(f"kiln: graph of {_count_calls(gm)} nodes would run in eager: "
+                                f"{why} (options fallback='error')")
+    return _eager_graph(gm)
+
+
 def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any],
-                  opts: KilnOptions, conn: Connection) -> Callable[..., Any]:
-    """Lowers, partitions and compiles one Dynamo graph.
+                  opts: KilnOptions, conn: Connection,
+                  constant_inputs: frozenset[int] | None = None) -> Callable[..., Any]:
+    """Lowers, partitions and compiles one Dynamo (or AOTAutograd) graph.
+
+    `constant_inputs`: positions of the inputs that are weights, when the
+    caller knows better than the graph's own metadata (aot.py).
 
     When the daemon rejects a partition naming one node (e.g. batch norm in
     training mode), that node is moved to eager and the graph partitioned
@@ -179,19 +190,27 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any],
         return SpecializedGraph(gm, opts, conn)
     _bump(graphs=1)
     if _needs_grad(example_inputs):
+        if opts.fallback == "error":
+            return _eager_or_raise(opts, gm, "it needs autograd (use options "
+                                   "aot_autograd=True to compile forward and backward)")
         _warn_once("grad", "kiln: graph needs autograd; running it in eager "
-                   "(training is not supported yet)")
+                   "(options aot_autograd=True compiles forward and backward graphs)")
         return _eager_graph(gm)
     try:
-        lowered = lowering.lower(gm, example_inputs)
+        lowered = lowering.lower(gm, example_inputs, extra_decompositions=opts.decompositions,
+                                 constant_inputs=constant_inputs)
     except lowering.LoweringError as e:
+        if opts.fallback == "error":
+            return _eager_or_raise(opts, gm, str(e))
         _warn_once(f"lower:{e}", "kiln: running graph in eager: %s", e)
         return _eager_graph(gm)
 
     caps = partition.capabilities_from_proto(conn.capabilities())
+    disabled = opts.disabled_ops.matches if opts.disabled_ops else None
     excluded: set[str] = set()
     for attempt in range(MAX_REPARTITIONS + 1):
-        split = partition.partition(copy.deepcopy(lowered.gm), caps, excluded)
+        split = partition.partition(copy.deepcopy(lowered.gm), caps, excluded, disabled,
+                                    opts.min_partition_size)
         subgraphs = _compile_partitions(split, lowered, example_inputs, opts, conn)
         rejected = {name for name in map(_rejected_node, subgraphs) if name} - excluded
         if not rejected or attempt == MAX_REPARTITIONS:
@@ -203,6 +222,7 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any],
             sub.close()
 
     eager_nodes = 0
+    eager_reasons: dict[str, list[str]] = {}
     for node in split.graph.nodes:
         if node.op == "call_function":
             # getitems on a fused partition's tuple are plumbing, not work.
@@ -210,6 +230,19 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any],
             if not (node.target is operator.getitem and isinstance(source, fx.Node)
                     and source.op == "call_module"):
                 eager_nodes += 1
+                if partition.is_compute_node(node):
+                    reason = partition.eager_reason(node, caps, excluded, disabled)
+                    eager_reasons.setdefault(reason, []).append(f"{node.name} ({node.target})")
+    rejected_subs = [sub for sub in subgraphs if sub.fallback]
+    if opts.fallback == "error" and (eager_reasons or rejected_subs):
+        for sub in subgraphs:
+            sub.close()
+        parts = [f"{reason}: {', '.join(names[:8])}{' ...' if len(names) > 8 else ''}"
+                 for reason, names in eager_reasons.items()]
+        parts += [f"partition {sub.name} rejected by the daemon: {sub.fallback_reason}"
+                  for sub in rejected_subs]
+        raise KilnFallbackError("kiln: nodes would run in eager (options fallback='error'): "
+                                + "; ".join(parts))
     for sub in subgraphs:
         if sub.fallback:
             _bump(fallback_partitions=1)
@@ -217,6 +250,7 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any],
         else:
             _bump(nodes_in_daemon=sub.num_nodes)
         sub.on_fallback = _on_fallback
+        sub.raise_on_fallback = opts.fallback == "error"
     _bump(partitions=len(subgraphs), nodes_in_eager=eager_nodes)
     return CompiledGraph(gm.forward, split, subgraphs)
 
@@ -247,7 +281,8 @@ def _compile_partitions(split: fx.GraphModule, lowered: lowering.LoweredGraph,
                 constant_args.append(None)
         sub = KilnSubgraph(node.target, fused, constant_positions, constant_args,
                            conn, model_caching=opts.model_caching,
-                           compile_options=opts.config.to_request())
+                           compile_options=opts.config.to_request(),
+                           timeout_s=opts.timeout)
         setattr(split, node.target, sub)
         subgraphs.append(sub)
     split.recompile()
@@ -261,5 +296,17 @@ def kiln_backend(gm: fx.GraphModule, example_inputs: Sequence[Any],
     opts = KilnOptions.from_mapping(options)
     if mode not in (None, "default"):
         _warn_once(f"mode:{mode}", "kiln: ignoring torch.compile mode=%r", mode)
-    conn = get_connection(opts.socket, opts.autostart)
+    conn = get_connection(opts.socket, opts.autostart, opts.cache_dir)
+    _check_device(opts, conn)
+    if opts.aot_autograd:
+        return aot.compile_with_aot(
+            gm, example_inputs,
+            lambda g, inputs, constants: compile_graph(g, inputs, opts, conn, constants))
     return compile_graph(gm, example_inputs, opts, conn)
+
+
+def _check_device(opts: KilnOptions, conn: Connection) -> None:
+    devices = list(conn.capabilities().devices)
+    if opts.device.upper() not in (d.upper() for d in devices):
+        raise ValueError(f"kiln option device={opts.device!r}: the daemon on "
+                         f"{conn.socket_path} offers {', '.join(devices) or 'no devices'}")

@@ -182,26 +182,25 @@ class Channel:
     def _wait_reply(self, deadline: float) -> None:
         state = self._state
         address = ctypes.c_void_p(self._base + _STATE)
-        interval = _Timespec(0, int(LIVENESS_CHECK_S * 1e9))
+        next_check = time.monotonic() + LIVENESS_CHECK_S
         while True:
             seen = state.value
             if seen == STATE_REPLY:
                 return
-            if self._closed.value and state.value != STATE_REPLY:
+            if self._closed.value:
                 raise ChannelError(grpc.StatusCode.UNAVAILABLE, "the daemon closed the channel")
-            before = time.monotonic()
-            _syscall(_SYS_FUTEX, address, _FUTEX_WAIT, seen, ctypes.byref(interval), None, 0)
-            if state.value == STATE_REPLY:
-                return
             now = time.monotonic()
-            if now - before < LIVENESS_CHECK_S * 0.9:
-                continue  # woken (or the value moved on): look again
-            if now > deadline:
+            if now >= deadline:
                 raise ChannelError(grpc.StatusCode.DEADLINE_EXCEEDED,
                                    "the daemon did not finish the call in time")
-            if not self._alive():
-                raise ChannelError(grpc.StatusCode.UNAVAILABLE,
-                                   "kilnd went away during the call")
+            if now >= next_check:
+                if not self._alive():
+                    raise ChannelError(grpc.StatusCode.UNAVAILABLE,
+                                       "kilnd went away during the call")
+                next_check = time.monotonic() + LIVENESS_CHECK_S
+            wait = max(min(deadline, next_check) - now, 1e-4)
+            interval = _Timespec(int(wait), int((wait % 1) * 1e9))
+            _syscall(_SYS_FUTEX, address, _FUTEX_WAIT, seen, ctypes.byref(interval), None, 0)
 
     def close(self) -> None:
         self.region.close()

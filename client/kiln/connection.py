@@ -68,9 +68,12 @@ def sha256_of(tensor: torch.Tensor) -> str:
 
 
 class Connection:
-    def __init__(self, socket_path: str, autostart: bool = True):
+    def __init__(self, socket_path: str, autostart: bool = True, cache_dir: str | None = None):
         self.socket_path = socket_path
         self.autostart = autostart
+        # The cache directory asked for (options cache_dir): given to a
+        # daemon this connection starts, and compared with a running one's.
+        self.cache_dir = cache_dir
         self.pid = os.getpid()
         self.generation = 0
         self.session_id = ""
@@ -95,7 +98,7 @@ class Connection:
                 self._open()
 
     def _open(self) -> None:
-        daemon.ensure_daemon(self.socket_path, self.autostart)
+        daemon.ensure_daemon(self.socket_path, self.autostart, cache_dir=self.cache_dir)
         channel = grpc.insecure_channel(daemon.target_for(self.socket_path),
                                         options=_CHANNEL_OPTIONS)
         stub = kiln_pb2_grpc.KilnStub(channel)
@@ -114,6 +117,15 @@ class Connection:
         self.generation += 1
         log.debug("session %s opened on %s (generation %d)",
                   self.session_id, self.socket_path, self.generation)
+        if self.cache_dir:
+            try:
+                running = stub.GetStats(kiln_pb2.StatsRequest(), timeout=SMALL_CALL_TIMEOUT_S)
+                if os.path.realpath(running.cache_dir or "") != os.path.realpath(self.cache_dir):
+                    log.warning("kiln: cache_dir %s asked for, but the daemon on %s (already "
+                                "running) caches in %s", self.cache_dir, self.socket_path,
+                                running.cache_dir or "nothing (caching off)")
+            except grpc.RpcError:
+                pass
 
     def reconnect(self, failed_generation: int) -> None:
         """Replaces a session lost in failed_generation (no-op if already replaced)."""
@@ -330,15 +342,19 @@ _connections: dict[tuple[str, bool], Connection] = {}
 _connections_lock = threading.Lock()
 
 
-def get_connection(socket_path: str | None = None, autostart: bool = True) -> Connection:
-    """The process-wide connection for a socket (default socket if None)."""
+def get_connection(socket_path: str | None = None, autostart: bool = True,
+                   cache_dir: str | None = None) -> Connection:
+    """The process-wide connection for a socket (default socket if None).
+
+    cache_dir only matters for the first connection to a socket (it is
+    given to a daemon that connection starts)."""
     path = socket_path or daemon.default_socket_path()
     key = (path, autostart)
     with _connections_lock:
         conn = _connections.get(key)
         if conn is None or conn.pid != os.getpid():
             # A connection inherited over fork() is unusable in the child.
-            conn = Connection(path, autostart)
+            conn = Connection(path, autostart, cache_dir)
             _connections[key] = conn
         return conn
 

@@ -119,8 +119,9 @@ def _log_tail(log_file: str, lines: int = 5) -> str:
 
 
 def ensure_daemon(socket_path: str, autostart: bool = True,
-                  timeout_s: float = START_TIMEOUT_S) -> None:
-    """Returns once a daemon answers on socket_path, starting one if allowed.
+                  timeout_s: float = START_TIMEOUT_S, cache_dir: str | None = None) -> None:
+    """Returns once a daemon answers on socket_path, starting one if allowed
+    (with `cache_dir` as its cache directory, if given).
 
     Raises DaemonError naming the socket (and the daemon log, if started).
     """
@@ -144,6 +145,8 @@ def ensure_daemon(socket_path: str, autostart: bool = True,
                 return
             binary = find_daemon_binary()
             cmd = [binary, "--socket", socket_path]
+            if cache_dir:
+                cmd += ["--cache-dir", cache_dir]
             log.info("starting %s (log: %s)", " ".join(cmd), log_file)
             with open(log_file, "ab") as out:
                 proc = subprocess.Popen(

@@ -77,8 +77,27 @@ def decompositions() -> dict:
     return dict(_default_decompositions())
 
 
-def lower(gm: fx.GraphModule, example_inputs: Sequence[object]) -> LoweredGraph:
+def _extra_table(ops: Sequence[str]) -> dict:
+    """Decompositions of the ops named (options decompositions)."""
+    from torch._decomp import get_decompositions
+    from kiln.options import resolve_op
+    table = get_decompositions([resolve_op(name) for name in ops])
+    covered = {str(op) for op in table} | {str(op).rsplit(".", 1)[0] for op in table}
+    missing = [name for name in ops if name not in covered]
+    if missing:
+        raise ValueError(f"kiln option 'decompositions': torch._decomp has no decomposition "
+                         f"for {', '.join(missing)}")
+    return table
+
+
+def lower(gm: fx.GraphModule, example_inputs: Sequence[object],
+          extra_decompositions: Sequence[str] = (),
+          constant_inputs: frozenset[int] | None = None) -> LoweredGraph:
     """Traces gm into a functional ATen graph with static shapes.
+
+    `extra_decompositions`: op names decomposed on top of the default table.
+    `constant_inputs`: which inputs are weights, if the caller knows (else
+    read from the placeholders' Dynamo metadata).
 
     Raises LoweringError for graphs kiln cannot take whole (symbolic shapes,
     non-tensor inputs); the caller runs those in eager.
@@ -97,8 +116,15 @@ def lower(gm: fx.GraphModule, example_inputs: Sequence[object]) -> LoweredGraph:
                                 "not a tensor or int")
         if any(not isinstance(s, int) for s in example.shape):
             raise LoweringError(f"input {node.name!r} has a symbolic shape")
-    constants = frozenset(i for i, (n, e) in enumerate(zip(placeholders, example_inputs))
-                          if isinstance(e, torch.Tensor) and is_param_or_buffer(n, e))
+    if constant_inputs is not None:
+        constants = frozenset(i for i in constant_inputs
+                              if isinstance(example_inputs[i], torch.Tensor))
+    else:
+        constants = frozenset(i for i, (n, e) in enumerate(zip(placeholders, example_inputs))
+                              if isinstance(e, torch.Tensor) and is_param_or_buffer(n, e))
+    table = decompositions()
+    if extra_decompositions:
+        table.update(_extra_table(tuple(extra_decompositions)))
 
     fake_mode = torch._guards.detect_fake_mode(example_inputs)
     if fake_mode is None:
@@ -110,7 +136,7 @@ def lower(gm: fx.GraphModule, example_inputs: Sequence[object]) -> LoweredGraph:
         fake_inputs = [fake_mode.from_tensor(t) if isinstance(t, torch.Tensor) else t
                        for t in example_inputs]
         aten = make_fx(torch.func.functionalize(gm, remove="mutations"),
-                       decomposition_table=decompositions(),
+                       decomposition_table=table,
                        tracing_mode="real")(*fake_inputs)
     aten.graph.eliminate_dead_code()
     aten.recompile()

@@ -106,10 +106,76 @@ class RuntimeConfig:
         return {k: str(v) for k, v in dataclasses.asdict(self).items() if v is not None}
 
 
+def op_name(op: Any) -> str:
+    """"aten.add.Tensor" for an OpOverload, "aten.add" for an
+    OpOverloadPacket, a string as given (without a "torch.ops." prefix)."""
+    import torch
+    if isinstance(op, str):
+        name = op.strip()
+        return name[len("torch.ops."):] if name.startswith("torch.ops.") else name
+    if isinstance(op, torch._ops.OpOverload):
+        return str(op)
+    if isinstance(op, torch._ops.OpOverloadPacket):
+        return op._qualified_op_name.replace("::", ".")
+    raise ValueError(f"expected an ATen op (e.g. torch.ops.aten.relu.default) or its name, "
+                     f"got {op!r}")
+
+
+def resolve_op(name: str) -> Any:
+    """The OpOverload or OpOverloadPacket torch.ops holds for a name."""
+    import torch
+    parts = name.split(".")
+    if len(parts) not in (2, 3):
+        raise ValueError(f"{name!r} is not an op name like 'aten.relu' or 'aten.relu.default'")
+    try:
+        op = getattr(getattr(torch.ops, parts[0]), parts[1])
+        return getattr(op, parts[2]) if len(parts) == 3 else op
+    except (AttributeError, RuntimeError) as e:
+        raise ValueError(f"no ATen op named {name!r}") from e
+
+
+class OpList(tuple):
+    """Ops named by OpOverload/OpOverloadPacket objects or names, as names;
+    from the environment, names separated by commas."""
+
+    @classmethod
+    def parse(cls, value: Any, option: str) -> "OpList":
+        if isinstance(value, str):
+            value = [v for v in (p.strip() for p in value.split(",")) if v]
+        elif not isinstance(value, (list, tuple, set, frozenset)):
+            value = [value]
+        try:
+            names = [op_name(v) for v in value]
+            for name in names:
+                resolve_op(name)
+        except ValueError as e:
+            raise ValueError(f"kiln option {option!r}: {e}") from None
+        return cls(dict.fromkeys(names))
+
+    def matches(self, target: Any) -> bool:
+        """Whether a node target (OpOverload) is named, itself or by its packet."""
+        name = str(target)
+        return name in self or name.rsplit(".", 1)[0] in self
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    """A string option with a fixed set of values."""
+    values: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Number:
+    """An int or float option with a lower bound."""
+    kind: type
+    minimum: float
+    exclusive: bool = False  # minimum itself not allowed
+
+
 @dataclasses.dataclass(frozen=True)
 class OptionSpec:
     name: str
-    type: type
+    type: Any  # a type, or a Choice / Number
     default: Any
     help: str
     env: str | None = None  # environment variable supplying the default
@@ -119,9 +185,29 @@ class OptionSpec:
 
 
 OPTIONS: tuple[OptionSpec, ...] = (
+    # OpenVINO's backend's options, same names and meanings.
+    OptionSpec("device", str, "CPU",
+               "where compiled graphs run: one of the daemon's devices (kilnd reports "
+               "them; today CPU)",
+               env="KILN_DEVICE"),
     OptionSpec("model_caching", bool, True,
                "let the daemon cache compiled graphs on disk",
                env="KILN_MODEL_CACHING"),
+    OptionSpec("cache_dir", str, None,
+               "the daemon's cache directory, used when this client starts the daemon "
+               "(a running daemon keeps its own; a different one is warned about once)",
+               env="KILN_CACHE_DIR"),
+    OptionSpec("decompositions", OpList, OpList(),
+               "extra ATen ops to decompose before partitioning, as OpOverload objects "
+               "or names (each must have a decomposition in torch._decomp)"),
+    OptionSpec("disabled_ops", OpList, OpList(),
+               "ATen ops that stay in eager PyTorch, as OpOverload/OpOverloadPacket "
+               "objects or names ('aten.relu', 'aten.add.Tensor'); env: comma-separated",
+               env="KILN_DISABLED_OPS"),
+    OptionSpec("aot_autograd", bool, False,
+               "trace forward and backward with AOTAutograd, offering both graphs to "
+               "the daemon (training)",
+               env="KILN_AOT_AUTOGRAD"),
     OptionSpec("socket", str, None,
                "daemon socket path (default: $KILN_SOCKET, "
                "$XDG_RUNTIME_DIR/kiln/kilnd.sock or /tmp/kiln-<uid>/kilnd.sock)",
@@ -133,6 +219,18 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "runtime config of the compiled graphs, a dict with keys "
                + _valid_config_keys() + " (env: key=value,key=value)",
                env="KILN_CONFIG", merge_env=True),
+    # Kiln's own.
+    OptionSpec("fallback", Choice(("eager", "error")), "eager",
+               "what happens to nodes the daemon cannot run: 'eager' runs them in "
+               "PyTorch (logged), 'error' raises instead",
+               env="KILN_FALLBACK"),
+    OptionSpec("min_partition_size", Number(int, 1), 1,
+               "smallest partition (in compute nodes) worth sending to the daemon; "
+               "smaller ones run in eager",
+               env="KILN_MIN_PARTITION_SIZE"),
+    OptionSpec("timeout", Number(float, 0, exclusive=True), 60.0,
+               "seconds one call may take in the daemon before it is an error",
+               env="KILN_TIMEOUT"),
 )
 
 _SPECS = {spec.name: spec for spec in OPTIONS}
@@ -144,6 +242,33 @@ _FALSE = {"0", "false", "no", "off", ""}
 def _coerce(spec: OptionSpec, value: Any) -> Any:
     if value is None:
         return None
+    if isinstance(spec.type, Choice):
+        text = value.strip() if isinstance(value, str) else value
+        for choice in spec.type.values:
+            if isinstance(text, str) and text.lower() == choice.lower():
+                return choice
+        raise ValueError(f"kiln option {spec.name!r} is {value!r}; valid values: "
+                         f"{', '.join(map(repr, spec.type.values))}")
+    if isinstance(spec.type, Number):
+        number = value
+        if isinstance(value, str):
+            try:
+                number = spec.type.kind(value.strip())
+            except ValueError:
+                number = None
+        ok = (not isinstance(number, bool) and isinstance(number, (int, float))
+              and (spec.type.kind is float or float(number).is_integer()))
+        bound = spec.type.minimum
+        if ok:
+            ok = number > bound if spec.type.exclusive else number >= bound
+        if not ok:
+            kind = "an integer" if spec.type.kind is int else "a number"
+            relation = ">" if spec.type.exclusive else ">="
+            raise ValueError(f"kiln option {spec.name!r} is {value!r}; expected {kind} "
+                             f"{relation} {bound:g}")
+        return spec.type.kind(number)
+    if spec.type is OpList:
+        return OpList.parse(value, spec.name)
     if spec.type is bool:
         if isinstance(value, bool):
             return value

@@ -6,7 +6,7 @@ reads runtime/ops/ops.def), never from a list kept here.
 from __future__ import annotations
 
 import operator
-from typing import Collection, Iterable, Mapping
+from typing import Callable, Collection, Iterable, Mapping
 
 import torch
 import torch.fx as fx
@@ -59,13 +59,17 @@ class KilnOperatorSupport(OperatorSupportBase):
     are the kernel's business.
     """
 
-    def __init__(self, capabilities: Capabilities, excluded: Collection[str] = ()):
+    def __init__(self, capabilities: Capabilities, excluded: Collection[str] = (),
+                 disabled: Callable[[object], bool] | None = None):
         super().__init__()
         self.capabilities = capabilities
         self.excluded = frozenset(excluded)  # node names kept in eager
+        self.disabled = disabled  # target -> True if the user keeps it in eager
 
     def is_node_supported(self, submodules: Mapping[str, torch.nn.Module], node: fx.Node) -> bool:
         if node.op != "call_function" or node.name in self.excluded:
+            return False
+        if self.disabled is not None and self.disabled(node.target):
             return False
         if node.target is operator.getitem:
             source = node.args[0]
@@ -94,14 +98,39 @@ def is_compute_node(node: fx.Node) -> bool:
 
 
 def partition(gm: fx.GraphModule, capabilities: Capabilities,
-              excluded: Collection[str] = ()) -> fx.GraphModule:
+              excluded: Collection[str] = (), disabled: Callable[[object], bool] | None = None,
+              min_size: int = 1) -> fx.GraphModule:
     """Fuses supported regions of gm into `fused_<n>` submodules (in place).
 
-    Nodes outside every partition, and those named in `excluded`, stay in gm
-    and run in eager.
+    Nodes outside every partition, those named in `excluded`, those whose
+    target `disabled` accepts, and partitions of fewer than `min_size`
+    compute nodes stay in gm and run in eager.
     """
     partitioner = CapabilityBasedPartitioner(
-        gm, KilnOperatorSupport(capabilities, excluded), allows_single_node_partition=True)
+        gm, KilnOperatorSupport(capabilities, excluded, disabled),
+        allows_single_node_partition=True)
     partitions = [p for p in partitioner.propose_partitions()
-                  if any(is_compute_node(n) for n in p.nodes)]
+                  if sum(map(is_compute_node, p.nodes)) >= max(min_size, 1)]
     return partitioner.fuse_partitions(partitions)
+
+
+def eager_reason(node: fx.Node, capabilities: Capabilities, excluded: Collection[str] = (),
+                 disabled: Callable[[object], bool] | None = None) -> str:
+    """Why a call_function node left in eager is there, in a few words."""
+    if node.name in excluded:
+        return "rejected by the daemon"
+    if disabled is not None and disabled(node.target):
+        return "disabled by option"
+    if not isinstance(node.target, torch._ops.OpOverload):
+        return f"not an ATen op ({getattr(node.target, '__name__', node.target)})"
+    dtypes = capabilities.get(str(node.target))
+    if dtypes is None:
+        return "unsupported op"
+    support = KilnOperatorSupport(capabilities)
+    if not support.is_node_supported({}, node):
+        vals = [node.meta.get("val")] + [a.meta.get("val") for a in node.all_input_nodes]
+        for t in (t for v in vals for t in _tensors(v)):
+            if t.dtype not in dtypes:
+                return f"dtype {str(t.dtype).replace('torch.', '')} not supported"
+        return "symbolic shape"
+    return "partition too small (min_partition_size)"

@@ -21,6 +21,7 @@ from typing import Callable, Mapping, Sequence
 import grpc
 import torch
 import torch.fx as fx
+from torch._subclasses.fake_tensor import is_fake
 
 from kiln import channel as channel_mod
 from kiln import connection as connection_mod
@@ -44,7 +45,8 @@ class KilnSubgraph(torch.nn.Module):
                  example_args: Sequence[torch.Tensor], conn: connection_mod.Connection,
                  model_caching: bool = True,
                  on_fallback: Callable[["KilnSubgraph"], None] | None = None,
-                 compile_options: Mapping[str, str] | None = None):
+                 compile_options: Mapping[str, str] | None = None,
+                 timeout_s: float = connection_mod.EXECUTE_TIMEOUT_S):
         super().__init__()
         self.name = name
         self.eager = gm
@@ -54,8 +56,12 @@ class KilnSubgraph(torch.nn.Module):
         self.compile_options = dict(compile_options or {})
         self.constant_positions = tuple(constant_positions)
         self.num_nodes = sum(1 for n in gm.graph.nodes if n.op == "call_function")
+        self.timeout_s = timeout_s
         self.fallback = False
         self.fallback_reason = ""
+        # Set once the partition is in service under fallback="error": a
+        # later rejection (e.g. on a recompile) raises instead.
+        self.raise_on_fallback = False
         self.compiles = 0
         # Called when the partition switches to eager after construction.
         self.on_fallback = on_fallback
@@ -73,8 +79,11 @@ class KilnSubgraph(torch.nn.Module):
         self._take_constants = (operator.itemgetter(*constant_positions)
                                 if constant_positions else None)
         self._plan: _CallPlan | None = None
-        with self._lock:
-            self._run_guarded(lambda: self._prepare(example_args))
+        # Compiled now when the weights' values are at hand; AOTAutograd
+        # compiles with fake tensors, so then at the first call.
+        if not any(is_fake(example_args[pos]) for pos in self.constant_positions):
+            with self._lock:
+                self._run_guarded(lambda: self._prepare(example_args))
 
     # ---------------------------------------------------------- preparing --
 
@@ -182,6 +191,9 @@ class KilnSubgraph(torch.nn.Module):
         raise AssertionError("unreachable")
 
     def _switch_to_eager(self, reason: str) -> None:
+        if self.raise_on_fallback:
+            raise KilnFallbackError(f"kiln: daemon rejected partition {self.name} "
+                                    f"(options fallback='error'): {reason}")
         log.warning("kiln: daemon rejected partition %s (%d nodes), running it in eager: %s",
                     self.name, self.num_nodes, reason)
         self.fallback = True
@@ -227,14 +239,14 @@ class KilnSubgraph(torch.nn.Module):
         if chan is not None:
             try:
                 chan.call(self._handle, plan.num_inputs, plan.num_outputs, plan.slots,
-                          connection_mod.EXECUTE_TIMEOUT_S, plan.spin_s(chan.last_run_us))
+                          self.timeout_s, plan.spin_s(chan.last_run_us))
             except channel_mod.ChannelError as e:
                 if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
                     conn.discard_thread_state()
                 raise
         else:
             conn.stub.Execute(plan.request(conn.session_id, self._handle),
-                              timeout=connection_mod.EXECUTE_TIMEOUT_S)
+                              timeout=self.timeout_s)
 
         # Dense outputs (the usual case) by one memmove each from a source
         # address computed at bind time: the fewer calls into torch here,
@@ -261,6 +273,19 @@ class KilnSubgraph(torch.nn.Module):
 _version_of = operator.attrgetter("_version")
 
 
+def _dense(shape: Sequence[int], strides: Sequence[int]) -> bool:
+    """Whether strides lay the elements out without gaps or overlaps (in
+    some dimension order)."""
+    if any(size == 0 for size in shape):
+        return True
+    expected = 1
+    for stride, size in sorted((st, sz) for sz, st in zip(shape, strides) if sz != 1):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
 class _CallPlan:
     """Everything a call needs that does not change between calls: which
     arguments are inputs, their expected metas, where each tensor goes in
@@ -280,8 +305,13 @@ class _CallPlan:
                                 if i not in constant]
         self.input_metas = [(torch.Size(m.shape), shm.torch_dtype(m.dtype))
                             for m in ser.input_metas]
-        self.output_metas = [(tuple(v.shape), tuple(v.stride()), v.dtype)
-                             for v in ser.output_vals]
+        # Outputs get eager's strides, unless those overlap (an expanded
+        # view, as backward graphs return): then dense, with the same values.
+        self.output_metas = [
+            (tuple(v.shape),
+             tuple(v.stride()) if _dense(v.shape, v.stride())
+             else tuple(shm.contiguous_strides(v.shape)), v.dtype)
+            for v in ser.output_vals]
         self.single_output = ser.single_output
         self.num_inputs = len(self.input_metas)
         self.num_outputs = len(self.output_metas)
@@ -335,6 +365,10 @@ class _CallPlan:
         for off, (shape, _, dtype) in zip(self.output_offsets, self.output_metas):
             request.outputs.append(self.region.descriptor(off, dtype, shape))
         return request
+
+
+class KilnFallbackError(RuntimeError):
+    """Raised under options fallback="error" where nodes would run in eager."""
 
 
 class _Mismatch(RuntimeError):
