@@ -5,6 +5,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "cache/graph_key.h"
 #include "runtime/compile/dump.h"
 #include "runtime/exec/executor.h"
 #include "runtime/ir/from_proto.h"
@@ -197,21 +198,72 @@ grpc::ServerUnaryReactor* KilnService::UploadConstants(
   return Done(ctx, DoUpload(*req, resp));
 }
 
-absl::Status KilnService::DoCompile(const kiln::v1::CompileRequest& req,
-                                    kiln::v1::CompileResponse* resp) {
-  KILN_ASSIGN_OR_RETURN(auto session, sessions_.Find(req.session_id()));
-  std::map<std::string, std::string> options(req.options().begin(), req.options().end());
-  KILN_ASSIGN_OR_RETURN(CompileResult result,
-                        graphs_.GetOrCompile(req.graph(), options, req.model_caching()));
+namespace {
+
+void FillCompileResponse(CompileResult result, bool want_dump, Session& session,
+                         kiln::v1::CompileResponse* resp) {
   for (const auto& meta : result.graph->output_metas) {
     runtime::MetaToProto(meta, resp->add_outputs());
   }
   resp->set_cache_hit(result.cache_hit);
   resp->set_compile_ms(result.compile_ms);
   resp->set_graph_key(result.key);
-  if (req.want_dump()) resp->set_dump(runtime::DumpCompiledGraph(*result.graph));
-  resp->set_handle(session->AddHandle(std::move(result.graph)));
+  if (want_dump) resp->set_dump(runtime::DumpCompiledGraph(*result.graph));
+  resp->set_handle(session.AddHandle(std::move(result.graph)));
+}
+
+}  // namespace
+
+absl::Status KilnService::DoCompile(const kiln::v1::CompileRequest& req,
+                                    kiln::v1::CompileResponse* resp) {
+  KILN_ASSIGN_OR_RETURN(auto session, sessions_.Find(req.session_id()));
+  std::map<std::string, std::string> options(req.options().begin(), req.options().end());
+  if (IsDynamic(req.graph())) {
+    // Checked now so a bad graph or option fails at compile, not per shape.
+    KILN_RETURN_IF_ERROR(ValidateTemplate(req.graph()));
+    KILN_RETURN_IF_ERROR(runtime::ParseCompileOptions(options).status());
+    auto tmpl = std::make_shared<GraphTemplate>();
+    tmpl->graph = req.graph();
+    tmpl->options = std::move(options);
+    tmpl->model_caching = req.model_caching();
+    for (const auto& node : req.graph().nodes()) {
+      tmpl->num_inputs += node.has_placeholder() ? 1 : 0;
+      tmpl->num_sizes += node.has_size() ? 1 : 0;
+    }
+    tmpl->key = cache::GraphKey(tmpl->graph, tmpl->options);
+    resp->set_dynamic(true);
+    resp->set_graph_key(tmpl->key);
+    spdlog::info("dynamic-shape graph {} ({} nodes, {} symbolic sizes): compiled per shape",
+                 tmpl->key.substr(0, 12), tmpl->graph.nodes_size(), tmpl->num_sizes);
+    resp->set_handle(session->AddTemplate(std::move(tmpl)));
+    dynamic_graphs_++;
+    return absl::OkStatus();
+  }
+  KILN_ASSIGN_OR_RETURN(CompileResult result,
+                        graphs_.GetOrCompile(req.graph(), options, req.model_caching()));
+  FillCompileResponse(std::move(result), req.want_dump(), *session, resp);
   return absl::OkStatus();
+}
+
+absl::Status KilnService::DoSpecialize(const kiln::v1::SpecializeRequest& req,
+                                       kiln::v1::CompileResponse* resp) {
+  KILN_ASSIGN_OR_RETURN(auto session, sessions_.Find(req.session_id()));
+  KILN_ASSIGN_OR_RETURN(auto tmpl, session->Template(req.handle()));
+  KILN_ASSIGN_OR_RETURN(kiln::v1::Graph graph,
+                        SpecializeGraph(tmpl->graph, req.inputs(), req.sizes()));
+  KILN_ASSIGN_OR_RETURN(CompileResult result,
+                        graphs_.GetOrCompile(graph, tmpl->options, tmpl->model_caching));
+  specializations_++;
+  FillCompileResponse(std::move(result), req.want_dump(), *session, resp);
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* KilnService::Specialize(grpc::CallbackServerContext* ctx,
+                                                  const kiln::v1::SpecializeRequest* req,
+                                                  kiln::v1::CompileResponse* resp) {
+  absl::Status s = DoSpecialize(*req, resp);
+  if (!s.ok()) spdlog::info("specialize refused: {}", s.ToString());
+  return Done(ctx, s);
 }
 
 grpc::ServerUnaryReactor* KilnService::Compile(grpc::CallbackServerContext* ctx,
@@ -390,6 +442,8 @@ grpc::ServerUnaryReactor* KilnService::GetStats(grpc::CallbackServerContext* ctx
   resp->set_sessions(sessions_.count());
   resp->set_channels(sessions_.channel_count());
   resp->set_channel_calls(channel_calls_.load());
+  resp->set_dynamic_graphs(dynamic_graphs_.load());
+  resp->set_specializations(specializations_.load());
   resp->set_constants(constants_.count());
   resp->set_constant_bytes(constants_.bytes());
   resp->set_uptime_s(

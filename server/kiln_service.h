@@ -60,6 +60,9 @@ class KilnService final : public kiln::v1::Kiln::CallbackService {
   grpc::ServerUnaryReactor* Compile(grpc::CallbackServerContext* ctx,
                                     const kiln::v1::CompileRequest* req,
                                     kiln::v1::CompileResponse* resp) override;
+  grpc::ServerUnaryReactor* Specialize(grpc::CallbackServerContext* ctx,
+                                       const kiln::v1::SpecializeRequest* req,
+                                       kiln::v1::CompileResponse* resp) override;
   grpc::ServerUnaryReactor* Execute(grpc::CallbackServerContext* ctx,
                                     const kiln::v1::ExecuteRequest* req,
                                     kiln::v1::ExecuteResponse* resp) override;
@@ -86,6 +89,8 @@ class KilnService final : public kiln::v1::Kiln::CallbackService {
   absl::Status DoUpload(const kiln::v1::UploadConstantsRequest& req,
                         kiln::v1::UploadConstantsResponse* resp);
   absl::Status DoCompile(const kiln::v1::CompileRequest& req, kiln::v1::CompileResponse* resp);
+  absl::Status DoSpecialize(const kiln::v1::SpecializeRequest& req,
+                            kiln::v1::CompileResponse* resp);
   absl::Status DoOpenChannel(const kiln::v1::OpenChannelRequest& req,
                              kiln::v1::OpenChannelResponse* resp);
   struct PendingRun;
@@ -105,6 +110,8 @@ class KilnService final : public kiln::v1::Kiln::CallbackService {
   std::atomic<uint64_t> executes_{0};
   std::atomic<uint64_t> execute_errors_{0};
   std::atomic<uint64_t> channel_calls_{0};
+  std::atomic<uint64_t> dynamic_graphs_{0};
+  std::atomic<uint64_t> specializations_{0};
   std::atomic<bool> shutting_down_{false};
   // Closes the sessions of exited clients every kWatchInterval.
   void WatchClients();

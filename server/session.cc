@@ -43,7 +43,7 @@ uint64_t Session::AddHandle(std::shared_ptr<const runtime::CompiledGraph> graph)
 
 absl::Status Session::RemoveHandle(uint64_t handle) {
   absl::MutexLock lock(&mu_);
-  if (handles_.erase(handle) == 0) {
+  if (handles_.erase(handle) == 0 && templates_.erase(handle) == 0) {
     return absl::NotFoundError(absl::StrCat("handle ", handle, " is not open in this session"));
   }
   return absl::OkStatus();
@@ -54,14 +54,35 @@ absl::StatusOr<std::shared_ptr<const runtime::CompiledGraph>> Session::Handle(
   absl::MutexLock lock(&mu_);
   auto it = handles_.find(handle);
   if (it == handles_.end()) {
+    if (templates_.contains(handle)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "handle ", handle, " is a dynamic-shape graph: execute a handle Specialize returns"));
+    }
     return absl::NotFoundError(absl::StrCat("handle ", handle, " is not open in this session"));
+  }
+  return it->second;
+}
+
+uint64_t Session::AddTemplate(std::shared_ptr<const GraphTemplate> tmpl) {
+  absl::MutexLock lock(&mu_);
+  uint64_t id = next_handle_++;
+  templates_.emplace(id, std::move(tmpl));
+  return id;
+}
+
+absl::StatusOr<std::shared_ptr<const GraphTemplate>> Session::Template(uint64_t handle) const {
+  absl::MutexLock lock(&mu_);
+  auto it = templates_.find(handle);
+  if (it == templates_.end()) {
+    return absl::NotFoundError(absl::StrCat(
+        "handle ", handle, " is not a dynamic-shape graph open in this session"));
   }
   return it->second;
 }
 
 size_t Session::handle_count() const {
   absl::MutexLock lock(&mu_);
-  return handles_.size();
+  return handles_.size() + templates_.size();
 }
 
 absl::StatusOr<uint64_t> Session::AddChannel(std::unique_ptr<CallChannel> channel) {

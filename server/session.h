@@ -19,6 +19,7 @@
 #include "runtime/compile/compiled_graph.h"
 #include "server/call_channel.h"
 #include "server/shm_region.h"
+#include "server/specialize.h"
 
 namespace kiln::server {
 
@@ -50,7 +51,11 @@ class Session {
 
   uint64_t AddHandle(std::shared_ptr<const runtime::CompiledGraph> graph);
   absl::Status RemoveHandle(uint64_t handle);
+  // NOT_FOUND for an unknown handle; FAILED_PRECONDITION for a template.
   absl::StatusOr<std::shared_ptr<const runtime::CompiledGraph>> Handle(uint64_t handle) const;
+  // Handles of dynamic-shape templates share the numbering (and Release).
+  uint64_t AddTemplate(std::shared_ptr<const GraphTemplate> tmpl);
+  absl::StatusOr<std::shared_ptr<const GraphTemplate>> Template(uint64_t handle) const;
   size_t handle_count() const;
 
   // Takes over a started channel. RESOURCE_EXHAUSTED (and the channel is
@@ -72,6 +77,8 @@ class Session {
   uint64_t next_handle_ ABSL_GUARDED_BY(mu_) = 1;
   absl::flat_hash_map<uint64_t, std::shared_ptr<ShmRegion>> regions_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, std::shared_ptr<const runtime::CompiledGraph>> handles_
+      ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, std::shared_ptr<const GraphTemplate>> templates_
       ABSL_GUARDED_BY(mu_);
   // Own lock: stopping a channel waits for its call, which takes mu_.
   mutable absl::Mutex channels_mu_;

@@ -26,7 +26,8 @@ CompileFn = Callable[[fx.GraphModule, Sequence[Any], "frozenset[int] | None"], C
 
 
 def compile_with_aot(gm: fx.GraphModule, example_inputs: Sequence[Any],
-                     compile_fn: CompileFn) -> Callable[..., Any]:
+                     compile_fn: CompileFn,
+                     extra_decompositions: Sequence[str] = ()) -> Callable[..., Any]:
     from functorch.compile import make_boxed_func
     from torch._functorch.aot_autograd import aot_module_simplified
 
@@ -48,4 +49,4 @@ def compile_with_aot(gm: fx.GraphModule, example_inputs: Sequence[Any],
         fw_compiler=compiler(frozenset()),
         bw_compiler=compiler(frozenset()),
         inference_compiler=compiler(weights),
-        decompositions=lowering.decompositions())
+        decompositions=lowering.decomposition_table(extra_decompositions))

@@ -6,7 +6,6 @@ runs in eager. Counters of what ran where are exposed by stats().
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 import logging
 import operator
@@ -119,12 +118,10 @@ def _is_symbolic(args: Sequence[Any]) -> bool:
 
 
 class SpecializedGraph:
-    """A Dynamo graph with symbolic shapes, compiled once per concrete signature.
-
-    The daemon takes static shapes only; each new combination of input
-    shapes (up to MAX_SPECIALIZATIONS) gets a static compile, the rest run
-    in eager.
-    """
+    """A Dynamo graph with symbolic shapes that AOTAutograd could not trace
+    symbolically: compiled once per concrete signature (up to
+    MAX_SPECIALIZATIONS), the rest run in eager. The usual path keeps sizes
+    symbolic instead (compile_graph, traced=True)."""
 
     MAX_SPECIALIZATIONS = 8
 
@@ -149,7 +146,7 @@ class SpecializedGraph:
                     _warn_once(f"spec:{id(self)}", "kiln: more than %d input shapes for one "
                                "graph; new shapes run in eager", self.MAX_SPECIALIZATIONS)
                     return self.gm(*args)
-                compiled = compile_graph(self.gm, args, self.opts, self.conn)
+                compiled = compile_graph(self.gm, args, self.opts, self.conn, static_only=True)
                 self.compiled[key] = compiled
         return compiled(*args)
 
@@ -176,18 +173,37 @@ def _eager_or_raise(opts: KilnOptions, gm: fx.GraphModule, why: str) -> Compiled
 
 def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any],
                   opts: KilnOptions, conn: Connection,
-                  constant_inputs: frozenset[int] | None = None) -> Callable[..., Any]:
+                  constant_inputs: frozenset[int] | None = None,
+                  traced: bool = False, static_only: bool = False) -> Callable[..., Any]:
     """Lowers, partitions and compiles one Dynamo (or AOTAutograd) graph.
 
     `constant_inputs`: positions of the inputs that are weights, when the
     caller knows better than the graph's own metadata (aot.py).
+    `traced`: gm is already AOTAutograd's functional ATen graph.
+    `static_only`: example_inputs are concrete; never take the symbolic path.
+
+    Symbolic sizes (Dynamo's dynamic shapes) stay symbolic: AOTAutograd
+    traces the graph once with them, the partitions are compiled once as
+    dynamic-shape templates, and the daemon specializes them per concrete
+    shape (subgraph.py). Nothing is traced, partitioned or uploaded again
+    when a new shape arrives.
 
     When the daemon rejects a partition naming one node (e.g. batch norm in
     training mode), that node is moved to eager and the graph partitioned
     again, so one unsupported use does not drag its neighbours into eager.
     """
-    if _is_symbolic(example_inputs):
-        return SpecializedGraph(gm, opts, conn)
+    symbolic = not static_only and _is_symbolic(example_inputs)
+    if symbolic and not traced and not _needs_grad(example_inputs):
+        try:
+            return aot.compile_with_aot(
+                gm, example_inputs,
+                lambda g, inputs, constants: compile_graph(g, inputs, opts, conn, constants,
+                                                           traced=True),
+                opts.decompositions)
+        except Exception as e:  # noqa: BLE001 - any tracing failure: the old way
+            _warn_once(f"symbolic:{type(e).__name__}", "kiln: could not trace the graph with "
+                       "symbolic shapes (%s); compiling it per input shape", e)
+            return SpecializedGraph(gm, opts, conn)
     _bump(graphs=1)
     if _needs_grad(example_inputs):
         if opts.fallback == "error":
@@ -197,8 +213,12 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any],
                    "(options aot_autograd=True compiles forward and backward graphs)")
         return _eager_graph(gm)
     try:
-        lowered = lowering.lower(gm, example_inputs, extra_decompositions=opts.decompositions,
-                                 constant_inputs=constant_inputs)
+        if traced:  # AOTAutograd's graph: functional ATen, decomposed with our table
+            lowered = lowering.LoweredGraph(gm, lowering.tensor_positions(
+                constant_inputs or frozenset(), example_inputs))
+        else:
+            lowered = lowering.lower(gm, example_inputs, extra_decompositions=opts.decompositions,
+                                     constant_inputs=constant_inputs)
     except lowering.LoweringError as e:
         if opts.fallback == "error":
             return _eager_or_raise(opts, gm, str(e))
@@ -209,7 +229,7 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any],
     disabled = opts.disabled_ops.matches if opts.disabled_ops else None
     excluded: set[str] = set()
     for attempt in range(MAX_REPARTITIONS + 1):
-        split = partition.partition(copy.deepcopy(lowered.gm), caps, excluded, disabled,
+        split = partition.partition(_copy_graph_module(lowered.gm), caps, excluded, disabled,
                                     opts.min_partition_size)
         subgraphs = _compile_partitions(split, lowered, example_inputs, opts, conn)
         rejected = {name for name in map(_rejected_node, subgraphs) if name} - excluded
@@ -253,6 +273,16 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any],
         sub.raise_on_fallback = opts.fallback == "error"
     _bump(partitions=len(subgraphs), nodes_in_eager=eager_nodes)
     return CompiledGraph(gm.forward, split, subgraphs)
+
+
+def _copy_graph_module(gm: fx.GraphModule) -> fx.GraphModule:
+    """A GraphModule with its own copy of gm's graph (partitioning rewrites
+    it) sharing gm's attributes: deep-copying those would copy weights, and
+    fails for real tensors while AOTAutograd's fake mode is active."""
+    graph = fx.Graph()
+    output = graph.graph_copy(gm.graph, {})
+    graph.output(output)
+    return fx.GraphModule(gm, graph)
 
 
 def _compile_partitions(split: fx.GraphModule, lowered: lowering.LoweredGraph,
@@ -301,7 +331,9 @@ def kiln_backend(gm: fx.GraphModule, example_inputs: Sequence[Any],
     if opts.aot_autograd:
         return aot.compile_with_aot(
             gm, example_inputs,
-            lambda g, inputs, constants: compile_graph(g, inputs, opts, conn, constants))
+            lambda g, inputs, constants: compile_graph(g, inputs, opts, conn, constants,
+                                                       traced=True),
+            opts.decompositions)
     return compile_graph(gm, example_inputs, opts, conn)
 
 

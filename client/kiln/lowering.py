@@ -90,6 +90,20 @@ def _extra_table(ops: Sequence[str]) -> dict:
     return table
 
 
+def decomposition_table(extra: Sequence[str] = ()) -> dict:
+    """The default table plus the decompositions of the ops named in `extra`
+    (options decompositions)."""
+    table = decompositions()
+    if extra:
+        table.update(_extra_table(tuple(extra)))
+    return table
+
+
+def tensor_positions(positions: frozenset[int], example_inputs: Sequence[object]) -> frozenset[int]:
+    """The positions that hold tensors (weights are tensors; sizes are not)."""
+    return frozenset(i for i in positions if isinstance(example_inputs[i], torch.Tensor))
+
+
 def lower(gm: fx.GraphModule, example_inputs: Sequence[object],
           extra_decompositions: Sequence[str] = (),
           constant_inputs: frozenset[int] | None = None) -> LoweredGraph:
@@ -122,9 +136,7 @@ def lower(gm: fx.GraphModule, example_inputs: Sequence[object],
     else:
         constants = frozenset(i for i, (n, e) in enumerate(zip(placeholders, example_inputs))
                               if isinstance(e, torch.Tensor) and is_param_or_buffer(n, e))
-    table = decompositions()
-    if extra_decompositions:
-        table.update(_extra_table(tuple(extra_decompositions)))
+    table = decomposition_table(extra_decompositions)
 
     fake_mode = torch._guards.detect_fake_mode(example_inputs)
     if fake_mode is None:

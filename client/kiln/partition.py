@@ -80,6 +80,10 @@ class KilnOperatorSupport(OperatorSupportBase):
         if dtypes is None:
             return False
         inputs = [a.meta.get("val") for a in node.all_input_nodes]
+        # Symbolic sizes reach the daemon as integer arguments (SymbolicSize);
+        # symbolic floats and bools have no wire form.
+        if any(isinstance(v, (torch.SymFloat, torch.SymBool)) for v in inputs):
+            return False
         for val in inputs:
             for t in _tensors(val):
                 if t.dtype not in dtypes:
@@ -87,9 +91,7 @@ class KilnOperatorSupport(OperatorSupportBase):
         out = node.meta.get("val")
         if isinstance(out, (list, tuple)):
             out = out[0] if out else None
-        if not isinstance(out, torch.Tensor) or out.dtype not in dtypes:
-            return False
-        return all(isinstance(s, int) for s in out.shape)
+        return isinstance(out, torch.Tensor) and out.dtype in dtypes
 
 
 def is_compute_node(node: fx.Node) -> bool:
@@ -132,5 +134,5 @@ def eager_reason(node: fx.Node, capabilities: Capabilities, excluded: Collection
         for t in (t for v in vals for t in _tensors(v)):
             if t.dtype not in dtypes:
                 return f"dtype {str(t.dtype).replace('torch.', '')} not supported"
-        return "symbolic shape"
+        return "symbolic float or bool argument"
     return "partition too small (min_partition_size)"

@@ -4,6 +4,11 @@ The daemon's graph is a flat, topologically ordered node list. FX getitem
 nodes never become daemon nodes: `operator.getitem(n, i)` is a NodeRef to
 output i of n. Placeholders become Placeholder or, for parameters and
 buffers, ConstantRef nodes resolved by content hash.
+
+Dynamic shapes: a placeholder whose value is a SymInt (a size Dynamo made
+symbolic) becomes a SymbolicSize node, symbolic tensor dimensions are sent
+as -1, and arguments naming a size are NodeRefs to it. Such a graph is a
+template the daemon specializes per concrete shape (subgraph.py).
 """
 from __future__ import annotations
 
@@ -35,6 +40,26 @@ class SerializedGraph:
     input_metas: list[kiln_pb2.TensorMeta]   # one per Placeholder node, in order
     output_vals: list[torch.Tensor]           # fake values of the graph outputs
     single_output: bool                        # the FX graph returns one value, not a tuple
+    # Positions (among the FX placeholders) of the per-call tensor inputs and
+    # of the symbolic sizes, in the graph's order.
+    tensor_positions: list[int] = dataclasses.field(default_factory=list)
+    size_positions: list[int] = dataclasses.field(default_factory=list)
+
+    @property
+    def dynamic(self) -> bool:
+        return bool(self.size_positions) or any(
+            d < 0 for m in self.input_metas for d in m.shape)
+
+
+def is_symbolic(value: object) -> bool:
+    return isinstance(value, torch.SymInt) and not isinstance(
+        getattr(value.node, "maybe_as_int", lambda: None)(), int)
+
+
+def _dims(val: torch.Tensor) -> list[int]:
+    """Sizes with symbolic ones as -1 (never int() of a SymInt: that would
+    add a guard and specialize Dynamo's graph)."""
+    return [-1 if isinstance(d, torch.SymInt) and is_symbolic(d) else int(d) for d in val.shape]
 
 
 def tensor_val(node: fx.Node) -> torch.Tensor:
@@ -47,8 +72,14 @@ def tensor_val(node: fx.Node) -> torch.Tensor:
 
 
 def meta_of(val: torch.Tensor, name: str) -> kiln_pb2.TensorMeta:
+    dims = _dims(val)
+    if any(d < 0 for d in dims):
+        try:
+            return kiln_pb2.TensorMeta(dtype=shm.wire_dtype(val.dtype), shape=dims)
+        except KeyError:
+            raise SerializationError(f"node {name!r}: dtype {val.dtype} has no wire type") from None
     try:
-        return shm.tensor_meta(val.dtype, val.shape)
+        return shm.tensor_meta(val.dtype, dims)
     except KeyError:
         raise SerializationError(f"node {name!r}: dtype {val.dtype} has no wire type") from None
     except TypeError:
@@ -84,6 +115,8 @@ class _Builder:
             arg.none.SetInParent()
         elif isinstance(value, bool):
             arg.bool_value = value
+        elif isinstance(value, torch.SymInt) and not is_symbolic(value):
+            arg.int_value = int(value)
         elif isinstance(value, int):
             arg.int_value = value
         elif isinstance(value, float):
@@ -124,18 +157,28 @@ def serialize(gm: fx.GraphModule, constant_hashes: Mapping[int, str]) -> Seriali
     b = _Builder()
     input_metas: list[kiln_pb2.TensorMeta] = []
     output_vals: list[torch.Tensor] = []
+    tensor_positions: list[int] = []
+    size_positions: list[int] = []
     single_output = False
     position = 0
     for node in gm.graph.nodes:
         if node.op == "placeholder":
-            meta = meta_of(tensor_val(node), node.name)
             proto = kiln_pb2.Node()
+            val = node.meta.get("val")
+            if isinstance(val, (int, torch.SymInt)) and not isinstance(val, bool):
+                proto.size.SetInParent()
+                size_positions.append(position)
+                b.add(node, proto)
+                position += 1
+                continue
+            meta = meta_of(tensor_val(node), node.name)
             if position in constant_hashes:
                 proto.constant.hash = constant_hashes[position]
                 proto.constant.meta.CopyFrom(meta)
             else:
                 proto.placeholder.meta.CopyFrom(meta)
                 input_metas.append(meta)
+                tensor_positions.append(position)
             b.add(node, proto)
             position += 1
         elif node.op == "call_function":
@@ -174,4 +217,5 @@ def serialize(gm: fx.GraphModule, constant_hashes: Mapping[int, str]) -> Seriali
                 output_vals.append(tensor_val(value))
         else:
             raise SerializationError(f"node {node.name!r}: unsupported FX op {node.op!r}")
-    return SerializedGraph(b.graph, input_metas, output_vals, single_output)
+    return SerializedGraph(b.graph, input_metas, output_vals, single_output,
+                           tensor_positions, size_positions)

@@ -8,15 +8,23 @@ executes and copies the outputs back into fresh tensors.
 If the daemon rejects the graph (INVALID_ARGUMENT / UNIMPLEMENTED) the
 partition runs in eager from then on: a wrong answer is worse than a
 fallback.
+
+A partition with symbolic sizes compiles to a template; each new input
+signature (tensor shapes and size values) gets a variant from the
+daemon's Specialize (the graph is not sent again) and its own call plan,
+kept for up to MAX_VARIANTS signatures (least recently used released).
 """
 from __future__ import annotations
 
+import collections
 import ctypes
 import logging
 import operator
 import os
 import threading
 from typing import Callable, Mapping, Sequence
+
+import sympy
 
 import grpc
 import torch
@@ -40,6 +48,10 @@ class KilnSubgraph(torch.nn.Module):
     are parameters/buffers; they are baked into the compiled graph by
     content hash and checked for changes (data_ptr, _version) on each call.
     """
+
+    # Shape variants of a dynamic-shape partition kept at once (each holds a
+    # daemon handle, i.e. a compiled graph with its memory plan).
+    MAX_VARIANTS = 64
 
     def __init__(self, name: str, gm: fx.GraphModule, constant_positions: Sequence[int],
                  example_args: Sequence[torch.Tensor], conn: connection_mod.Connection,
@@ -79,6 +91,11 @@ class KilnSubgraph(torch.nn.Module):
         self._take_constants = (operator.itemgetter(*constant_positions)
                                 if constant_positions else None)
         self._plan: _CallPlan | None = None
+        # Dynamic shapes: the template handle is self._handle; signature ->
+        # plan of its variant (plan.handle), least recently used first.
+        self._variants: collections.OrderedDict[tuple, _CallPlan] = collections.OrderedDict()
+        self.specializations = 0
+        self._input_vals = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
         # Compiled now when the weights' values are at hand; AOTAutograd
         # compiles with fake tensors, so then at the first call.
         if not any(is_fake(example_args[pos]) for pos in self.constant_positions):
@@ -118,7 +135,8 @@ class KilnSubgraph(torch.nn.Module):
         if rebuild:
             self._serialized = serialize.serialize(
                 self.eager, {pos: s[2] for pos, s in state.items()})
-            self._plan = _CallPlan(self._serialized, self.constant_positions)
+            self._plan = (None if self._serialized.dynamic
+                          else _CallPlan.for_static(self._serialized))
         needs_compile = rebuild or self._handle is None or self._generation != self.conn.generation
         self._constant_state = state
         self._constant_tensors = tensors
@@ -141,8 +159,19 @@ class KilnSubgraph(torch.nn.Module):
         _write_dump(response)
         self._handle = response.handle
         self._generation = generation
-        self._check_outputs(response)  # raises _Mismatch -> eager, which releases
         self.compiles += 1
+        if response.dynamic:
+            # The variant for a call's arguments now (not for construction's
+            # weights-only examples): a rejection surfaces here, not later.
+            ser = self._serialized
+            if all(isinstance(args[i], torch.Tensor) and not is_fake(args[i])
+                   for i in ser.tensor_positions):
+                self._variant(args)
+            return
+        if self._serialized.dynamic:
+            raise _Mismatch("the daemon compiled a dynamic-shape graph as static")
+        self._plan.handle = response.handle
+        self._check_outputs(response)  # raises _Mismatch -> eager, which releases
         log.debug("%s compiled: handle %d, cache_hit=%s, %.1f ms", self.name,
                   response.handle, response.cache_hit, response.compile_ms)
 
@@ -158,17 +187,76 @@ class KilnSubgraph(torch.nn.Module):
                     f"{list(meta.shape)}, eager gives {val.dtype}{list(val.shape)}")
 
     def _release(self) -> None:
-        if self._handle is None:
-            return
-        handle, self._handle = self._handle, None
+        handles = [plan.handle for plan in self._variants.values()]
+        self._variants.clear()
+        if self._handle is not None:
+            handles.append(self._handle)
+        self._handle = None
         if self._generation != self.conn.generation:
             return  # died with the old session
+        for handle in handles:
+            self._release_handle(handle)
+
+    def _release_handle(self, handle: int) -> None:
         try:
             self.conn.stub.Release(
                 kiln_pb2.ReleaseRequest(session_id=self.conn.session_id, handle=handle),
                 timeout=connection_mod.SMALL_CALL_TIMEOUT_S)
         except grpc.RpcError as e:
             log.debug("Release(%d) failed: %s", handle, e.details())
+
+    # ------------------------------------------------------ dynamic shapes --
+
+    def _signature(self, args: Sequence[object]) -> tuple:
+        ser = self._serialized
+        return (tuple(tuple(args[i].shape) for i in ser.tensor_positions)
+                + tuple(int(args[i]) for i in ser.size_positions))
+
+    def _variant(self, args: Sequence[object]) -> "_CallPlan":
+        """The call plan (and daemon handle) for this call's signature,
+        specialized by the daemon on first sight."""
+        key = self._signature(args)
+        plan = self._variants.get(key)
+        if plan is not None:
+            self._variants.move_to_end(key)
+            return plan
+        ser = self._serialized
+        request = kiln_pb2.SpecializeRequest(
+            session_id=self.conn.session_id, handle=self._handle,
+            sizes=[int(args[i]) for i in ser.size_positions],
+            want_dump=bool(os.environ.get("KILN_DUMP")))
+        for i in ser.tensor_positions:
+            request.inputs.append(shm.tensor_meta(args[i].dtype, args[i].shape))
+        response = self.conn.stub.Specialize(request, timeout=connection_mod.COMPILE_TIMEOUT_S)
+        _write_dump(response)
+        try:
+            plan = _CallPlan.for_variant(ser, args, response, self._bindings(args))
+        except _Mismatch:
+            self._release_handle(response.handle)
+            raise
+        plan.handle = response.handle
+        self.specializations += 1
+        log.debug("%s specialized for %s: handle %d, cache_hit=%s, %.1f ms", self.name, key,
+                  response.handle, response.cache_hit, response.compile_ms)
+        self._variants[key] = plan
+        while len(self._variants) > self.MAX_VARIANTS:
+            _, old = self._variants.popitem(last=False)
+            self._release_handle(old.handle)
+        return plan
+
+    def _bindings(self, args: Sequence[object]) -> dict:
+        """Symbol -> this call's value, for every size that is a bare symbol
+        in the partition's placeholder values."""
+        bindings = {}
+        for val, arg in zip(self._input_vals, args):
+            if isinstance(val, torch.SymInt):
+                if isinstance(val.node.expr, sympy.Symbol):
+                    bindings[val.node.expr] = int(arg)
+            elif isinstance(val, torch.Tensor) and isinstance(arg, torch.Tensor):
+                for dim, size in zip(val.shape, arg.shape):
+                    if isinstance(dim, torch.SymInt) and isinstance(dim.node.expr, sympy.Symbol):
+                        bindings[dim.node.expr] = size
+        return bindings
 
     def _run_guarded(self, step: Callable[[], object]) -> object:
         """Runs step; on daemon loss reconnects and retries once; on
@@ -217,7 +305,7 @@ class KilnSubgraph(torch.nn.Module):
         if (self._handle is None or self._generation != self.conn.generation
                 or self._constants_changed(args)):
             self._prepare(args)
-        plan = self._plan
+        plan = self._plan or self._variant(args)
         inputs = plan.take_inputs(args)
         for i, (t, meta) in enumerate(zip(inputs, plan.input_metas)):
             if t.shape != meta[0] or t.dtype != meta[1]:
@@ -238,14 +326,14 @@ class KilnSubgraph(torch.nn.Module):
         chan = conn.channel()
         if chan is not None:
             try:
-                chan.call(self._handle, plan.num_inputs, plan.num_outputs, plan.slots,
+                chan.call(plan.handle, plan.num_inputs, plan.num_outputs, plan.slots,
                           self.timeout_s, plan.spin_s(chan.last_run_us))
             except channel_mod.ChannelError as e:
                 if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
                     conn.discard_thread_state()
                 raise
         else:
-            conn.stub.Execute(plan.request(conn.session_id, self._handle),
+            conn.stub.Execute(plan.request(conn.session_id, plan.handle),
                               timeout=self.timeout_s)
 
         # Dense outputs (the usual case) by one memmove each from a source
@@ -264,13 +352,26 @@ class KilnSubgraph(torch.nn.Module):
 
     def __del__(self) -> None:
         # Dropped without close() (e.g. torch._dynamo.reset()): let the
-        # connection release the handle on its next compile.
+        # connection release the handles on its next compile.
         handle = getattr(self, "_handle", None)
         if handle is not None:
             self.conn.defer_release(self._generation, handle)
+        for plan in getattr(self, "_variants", {}).values():
+            self.conn.defer_release(self._generation, plan.handle)
 
 
 _version_of = operator.attrgetter("_version")
+
+
+def _evaluate(value: object, bindings: dict) -> int | None:
+    """A size or stride of a (symbolic) fake value for this call, or None
+    when it involves a symbol the call does not determine."""
+    if not isinstance(value, torch.SymInt):
+        return int(value)
+    expr = value.node.expr.xreplace(bindings)
+    if isinstance(expr, int):
+        return expr
+    return int(expr) if expr.is_number else None
 
 
 def _dense(shape: Sequence[int], strides: Sequence[int]) -> bool:
@@ -299,20 +400,14 @@ class _CallPlan:
     SPIN_BELOW_US = 20.0
     SPIN_US = 50.0
 
-    def __init__(self, ser: serialize.SerializedGraph, constant_positions: Sequence[int]):
-        constant = set(constant_positions)
-        self.input_positions = [i for i in range(len(ser.input_metas) + len(constant))
-                                if i not in constant]
-        self.input_metas = [(torch.Size(m.shape), shm.torch_dtype(m.dtype))
-                            for m in ser.input_metas]
-        # Outputs get eager's strides, unless those overlap (an expanded
-        # view, as backward graphs return): then dense, with the same values.
-        self.output_metas = [
-            (tuple(v.shape),
-             tuple(v.stride()) if _dense(v.shape, v.stride())
-             else tuple(shm.contiguous_strides(v.shape)), v.dtype)
-            for v in ser.output_vals]
-        self.single_output = ser.single_output
+    def __init__(self, input_positions: Sequence[int],
+                 input_metas: Sequence[tuple[torch.Size, torch.dtype]],
+                 output_metas: Sequence[tuple[tuple, tuple, torch.dtype]], single_output: bool):
+        self.handle = 0  # the daemon handle the plan calls
+        self.input_positions = list(input_positions)
+        self.input_metas = list(input_metas)
+        self.output_metas = list(output_metas)
+        self.single_output = single_output
         self.num_inputs = len(self.input_metas)
         self.num_outputs = len(self.output_metas)
         offsets, offset = [], 0
@@ -330,6 +425,44 @@ class _CallPlan:
         self.output_views: list[torch.Tensor] = []
         self.output_dense: list[tuple[int, int] | None] = []
         self.slots = b""
+
+    @classmethod
+    def for_static(cls, ser: serialize.SerializedGraph) -> "_CallPlan":
+        # Outputs get eager's strides, unless those overlap (an expanded
+        # view, as backward graphs return): then dense, with the same values.
+        outputs = [
+            (tuple(v.shape),
+             tuple(v.stride()) if _dense(v.shape, v.stride())
+             else tuple(shm.contiguous_strides(v.shape)), v.dtype)
+            for v in ser.output_vals]
+        return cls(ser.tensor_positions,
+                   [(torch.Size(m.shape), shm.torch_dtype(m.dtype)) for m in ser.input_metas],
+                   outputs, ser.single_output)
+
+    @classmethod
+    def for_variant(cls, ser: serialize.SerializedGraph, args: Sequence[object],
+                    response: kiln_pb2.CompileResponse, bindings: dict) -> "_CallPlan":
+        """The plan of one shape variant: input metas from the call, output
+        shapes from the daemon, checked against eager's symbolic ones where
+        the call's sizes determine them; strides are eager's evaluated the
+        same way (else contiguous)."""
+        if len(response.outputs) != len(ser.output_vals):
+            raise _Mismatch(f"daemon reports {len(response.outputs)} outputs, "
+                            f"expected {len(ser.output_vals)}")
+        outputs = []
+        for i, (meta, val) in enumerate(zip(response.outputs, ser.output_vals)):
+            shape = tuple(meta.shape)
+            want = [_evaluate(d, bindings) for d in val.shape]
+            if (meta.dtype != shm.wire_dtype(val.dtype) or len(want) != len(shape)
+                    or any(w is not None and w != got for w, got in zip(want, shape))):
+                raise _Mismatch(f"output {i}: daemon infers {kiln_pb2.DType.Name(meta.dtype)}"
+                                f"{list(shape)}, eager gives {val.dtype}{want}")
+            strides = [_evaluate(st, bindings) for st in val.stride()]
+            if any(st is None for st in strides) or not _dense(shape, strides):
+                strides = shm.contiguous_strides(shape)
+            outputs.append((shape, tuple(strides), val.dtype))
+        inputs = [(torch.Size(args[i].shape), args[i].dtype) for i in ser.tensor_positions]
+        return cls(ser.tensor_positions, inputs, outputs, ser.single_output)
 
     def take_inputs(self, args: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         return [args[i] for i in self.input_positions]

@@ -183,6 +183,9 @@ absl::StatusOr<Graph> GraphFromProto(const kiln::v1::Graph& proto) {
         }
         break;
       }
+      case kiln::v1::Node::kSize:
+        return NodeError(i, pn, "symbolic size in a graph compiled as static "
+                                "(dynamic-shape graphs are specialized first)");
       case kiln::v1::Node::KIND_NOT_SET:
         return NodeError(i, pn, "node has no kind");
     }

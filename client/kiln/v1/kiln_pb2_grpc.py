@@ -74,6 +74,11 @@ class KilnStub:
                 request_serializer=kiln_dot_v1_dot_kiln__pb2.CompileRequest.SerializeToString,
                 response_deserializer=kiln_dot_v1_dot_kiln__pb2.CompileResponse.FromString,
                 _registered_method=True)
+        self.Specialize = channel.unary_unary(
+                '/kiln.v1.Kiln/Specialize',
+                request_serializer=kiln_dot_v1_dot_kiln__pb2.SpecializeRequest.SerializeToString,
+                response_deserializer=kiln_dot_v1_dot_kiln__pb2.CompileResponse.FromString,
+                _registered_method=True)
         self.Execute = channel.unary_unary(
                 '/kiln.v1.Kiln/Execute',
                 request_serializer=kiln_dot_v1_dot_kiln__pb2.ExecuteRequest.SerializeToString,
@@ -152,6 +157,12 @@ class KilnServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Specialize(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Execute(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -223,6 +234,11 @@ def add_KilnServicer_to_server(servicer, server):
             'Compile': grpc.unary_unary_rpc_method_handler(
                     servicer.Compile,
                     request_deserializer=kiln_dot_v1_dot_kiln__pb2.CompileRequest.FromString,
+                    response_serializer=kiln_dot_v1_dot_kiln__pb2.CompileResponse.SerializeToString,
+            ),
+            'Specialize': grpc.unary_unary_rpc_method_handler(
+                    servicer.Specialize,
+                    request_deserializer=kiln_dot_v1_dot_kiln__pb2.SpecializeRequest.FromString,
                     response_serializer=kiln_dot_v1_dot_kiln__pb2.CompileResponse.SerializeToString,
             ),
             'Execute': grpc.unary_unary_rpc_method_handler(
@@ -466,6 +482,33 @@ class Kiln:
             target,
             '/kiln.v1.Kiln/Compile',
             kiln_dot_v1_dot_kiln__pb2.CompileRequest.SerializeToString,
+            kiln_dot_v1_dot_kiln__pb2.CompileResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Specialize(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kiln.v1.Kiln/Specialize',
+            kiln_dot_v1_dot_kiln__pb2.SpecializeRequest.SerializeToString,
             kiln_dot_v1_dot_kiln__pb2.CompileResponse.FromString,
             options,
             channel_credentials,
