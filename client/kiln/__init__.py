@@ -1,6 +1,7 @@
 """Kiln: an out-of-process torch.compile backend (client side).
 
     compiled = torch.compile(model, backend="kiln")   # no import needed
+    print(kiln.explain(model, x))                     # what ran where, and why
 
 The backend is registered through the torch_dynamo_backends entry point
 (kiln.backend:kiln_backend). `kiln status` shows the daemon's stats;
@@ -10,3 +11,16 @@ logger; KILN_LOG=debug|info configures it (kiln/logs.py).
 from kiln import logs as _logs
 
 _logs.configure_from_env()
+
+__all__ = ["explain", "Explanation"]
+
+
+def __getattr__(name: str):
+    # kiln.explain is imported on first use: the CLI (`kiln status`) must
+    # not pay for importing torch.
+    if name in __all__:
+        import importlib
+        value = getattr(importlib.import_module("kiln.explain"), name)
+        globals()[name] = value  # importing the submodule bound its name to it
+        return value
+    raise AttributeError(f"module 'kiln' has no attribute {name!r}")
