@@ -16,11 +16,12 @@ __all__ = ["explain", "Explanation"]
 
 
 def __getattr__(name: str):
-    # kiln.explain is imported on first use: the CLI (`kiln status`) must
-    # not pay for importing torch.
+    # Imported on first use: the CLI (`kiln status`) must not pay for
+    # importing torch. The module is not named explain.py: importing it
+    # would rebind kiln.explain from the function to the module.
     if name in __all__:
         import importlib
-        value = getattr(importlib.import_module("kiln.explain"), name)
-        globals()[name] = value  # importing the submodule bound its name to it
+        value = getattr(importlib.import_module("kiln.explanation"), name)
+        globals()[name] = value
         return value
     raise AttributeError(f"module 'kiln' has no attribute {name!r}")

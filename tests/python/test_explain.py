@@ -166,3 +166,8 @@ def test_resets_dynamo_before_and_after(daemon_up):
         kiln.explain(model, x)
         compiled(x)  # its cached graph went with the reset: compiled again
     assert counter.frame_count == 2
+
+
+def test_kiln_explain_stays_the_function_after_importing_its_module():
+    import kiln.explanation
+    assert kiln.explain is kiln.explanation.explain and callable(kiln.explain)
