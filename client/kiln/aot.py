@@ -30,6 +30,7 @@ def compile_with_aot(gm: fx.GraphModule, example_inputs: Sequence[Any],
                      extra_decompositions: Sequence[str] = ()) -> Callable[..., Any]:
     from functorch.compile import make_boxed_func
     from torch._functorch.aot_autograd import aot_module_simplified
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     weights = frozenset(i for i, (n, e) in enumerate(zip(placeholders, example_inputs))
@@ -40,8 +41,15 @@ def compile_with_aot(gm: fx.GraphModule, example_inputs: Sequence[Any],
             # Positions carry over only if AOTAutograd kept every input
             # (it drops duplicated ones, shifting the rest).
             known = constants if len(inputs) == len(example_inputs) else frozenset()
+            # AOTAutograd calls its compilers with its fake mode active; out
+            # of it, so the graph's real tensor constants (a torch.tensor(...)
+            # literal, transformers' empty cache tensors) stay real when the
+            # graph is copied or uploaded. Lowering enters the inputs' fake
+            # mode itself.
+            with unset_fake_temporarily():
+                compiled = compile_fn(graph, inputs, known)
             # AOTAutograd calls with a list it owns (boxed calling convention).
-            return make_boxed_func(compile_fn(graph, inputs, known))
+            return make_boxed_func(compiled)
         return compile_one
 
     return aot_module_simplified(

@@ -6,6 +6,7 @@ runs in eager. Counters of what ran where are exposed by stats().
 """
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import logging
 import operator
@@ -103,8 +104,9 @@ def _on_fallback(sub: KilnSubgraph) -> None:
     _bump(fallback_partitions=1, nodes_in_daemon=-sub.num_nodes, nodes_in_eager=sub.num_nodes)
 
 
-def _eager_graph(gm: fx.GraphModule) -> CompiledGraph:
+def _eager_graph(gm: fx.GraphModule, why: str) -> CompiledGraph:
     _bump(eager_graphs=1, nodes_in_eager=_count_calls(gm))
+    _record(GraphRecord(gm, eager_reason=why))
     return CompiledGraph(gm.forward, None, [])
 
 
@@ -168,7 +170,7 @@ def _eager_or_raise(opts: KilnOptions, gm: fx.GraphModule, why: str) -> Compiled
     if opts.fallback == "error":
         raise KilnFallbackError(f"kiln: graph of {_count_calls(gm)} nodes would run in eager: "
                                 f"{why} (options fallback='error')")
-    return _eager_graph(gm)
+    return _eager_graph(gm, why)
 
 
 def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any],
@@ -211,7 +213,8 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any],
                                    "aot_autograd=True to compile forward and backward)")
         _warn_once("grad", "kiln: graph needs autograd; running it in eager "
                    "(options aot_autograd=True compiles forward and backward graphs)")
-        return _eager_graph(gm)
+        return _eager_graph(gm, "it needs autograd (options aot_autograd=True compiles "
+                            "forward and backward graphs)")
     try:
         if traced:  # AOTAutograd's graph: functional ATen, decomposed with our table
             lowered = lowering.LoweredGraph(gm, lowering.tensor_positions(
@@ -223,16 +226,18 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any],
         if opts.fallback == "error":
             return _eager_or_raise(opts, gm, str(e))
         _warn_once(f"lower:{e}", "kiln: running graph in eager: %s", e)
-        return _eager_graph(gm)
+        return _eager_graph(gm, f"lowering failed: {e}")
 
     caps = partition.capabilities_from_proto(conn.capabilities())
     disabled = opts.disabled_ops.matches if opts.disabled_ops else None
     excluded: set[str] = set()
+    rejections: dict[str, str] = {}  # for kiln.explain
     for attempt in range(MAX_REPARTITIONS + 1):
         split = partition.partition(_copy_graph_module(lowered.gm), caps, excluded, disabled,
                                     opts.min_partition_size)
         subgraphs = _compile_partitions(split, lowered, example_inputs, opts, conn)
         rejected = {name for name in map(_rejected_node, subgraphs) if name} - excluded
+        rejections.update(_rejection_messages(subgraphs))
         if not rejected or attempt == MAX_REPARTITIONS:
             break
         log.warning("kiln: moving %s to eager and partitioning again",
@@ -272,6 +277,8 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any],
         sub.on_fallback = _on_fallback
         sub.raise_on_fallback = opts.fallback == "error"
     _bump(partitions=len(subgraphs), nodes_in_eager=eager_nodes)
+    _record(GraphRecord(gm, split=split, subgraphs=list(subgraphs), capabilities=caps,
+                        excluded=frozenset(excluded), disabled=disabled, rejections=rejections))
     return CompiledGraph(gm.forward, split, subgraphs)
 
 
@@ -342,3 +349,40 @@ def _check_device(opts: KilnOptions, conn: Connection) -> None:
     if opts.device.upper() not in (d.upper() for d in devices):
         raise ValueError(f"kiln option device={opts.device!r}: the daemon on "
                          f"{conn.socket_path} offers {', '.join(devices) or 'no devices'}")
+
+
+# ---- Diagnostics hook (kiln.explain) -----------------------------------------
+# compile_graph hands a GraphRecord of every graph it finishes to the recorder
+# kiln.explain installs while it runs (a contextvar: compiles in other
+# threads and contexts are not recorded). Recording changes nothing about
+# what is compiled; with no recorder installed it costs one lookup per graph.
+
+
+@dataclasses.dataclass
+class GraphRecord:
+    """One graph as compile_graph left it (read by kiln.explain after the run,
+    so partitions that fall back at their first call are seen)."""
+    gm: fx.GraphModule                       # the graph compile_graph was given
+    eager_reason: str = ""                   # why it runs whole in eager ("" if partitioned)
+    split: fx.GraphModule | None = None      # partitioned ATen graph
+    subgraphs: list[KilnSubgraph] = dataclasses.field(default_factory=list)
+    capabilities: partition.Capabilities | None = None
+    excluded: frozenset[str] = frozenset()   # nodes moved to eager after a daemon rejection
+    disabled: Callable[[object], bool] | None = None
+    rejections: dict[str, str] = dataclasses.field(default_factory=dict)  # node -> daemon's reason
+
+
+graph_recorder: contextvars.ContextVar[Callable[[GraphRecord], None] | None] = (
+    contextvars.ContextVar("kiln_graph_recorder", default=None))
+
+
+def _record(record: GraphRecord) -> None:
+    recorder = graph_recorder.get()
+    if recorder is not None:
+        recorder(record)
+
+
+def _rejection_messages(subgraphs: Sequence[KilnSubgraph]) -> dict[str, str]:
+    """node name -> the daemon's message, for rejections naming one node."""
+    return {name: sub.fallback_reason for sub in subgraphs
+            if (name := _rejected_node(sub)) is not None}

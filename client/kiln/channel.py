@@ -20,6 +20,7 @@ hang, and no output of a half-finished call is read.
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import platform
 import struct
@@ -49,6 +50,8 @@ _SYS_FUTEX = 202  # x86-64
 _FUTEX_WAIT, _FUTEX_WAKE = 0, 1
 
 _SLOT = struct.Struct("<QQQ")
+
+log = logging.getLogger(__name__)
 
 
 def supported() -> bool:
@@ -133,7 +136,28 @@ class Channel:
         Raises ChannelError with the daemon's status on failure,
         UNAVAILABLE if the daemon goes away, DEADLINE_EXCEEDED after
         timeout_s (the call may still complete in the daemon).
+
+        At debug level each call is logged (this is the hot path: without
+        debug it costs one level check).
         """
+        if not log.isEnabledFor(logging.DEBUG):
+            return self._call(handle, num_inputs, num_outputs, slots, timeout_s, spin_s)
+        nbytes = sum(size for _, _, size in _SLOT.iter_unpack(slots))
+        start = time.perf_counter()
+        try:
+            run_us = self._call(handle, num_inputs, num_outputs, slots, timeout_s, spin_s)
+        except ChannelError as e:
+            log.debug("channel %d call handle %d %.3f ms %s (%d inputs, %d outputs, %d B): %s",
+                      self.channel_id, handle, (time.perf_counter() - start) * 1e3,
+                      e.code().name, num_inputs, num_outputs, nbytes, e.details())
+            raise
+        log.debug("channel %d call handle %d %.3f ms OK (%d inputs, %d outputs, %d B; "
+                  "daemon ran %.1f us)", self.channel_id, handle,
+                  (time.perf_counter() - start) * 1e3, num_inputs, num_outputs, nbytes, run_us)
+        return run_us
+
+    def _call(self, handle: int, num_inputs: int, num_outputs: int, slots: bytes,
+              timeout_s: float, spin_s: float) -> float:
         if num_inputs + num_outputs > self.max_tensors:
             raise ChannelError(grpc.StatusCode.INVALID_ARGUMENT,
                                f"{num_inputs + num_outputs} tensors; a channel call "

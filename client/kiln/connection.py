@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import atexit
 import logging
+import dataclasses
 import os
 import threading
-from typing import Mapping
+import time
+from typing import Callable, Mapping
 
 import grpc
 import torch
@@ -26,6 +28,9 @@ from kiln import daemon, shm
 from kiln.v1 import kiln_pb2, kiln_pb2_grpc
 
 log = logging.getLogger(__name__)
+# One debug line per RPC (see LoggedStub); its own name so it can be
+# turned on or off apart from the rest of the client.
+rpc_log = logging.getLogger("kiln.rpc")
 
 # Deadlines per RPC, in seconds.
 SMALL_CALL_TIMEOUT_S = 10.0
@@ -67,6 +72,74 @@ def sha256_of(tensor: torch.Tensor) -> str:
     return hashlib.sha256(flat.numpy()).hexdigest()
 
 
+@dataclasses.dataclass
+class ConstantTransfer:
+    """What one ensure_constants call did: constants (and their bytes)
+    uploaded, and those the daemon already held (from this session, or
+    uploaded earlier by any client: its store is shared)."""
+    uploaded: int = 0
+    uploaded_bytes: int = 0
+    reused: int = 0
+    reused_bytes: int = 0
+
+    def add(self, other: "ConstantTransfer") -> None:
+        for field in dataclasses.fields(self):
+            setattr(self, field.name, getattr(self, field.name) + getattr(other, field.name))
+
+
+def _summary(method: str, request: object, response: object | None) -> str:
+    """What an RPC carried, for the debug log: message sizes, and for the
+    calls that move data through shared memory, what they moved."""
+    parts = [f"request {request.ByteSize()} B"]
+    if response is not None:
+        parts.append(f"response {response.ByteSize()} B")
+    if method == "UploadConstants":
+        parts.append(f"{len(request.constants)} constants, "
+                     f"{sum(c.data.byte_size for c in request.constants)} B through shared memory")
+    elif method == "QueryConstants":
+        parts.append(f"{len(request.hashes)} hashes"
+                     + (f", {len(response.missing)} missing" if response is not None else ""))
+    elif method == "Compile":
+        parts.append(f"{len(request.graph.nodes)} nodes"
+                     + (f", handle {response.handle}, cache_hit={response.cache_hit}"
+                        if response is not None else ""))
+    elif method == "Execute":
+        parts.append(f"{len(request.inputs)} inputs, {len(request.outputs)} outputs, "
+                     f"{sum(d.byte_size for d in (*request.inputs, *request.outputs))} B "
+                     "through shared memory")
+    elif method == "RegisterRegion":
+        parts.append(f"region of {request.byte_size} B")
+    return "; ".join(parts)
+
+
+def _logged(method: str, call: Callable[..., object]) -> Callable[..., object]:
+    def logged_call(request: object, *args: object, **kwargs: object) -> object:
+        if not rpc_log.isEnabledFor(logging.DEBUG):
+            return call(request, *args, **kwargs)
+        start = time.perf_counter()
+        try:
+            response = call(request, *args, **kwargs)
+        except grpc.RpcError as e:
+            rpc_log.debug("%s %.3f ms %s (%s): %s", method, (time.perf_counter() - start) * 1e3,
+                          e.code().name, _summary(method, request, None), e.details())
+            raise
+        rpc_log.debug("%s %.3f ms OK (%s)", method, (time.perf_counter() - start) * 1e3,
+                      _summary(method, request, response))
+        return response
+    logged_call.__name__ = method
+    return logged_call
+
+
+class LoggedStub:
+    """The Kiln stub with each RPC logged to kiln.rpc at debug level (name,
+    latency, status, what it carried). When debug is off a call costs one
+    level check more than the bare stub's."""
+
+    def __init__(self, stub: kiln_pb2_grpc.KilnStub):
+        for method in kiln_pb2.DESCRIPTOR.services_by_name["Kiln"].methods:
+            setattr(self, method.name, _logged(method.name, getattr(stub, method.name)))
+
+
 class Connection:
     def __init__(self, socket_path: str, autostart: bool = True, cache_dir: str | None = None):
         self.socket_path = socket_path
@@ -80,7 +153,7 @@ class Connection:
         self.runtime_version = ""
         self._lock = threading.RLock()
         self._channel: grpc.Channel | None = None
-        self._stub: kiln_pb2_grpc.KilnStub | None = None
+        self._stub: LoggedStub | None = None
         self._capabilities: kiln_pb2.CapabilitiesResponse | None = None
         self._local = threading.local()
         self._channels_ok = channel_mod.supported()
@@ -101,7 +174,7 @@ class Connection:
         daemon.ensure_daemon(self.socket_path, self.autostart, cache_dir=self.cache_dir)
         channel = grpc.insecure_channel(daemon.target_for(self.socket_path),
                                         options=_CHANNEL_OPTIONS)
-        stub = kiln_pb2_grpc.KilnStub(channel)
+        stub = LoggedStub(kiln_pb2_grpc.KilnStub(channel))
         try:
             response = stub.OpenSession(
                 kiln_pb2.OpenSessionRequest(pid=os.getpid(), client_name="kiln-python",
@@ -154,7 +227,7 @@ class Connection:
             self._drop_channel()
 
     @property
-    def stub(self) -> kiln_pb2_grpc.KilnStub:
+    def stub(self) -> LoggedStub:
         self.connect()
         assert self._stub is not None
         return self._stub
@@ -295,19 +368,21 @@ class Connection:
 
     # ---------------------------------------------------------- constants --
 
-    def ensure_constants(self, constants: Mapping[str, torch.Tensor]) -> None:
-        """Makes sure the daemon holds every constant (hash -> tensor).
+    def ensure_constants(self, constants: Mapping[str, torch.Tensor]) -> ConstantTransfer:
+        """Makes sure the daemon holds every constant (hash -> tensor);
+        returns what that took (what was uploaded, what it already held).
 
         Raises grpc.RpcError as the daemon reports it (the caller decides
         whether to reconnect).
         """
+        transfer = ConstantTransfer()
         with self._lock:
             wanted = [h for h in constants if h not in self._present]
-            if not wanted:
-                return
-            response = self.stub.QueryConstants(
-                kiln_pb2.QueryConstantsRequest(hashes=wanted), timeout=SMALL_CALL_TIMEOUT_S)
-            missing = list(dict.fromkeys(response.missing))
+            missing: list[str] = []
+            if wanted:
+                response = self.stub.QueryConstants(
+                    kiln_pb2.QueryConstantsRequest(hashes=wanted), timeout=SMALL_CALL_TIMEOUT_S)
+                missing = list(dict.fromkeys(response.missing))
             batch: list[str] = []
             batch_bytes = 0
             for h in missing:
@@ -320,6 +395,16 @@ class Connection:
             if batch:
                 self._upload(batch, constants)
             self._present.update(wanted)
+        uploaded = set(missing)
+        for h, t in constants.items():
+            nbytes = t.numel() * t.element_size()
+            if h in uploaded:
+                transfer.uploaded += 1
+                transfer.uploaded_bytes += nbytes
+            else:
+                transfer.reused += 1
+                transfer.reused_bytes += nbytes
+        return transfer
 
     def _upload(self, hashes: list[str], constants: Mapping[str, torch.Tensor]) -> None:
         total = sum(shm.align(constants[h].numel() * constants[h].element_size()) for h in hashes)

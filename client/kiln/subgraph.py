@@ -75,6 +75,9 @@ class KilnSubgraph(torch.nn.Module):
         # later rejection (e.g. on a recompile) raises instead.
         self.raise_on_fallback = False
         self.compiles = 0
+        # Constants this partition needed, summed over its compiles:
+        # uploaded by it, or already in the daemon (kiln.explain reports both).
+        self.constant_transfer = connection_mod.ConstantTransfer()
         # Called when the partition switches to eager after construction.
         self.on_fallback = on_fallback
         self._lock = threading.Lock()
@@ -146,7 +149,7 @@ class KilnSubgraph(torch.nn.Module):
             return
         self.conn.connect()
         generation = self.conn.generation
-        self.conn.ensure_constants(tensors)
+        self.constant_transfer.add(self.conn.ensure_constants(tensors))
         self._release()
         self.conn.flush_releases()
         response = self.conn.stub.Compile(

@@ -189,3 +189,20 @@ def test_aot_autograd_inference_keeps_weights_as_constants(daemon_up):
     # The weights were uploaded as constants (4 tensors: 2 weights, 2 biases).
     hashes = [connection.sha256_of(p) for p in model.parameters()]
     assert all(h in conn._present for h in hashes)
+
+
+def test_aot_autograd_graph_with_tensor_literal(daemon_up):
+    # AOTAutograd calls its compilers under its fake mode; the literal is a
+    # real tensor constant of the graph and must stay one (regression: the
+    # partitioner's copy of the graph failed on it, breaking transformers'
+    # generate, whose cache starts as torch.tensor([])).
+    model, x = _mlp(), torch.randn(3, 16)
+
+    def fn(x):
+        return model(x) * torch.tensor([2.0, 3.0, 4.0, 5.0])
+
+    with torch.no_grad():
+        got = torch.compile(fn, backend="kiln", options={"aot_autograd": True})(x)
+        torch.testing.assert_close(got, fn(x))
+    stats = backend.stats()
+    assert stats.graphs == 1 and stats.nodes_in_daemon > 0, stats
