@@ -39,7 +39,8 @@ absl::Status CheckArg(const kiln::v1::Argument& arg, int self, const std::vector
 // The argument with sizes replaced by their values and node indices moved
 // down past the dropped SymbolicSize nodes.
 void Substitute(kiln::v1::Argument* arg, const std::vector<int>& size_slot,
-                const std::vector<int>& new_index, const google::protobuf::RepeatedField<int64_t>& sizes) {
+                const std::vector<int>& new_index,
+                const google::protobuf::RepeatedField<int64_t>& sizes) {
   if (arg->has_node()) {
     const int ref = arg->node().node();
     if (size_slot[ref] >= 0) {
@@ -117,9 +118,10 @@ absl::Status ValidateTemplate(const kiln::v1::Graph& graph) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<kiln::v1::Graph> SpecializeGraph(const kiln::v1::Graph& tmpl,
-                                                const google::protobuf::RepeatedPtrField<kiln::v1::TensorMeta>& inputs,
-                                                const google::protobuf::RepeatedField<int64_t>& sizes) {
+absl::StatusOr<kiln::v1::Graph> SpecializeGraph(
+    const kiln::v1::Graph& tmpl,
+    const google::protobuf::RepeatedPtrField<kiln::v1::TensorMeta>& inputs,
+    const google::protobuf::RepeatedField<int64_t>& sizes) {
   const int n = tmpl.nodes_size();
   std::vector<int> size_slot(n, -1), new_index(n, -1);
   int num_inputs = 0, num_sizes = 0, kept = 0;
@@ -132,7 +134,7 @@ absl::StatusOr<kiln::v1::Graph> SpecializeGraph(const kiln::v1::Graph& tmpl,
       new_index[i] = kept++;
     }
   }
-  if (static_cast<int>(inputs.size()) != num_inputs || static_cast<int>(sizes.size()) != num_sizes) {
+  if (inputs.size() != num_inputs || sizes.size() != num_sizes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the graph has ", num_inputs, " inputs and ", num_sizes, " symbolic sizes; got ",
         inputs.size(), " input metas and ", sizes.size(), " sizes"));

@@ -40,8 +40,9 @@ absl::Status ValidateTemplate(const kiln::v1::Graph& graph);
 // and rank, equal static dimensions; strides are those of a contiguous
 // tensor) and size values (one per SymbolicSize). SymbolicSize nodes are
 // dropped and every argument naming one becomes its value.
-absl::StatusOr<kiln::v1::Graph> SpecializeGraph(const kiln::v1::Graph& tmpl,
-                                                const google::protobuf::RepeatedPtrField<kiln::v1::TensorMeta>& inputs,
-                                                const google::protobuf::RepeatedField<int64_t>& sizes);
+absl::StatusOr<kiln::v1::Graph> SpecializeGraph(
+    const kiln::v1::Graph& tmpl,
+    const google::protobuf::RepeatedPtrField<kiln::v1::TensorMeta>& inputs,
+    const google::protobuf::RepeatedField<int64_t>& sizes);
 
 }  // namespace kiln::server
