@@ -6,8 +6,10 @@
 // common layouts get loops that vectorize: reduced dims innermost (row
 // sums, e.g. global average pooling over H, W) and one reduced run between
 // kept runs (column sums). Anything else walks the reduced index space per
-// output element. Sums accumulate in double, so long reductions keep
-// float precision.
+// output element. The two common layouts add in float, 8 lanes (or a
+// block of channels) wide so the loops vectorize, and move the partial
+// sums into double accumulators every few dozen elements, so long
+// reductions keep float precision.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -21,6 +23,47 @@
 
 namespace kiln::runtime {
 namespace {
+
+// Float partial sums cover at most this many inputs each before they are
+// added into double: each lane of SumContiguous and each channel of
+// SumColumns adds up to kFlushRows floats, whose rounding error stays
+// near float epsilon times sqrt(kFlushRows) of the partial sum.
+constexpr int64_t kFlushRows = 32;
+constexpr int kLanes = 8;
+
+// Sum of n contiguous floats.
+double SumContiguous(const float* x, int64_t n) {
+  double total = 0.0;
+  constexpr int64_t kBlock = kFlushRows * kLanes;
+  for (int64_t b = 0; b < n; b += kBlock) {
+    const int64_t e = std::min(n, b + kBlock);
+    float lanes[kLanes] = {};
+    int64_t i = b;
+    for (; i + kLanes <= e; i += kLanes) {
+      for (int l = 0; l < kLanes; ++l) lanes[l] += x[i + l];
+    }
+    double part = 0.0;
+    for (int l = 0; l < kLanes; ++l) part += lanes[l];
+    for (; i < e; ++i) part += x[i];
+    total += part;
+  }
+  return total;
+}
+
+// acc[j] += sum over r < rows of x[r * stride + j], for j < len <= kMaxColumns.
+constexpr int64_t kMaxColumns = 64;
+void SumColumns(const float* x, int64_t rows, int64_t stride, int64_t len, double* acc) {
+  float part[kMaxColumns];
+  for (int64_t r0 = 0; r0 < rows; r0 += kFlushRows) {
+    const int64_t r1 = std::min(rows, r0 + kFlushRows);
+    std::fill(part, part + len, 0.f);
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* row = x + r * stride;
+      for (int64_t j = 0; j < len; ++j) part[j] += row[j];
+    }
+    for (int64_t j = 0; j < len; ++j) acc[j] += part[j];
+  }
+}
 
 struct ReducePlan {
   int64_t out_numel = 0;
@@ -55,34 +98,32 @@ class MeanKernel final : public Kernel {
       const int64_t r = p_.count;
       ParallelFor(n_out, work_grain, [&](int64_t b, int64_t e) {
         for (int64_t o = b; o < e; ++o) {
-          const float* x = in + o * r;
-          double sum = 0.0;
-          for (int64_t i = 0; i < r; ++i) sum += x[i];
-          out[o] = static_cast<float>(sum * inv);
+          out[o] = static_cast<float>(SumContiguous(in + o * r, r) * inv);
         }
       });
       return absl::OkStatus();
     }
     if ((nd == 2 && p_.reduced[0]) ||
         (nd == 3 && !p_.reduced[0] && p_.reduced[1])) {
-      // [K1?, R, K2]: accumulate rows of K2 elements.
+      // [K1?, R, K2]: accumulate rows of K2 elements (NHWC global
+      // pooling: K1 = N, R = H * W, K2 = C), one block of columns per task:
+      // the fewest blocks of at most kMaxColumns, of about equal width.
+      // (Narrower blocks to split small C further measured slower: each
+      // task then reads part of every cache line.)
       const int64_t k2 = p_.sizes[nd - 1];
       const int64_t r = p_.sizes[nd - 2];
       const int64_t k1 = nd == 3 ? p_.sizes[0] : 1;
-      constexpr int64_t kChunk = 256;
-      const int64_t chunks = (k2 + kChunk - 1) / kChunk;
+      const int64_t blocks = (k2 + kMaxColumns - 1) / kMaxColumns;
+      const int64_t chunk = std::min(kMaxColumns, ((k2 + blocks - 1) / blocks + 7) / 8 * 8);
+      const int64_t chunks = (k2 + chunk - 1) / chunk;
       ParallelFor(k1 * chunks, 1, [&](int64_t b, int64_t e) {
-        double acc[kChunk];
+        double acc[kMaxColumns];
         for (int64_t t = b; t < e; ++t) {
           const int64_t o1 = t / chunks;
-          const int64_t c0 = (t % chunks) * kChunk;
-          const int64_t len = std::min(kChunk, k2 - c0);
+          const int64_t c0 = (t % chunks) * chunk;
+          const int64_t len = std::min(chunk, k2 - c0);
           std::fill(acc, acc + len, 0.0);
-          const float* x = in + o1 * r * k2 + c0;
-          for (int64_t i = 0; i < r; ++i) {
-            const float* row = x + i * k2;
-            for (int64_t j = 0; j < len; ++j) acc[j] += row[j];
-          }
+          SumColumns(in + o1 * r * k2 + c0, r, k2, len, acc);
           float* y = out + o1 * k2 + c0;
           for (int64_t j = 0; j < len; ++j) {
             y[j] = static_cast<float>(acc[j] * inv);

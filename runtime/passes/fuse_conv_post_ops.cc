@@ -1,11 +1,14 @@
 // Fuses what follows a convolution into it: a residual add of a tensor of
 // the output's shape and elementwise activations (see
-// kernels/post_ops.h), producing kiln.conv2d. The fused node takes the
+// kernels/post_ops.h), single nodes or decomposed into several (silu,
+// hardswish, hardsigmoid; see activation_patterns.h), producing
+// kiln.conv2d. The fused node takes the
 // place of the last node it absorbs, so every input it needs (a residual
 // computed after the convolution, say) is ready when it runs.
 #include "absl/strings/str_cat.h"
 #include "runtime/kernels/post_ops.h"
 #include "runtime/ops/registry.h"
+#include "runtime/passes/activation_patterns.h"
 #include "runtime/passes/pass_context.h"
 
 namespace kiln::runtime {
@@ -60,7 +63,18 @@ absl::Status FuseConvPostOps(PassContext& ctx) {
     std::string name = g.nodes[c].name;
     int cur = c;
     bool has_residual = args[7].kind != Arg::Kind::kNone;
-    while (uses.Count({cur, 0}) == 1 && !uses.is_output[cur][0]) {
+    while (!uses.is_output[cur][0]) {
+      if (std::optional<ActivationMatch> m = MatchDecomposedActivation(g, uses, {cur, 0})) {
+        args[8].list.push_back(StringArg(m->post_op));
+        for (int n : m->nodes) {
+          name = absl::StrCat(name, "+", g.nodes[n].name);
+          g.nodes[n].dead = true;
+        }
+        g.nodes[cur].dead = true;
+        cur = m->last;
+        continue;
+      }
+      if (uses.Count({cur, 0}) != 1) break;
       const int u = uses.users[cur][0][0];
       const Node& user = g.nodes[u];
       if (user.dead) break;

@@ -1,10 +1,12 @@
-// Fuses activations into the matmul before them, producing kiln.addmm
+// Fuses activations (single nodes or decomposed, see
+// activation_patterns.h) into the matmul before them, producing kiln.addmm
 // (self?, mat1, mat2, post_ops). Transformer and MLP graphs often put a
 // view between the two (addmm -> view -> gelu); an elementwise op commutes
 // with a view, so the activation moves into the matmul and the view stays.
 #include "absl/strings/str_cat.h"
 #include "runtime/kernels/post_ops.h"
 #include "runtime/ops/registry.h"
+#include "runtime/passes/activation_patterns.h"
 #include "runtime/passes/pass_context.h"
 
 namespace kiln::runtime {
@@ -13,6 +15,13 @@ namespace {
 bool IsViewOp(const Node& node) {
   return node.target == "aten.view.default" || node.target == "aten._unsafe_view.default" ||
          node.target == "aten.reshape.default";
+}
+
+Arg StringArg(const std::string& s) {
+  Arg a;
+  a.kind = Arg::Kind::kString;
+  a.s = s;
+  return a;
 }
 
 bool UnitScales(const Node& addmm) {
@@ -60,7 +69,19 @@ absl::Status FuseMatmulPostOps(PassContext& ctx) {
     // `tail` is the value the next activation must consume: the matmul's
     // output or a view of it.
     ValueRef tail{m, 0};
-    while (uses.Count(tail) == 1 && !uses.is_output[tail.node][tail.output]) {
+    while (!uses.is_output[tail.node][tail.output]) {
+      if (std::optional<ActivationMatch> p = MatchDecomposedActivation(g, uses, tail)) {
+        args[3].list.push_back(StringArg(p->post_op));
+        for (int n : p->nodes) {
+          name = absl::StrCat(name, "+", g.nodes[n].name);
+          g.nodes[n].dead = true;
+        }
+        ReplaceAllUses(g, {p->last, 0}, tail);
+        uses = ComputeUses(g);
+        changed = true;
+        continue;
+      }
+      if (uses.Count(tail) != 1) break;
       const int u = uses.users[tail.node][tail.output][0];
       const Node& user = g.nodes[u];
       if (user.dead) break;
@@ -73,7 +94,7 @@ absl::Status FuseMatmulPostOps(PassContext& ctx) {
       if (act.empty() || user.args[0].kind != Arg::Kind::kTensor || !(user.args[0].tensor == tail)) {
         break;
       }
-      args[3].list.push_back(Arg{Arg::Kind::kString, {}, 0, 0.0, false, act});
+      args[3].list.push_back(StringArg(act));
       name = absl::StrCat(name, "+", user.name);
       g.nodes[u].dead = true;
       ReplaceAllUses(g, {u, 0}, tail);

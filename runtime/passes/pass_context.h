@@ -55,6 +55,9 @@ absl::Status FuseElementwise(PassContext& ctx);
 // Rebuilds the node list with activations between convolutions in
 // channels-last order; op output metas must be inferred again afterwards.
 absl::Status PropagateChannelsLast(PassContext& ctx);
+// 1x1 convolution -> 3x3 depthwise convolution pairs, both channels-last
+// (so after PropagateChannelsLast) -> kiln.conv2d_dw, where that pays.
+absl::Status FuseConvDepthwise(PassContext& ctx);
 // Marks op nodes none of whose outputs are used as dead.
 void EliminateDeadNodes(Graph& graph);
 

@@ -148,6 +148,12 @@ INSTANTIATE_TEST_SUITE_P(
                  true},
         ConvCase{{1, 16, 10, 10}, {16, 1, 3, 3}, false, {2, 2}, {1, 1},
                  {1, 1}, 16, true},
+        // Depthwise with a channel count that is no multiple of the SIMD
+        // width (shufflenet's 58), 5x5 stride 2 (mobilenet_v3, efficientnet).
+        ConvCase{{2, 58, 11, 9}, {58, 1, 3, 3}, true, {1, 1}, {1, 1}, {1, 1},
+                 58, true},
+        ConvCase{{1, 40, 13, 13}, {40, 1, 5, 5}, true, {2, 2}, {2, 2}, {1, 1},
+                 40, true},
         // Weights computed by the graph (not constants): run-time reorder.
         ConvCase{{1, 16, 9, 9}, {32, 16, 3, 3}, true, {1, 1}, {1, 1}, {1, 1},
                  1, false},
@@ -205,6 +211,54 @@ TEST(ConvolutionTest, RunsConcurrentlyFromSeveralThreads) {
     std::vector<float> got(expected.size());
     std::memcpy(got.data(), outs[i][0].data(), bytes);
     EXPECT_TRUE(AllClose(got, expected, 1e-4, 1e-4)) << "thread " << i;
+  }
+}
+
+// kiln.conv2d depthwise in channels-last with fused activations: the
+// layout and post-ops the compiled mobilenets run their depthwise
+// convolutions with (on AVX2, oneDNN's jit_dw kernel).
+TEST(ConvolutionTest, DepthwiseChannelsLastWithPostOpsMatchesReference) {
+  for (const ConvCase& c :
+       {ConvCase{{2, 72, 10, 12}, {72, 1, 3, 3}, true, {1, 1}, {1, 1}, {1, 1}, 72, true},
+        ConvCase{{1, 58, 9, 9}, {58, 1, 5, 5}, true, {2, 2}, {2, 2}, {1, 1}, 58, true}}) {
+    const auto x = RandomFloats(NumElements(c.input), 11);
+    const auto w = RandomFloats(NumElements(c.weight), 12);
+    const auto b = RandomFloats(c.weight[0], 13);
+    const int64_t n = c.input[0], ch = c.input[1], h = c.input[2], wd = c.input[3];
+    std::vector<float> x_nhwc(x.size());
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t k = 0; k < ch; ++k)
+        for (int64_t p = 0; p < h * wd; ++p) {
+          x_nhwc[(i * h * wd + p) * ch + k] = x[(i * ch + k) * h * wd + p];
+        }
+    OpTester t("kiln.conv2d");
+    t.AddArg(t.Input(F32({n, h, wd, ch}), x_nhwc));
+    t.AddArg(t.Constant(F32(c.weight), w));
+    t.AddArg(t.Constant(F32({c.weight[0]}), b));
+    t.AddArg(IntListArg({c.stride[0], c.stride[1]}));
+    t.AddArg(IntListArg({c.padding[0], c.padding[1]}));
+    t.AddArg(IntListArg({c.dilation[0], c.dilation[1]}));
+    t.AddArg(IntArg(c.groups));
+    t.AddArg(NoneArg());
+    Arg post_ops = IntListArg({});
+    post_ops.list.push_back(StringArg("hardswish"));
+    t.AddArg(post_ops);
+    t.AddArg(BoolArg(true));
+    t.AddArg(BoolArg(true));
+    ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+    std::vector<int64_t> shape;
+    const auto conv = ReferenceConv(c, x, w, &b, &shape);
+    const int64_t oh = shape[2], ow = shape[3];
+    EXPECT_EQ(t.output_metas()[0], F32({n, oh, ow, ch}));
+    ASSERT_TRUE(t.Run().ok());
+    std::vector<double> expected(conv.size());
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t k = 0; k < ch; ++k)
+        for (int64_t p = 0; p < oh * ow; ++p) {
+          const double v = conv[(i * ch + k) * oh * ow + p];
+          expected[(i * oh * ow + p) * ch + k] = v * std::min(6.0, std::max(0.0, v + 3)) / 6;
+        }
+    EXPECT_TRUE(AllClose(t.OutputF32(0), expected, 1e-4, 1e-4)) << ch << " channels";
   }
 }
 

@@ -91,7 +91,36 @@ INSTANTIATE_TEST_SUITE_P(
         MeanCase{{2, 3, 4}, std::nullopt, false, {}},
         MeanCase{{2, 3, 4}, std::vector<int64_t>{}, true, {1, 1, 1}},
         MeanCase{{100000}, std::vector<int64_t>{0}, false, {}},
+        // Channels-last global pooling (the layout pass maps dims [2, 3]
+        // of NCHW to [1, 2]): C split into column blocks of unequal width,
+        // and a C no multiple of 8.
+        MeanCase{{2, 9, 9, 100}, std::vector<int64_t>{1, 2}, true, {2, 1, 1, 100}},
+        MeanCase{{1, 28, 28, 72}, std::vector<int64_t>{1, 2}, true, {1, 1, 1, 72}},
+        MeanCase{{3, 5, 5, 13}, std::vector<int64_t>{1, 2}, true, {3, 1, 1, 13}},
+        // NCHW rows shorter than a vector block, and one of odd length.
+        MeanCase{{2, 5, 3, 3}, std::vector<int64_t>{2, 3}, true, {2, 5, 1, 1}},
+        MeanCase{{1, 2, 37, 41}, std::vector<int64_t>{-1, -2}, false, {1, 2}},
         MeanCase{{}, std::vector<int64_t>{-1}, false, {}}));
+
+// Float partial sums must not cost precision on long reductions: a
+// million values near 1 (where a plain float sum drifts by ~1e-4), rows
+// and columns.
+TEST(MeanTest, LongReductionsKeepFloatPrecision) {
+  std::vector<float> x = RandomFloats(1 << 20, 23);
+  for (float& v : x) v = 1.f + 0.25f * v;
+  for (const auto& [shape, dims] :
+       {std::pair<std::vector<int64_t>, std::vector<int64_t>>{{1, 2, 512, 1024}, {2, 3}},
+        {{1, 1024, 512, 2}, {1, 2}}}) {
+    OpTester t("aten.mean.dim");
+    t.AddArg(t.Input(F32(shape), x));
+    t.AddArg(IntListArg(dims));
+    t.AddArg(BoolArg(true));
+    ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+    ASSERT_TRUE(t.Run().ok());
+    std::vector<int> d(dims.begin(), dims.end());
+    EXPECT_TRUE(AllClose(t.OutputF32(0), ReferenceMean(shape, d, x), 2e-7, 0));
+  }
+}
 
 TEST(MeanTest, MeanOfEmptyDimIsNaN) {
   OpTester t("aten.mean.dim");
