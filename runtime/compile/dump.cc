@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "runtime/ir/arg_builders.h"
 
 namespace kiln::runtime {
 namespace {
@@ -68,7 +69,7 @@ std::string DumpCompiledGraph(const CompiledGraph& cg) {
                     "\n");
   }
   std::vector<std::string> outs;
-  for (const ValueRef& o : g.outputs) outs.push_back(ArgText(g, Arg{Arg::Kind::kTensor, o}));
+  for (const ValueRef& o : g.outputs) outs.push_back(ArgText(g, TensorArg(o)));
   absl::StrAppend(&out, "return ", absl::StrJoin(outs, ", "), "\n");
   return out;
 }
