@@ -88,7 +88,6 @@ absl::StatusOr<CompileResult> GraphCache::GetOrCompile(
     stats_.disk_hits++;
   } else {
     stats_.compiled++;
-    stats_.misses++;
     if (use_disk_cache && artifacts_->enabled()) {
       kiln::v1::Artifact artifact;
       *artifact.mutable_graph() = graph;

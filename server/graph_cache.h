@@ -28,11 +28,13 @@ struct CompileResult {
   double compile_ms = 0;
 };
 
+// Successful GetOrCompile calls, by where the graph came from. A request
+// that is neither kind of hit is a miss, and every miss compiles from
+// scratch, so `compiled` is also the miss count.
 struct CompileStats {
-  std::atomic<uint64_t> compiled{0};     // built from scratch
+  std::atomic<uint64_t> compiled{0};     // cache misses: built from scratch
   std::atomic<uint64_t> memory_hits{0};  // already compiled in this process
   std::atomic<uint64_t> disk_hits{0};    // artifact found on disk
-  std::atomic<uint64_t> misses{0};
 };
 
 class GraphCache {

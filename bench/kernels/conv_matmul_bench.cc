@@ -19,6 +19,7 @@
 #include "bench/kernels/one_node.h"
 #include "bench/kernels/peak.h"
 #include "benchmark/benchmark.h"
+#include "runtime/ir/arg_builders.h"
 #include "runtime/ir/graph.h"
 #include "runtime/ops/op_def.h"
 #include "runtime/ops/registry.h"
@@ -27,25 +28,6 @@ namespace kiln::runtime {
 namespace {
 
 using kiln::bench::OneNode;
-
-Arg Int(int64_t v) {
-  Arg a;
-  a.kind = Arg::Kind::kInt;
-  a.i = v;
-  return a;
-}
-Arg Bool(bool v) {
-  Arg a;
-  a.kind = Arg::Kind::kBool;
-  a.b = v;
-  return a;
-}
-Arg Ints(std::vector<int64_t> v) {
-  Arg a;
-  a.kind = Arg::Kind::kList;
-  for (int64_t x : v) a.list.push_back(Int(x));
-  return a;
-}
 
 // The peak, measured while the process starts: measured lazily after a
 // kernel has run, oneTBB's workers (which spin for a while after each
@@ -77,8 +59,8 @@ void BM_Conv2d(benchmark::State& state) {
   Arg x = n.Tensor({b, c, h, h}, false);
   Arg w = n.Tensor({oc, c, k, k}, true);
   Arg none;
-  if (!n.Prepare({x, w, none, Ints({s, s}), Ints({k / 2, k / 2}),
-                  Ints({1, 1}), Bool(false), Ints({0, 0}), Int(1)},
+  if (!n.Prepare({x, w, none, IntListArg({s, s}), IntListArg({k / 2, k / 2}),
+                  IntListArg({1, 1}), BoolArg(false), IntListArg({0, 0}), IntArg(1)},
                  state)) {
     return;
   }
@@ -155,7 +137,7 @@ BENCHMARK(BM_Mm)
 void BM_MaxPool(benchmark::State& state) {
   OneNode n("aten.max_pool2d_with_indices.default");
   Arg x = n.Tensor({1, 64, 112, 112}, false);
-  if (!n.Prepare({x, Ints({3, 3}), Ints({2, 2}), Ints({1, 1})}, state)) return;
+  if (!n.Prepare({x, IntListArg({3, 3}), IntListArg({2, 2}), IntListArg({1, 1})}, state)) return;
   for (auto _ : state) {
     if (!n.Run(state)) break;
   }

@@ -12,32 +12,12 @@
 
 #include "bench/kernels/one_node.h"
 #include "benchmark/benchmark.h"
+#include "runtime/ir/arg_builders.h"
 
 namespace kiln::runtime {
 namespace {
 
 using kiln::bench::OneNode;
-
-Arg String(const std::string& s) {
-  Arg a;
-  a.kind = Arg::Kind::kString;
-  a.s = s;
-  return a;
-}
-
-Arg Int(int64_t v) {
-  Arg a;
-  a.kind = Arg::Kind::kInt;
-  a.i = v;
-  return a;
-}
-
-Arg Bool(bool v) {
-  Arg a;
-  a.kind = Arg::Kind::kBool;
-  a.b = v;
-  return a;
-}
 
 // `target`(x, extra...) over state.range(0) elements.
 void RunUnary(benchmark::State& state, const char* target, std::vector<Arg> extra = {}) {
@@ -59,7 +39,7 @@ void BM_Sigmoid(benchmark::State& state) { RunUnary(state, "aten.sigmoid.default
 void BM_Silu(benchmark::State& state) { RunUnary(state, "aten.silu.default"); }
 void BM_GeluErf(benchmark::State& state) { RunUnary(state, "aten.gelu.default"); }
 void BM_GeluTanh(benchmark::State& state) {
-  RunUnary(state, "aten.gelu.default", {String("tanh")});
+  RunUnary(state, "aten.gelu.default", {StringArg("tanh")});
 }
 
 #define KILN_UNARY_BENCH(fn) \
@@ -77,7 +57,7 @@ void BM_Softmax(benchmark::State& state) {
   const int64_t rows = state.range(0), size = state.range(1), inner = state.range(2);
   OneNode node("aten._softmax.default");
   Arg x = node.Tensor({rows, size, inner}, false, -8, 8);
-  if (!node.Prepare({x, Int(1), Bool(false)}, state)) return;
+  if (!node.Prepare({x, IntArg(1), BoolArg(false)}, state)) return;
   for (auto _ : state) {
     if (!node.Run(state)) break;
   }
@@ -92,17 +72,10 @@ BENCHMARK(BM_Softmax)
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 
-Arg Float(double v) {
-  Arg a;
-  a.kind = Arg::Kind::kFloat;
-  a.f = v;
-  return a;
-}
-
 Arg Program(const std::vector<std::string>& instrs) {
   Arg a;
   a.kind = Arg::Kind::kList;
-  for (const std::string& s : instrs) a.list.push_back(String(s));
+  for (const std::string& s : instrs) a.list.push_back(StringArg(s));
   return a;
 }
 
@@ -148,7 +121,7 @@ void RunChain(benchmark::State& state, const std::vector<ChainOp>& ops,
 // sigmoid(x * y + 1.5)
 void BM_ChainMulAddSigmoid(benchmark::State& state) {
   RunChain(state,
-           {{"aten.mul.Tensor", 2, {}}, {"aten.add.Tensor", 1, {Float(1.5)}},
+           {{"aten.mul.Tensor", 2, {}}, {"aten.add.Tensor", 1, {FloatArg(1.5)}},
             {"aten.sigmoid.default", 1, {}}},
            {"mul(x0,x1)", "add(t0,1.5)", "sigmoid(t1)"}, 2);
 }
@@ -162,7 +135,7 @@ void BM_ChainSiluMul(benchmark::State& state) {
 // Cheap ops only: relu(x * 0.5 + y)
 void BM_ChainMulAddRelu(benchmark::State& state) {
   RunChain(state,
-           {{"aten.mul.Tensor", 1, {Float(0.5)}}, {"aten.add.Tensor", 2, {}},
+           {{"aten.mul.Tensor", 1, {FloatArg(0.5)}}, {"aten.add.Tensor", 2, {}},
             {"aten.relu.default", 1, {}}},
            {"mul(x0,0.5)", "add(t0,x1)", "relu(t1)"}, 2);
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
+#include "runtime/ir/arg_builders.h"
 #include "runtime/ir/graph.h"
 #include "runtime/kernels/kernel.h"
 #include "runtime/ops/op_def.h"
@@ -34,10 +35,7 @@ class OneNode {
     float* p = static_cast<float*>(buffers_.back().get());
     for (int64_t i = 0; i < n.outputs[0].NumElements(); ++i) p[i] = dist(gen);
     graph_.nodes.push_back(std::move(n));
-    runtime::Arg a;
-    a.kind = runtime::Arg::Kind::kTensor;
-    a.tensor = runtime::ValueRef{static_cast<int>(graph_.nodes.size()) - 1, 0};
-    return a;
+    return runtime::TensorArg(runtime::ValueRef{static_cast<int>(graph_.nodes.size()) - 1, 0});
   }
 
   bool Prepare(std::vector<runtime::Arg> args, benchmark::State& state) {

@@ -23,8 +23,8 @@ def format_stats(s: kiln_pb2.StatsResponse, socket_path: str) -> str:
     return "\n".join([
         f"kilnd {s.runtime_version} (pid {s.pid}) on {socket_path}, up {s.uptime_s:.0f} s",
         f"  cache dir:       {s.cache_dir}",
-        f"  graphs compiled: {s.graphs_compiled} (cache hits {s.cache_hits}: "
-        f"{s.memory_cache_hits} memory, {s.disk_cache_hits} disk; misses {s.cache_misses})",
+        f"  graphs compiled: {s.graphs_compiled} (cache misses; cache hits {s.cache_hits}: "
+        f"{s.memory_cache_hits} memory, {s.disk_cache_hits} disk)",
         f"  dynamic shapes:  {s.dynamic_graphs} templates, {s.specializations} specializations",
         f"  executes:        {s.executes} ({s.execute_errors} errors)",
         f"  sessions:        {s.sessions}, live handles: {s.live_handles}",

@@ -39,6 +39,9 @@ CONFIG_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("layout", "auto, nchw", ("auto", "nchw"),
               help="auto: activations between convolutions stay channels-last (NHWC); "
                    "nchw: every op reads and writes NCHW (for comparisons)"),
+    ConfigKey("branches", "off, auto, on", ("off", "auto", "on"),
+              help="independent steps (branches) run concurrently: off: never; auto: where "
+                   "the graph's first runs show it pays; on: always (hint latency, 2+ threads)"),
 )
 _CONFIG_KEYS = {key.name: key for key in CONFIG_KEYS}
 
@@ -54,6 +57,7 @@ class RuntimeConfig:
     hint: str | None = None
     precision: str | None = None
     layout: str | None = None
+    branches: str | None = None
 
     @classmethod
     def parse(cls, value: Any) -> "RuntimeConfig":

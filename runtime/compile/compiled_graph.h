@@ -40,6 +40,18 @@ struct CompiledStep {
   int node = 0;  // index into graph.nodes
   std::unique_ptr<Kernel> kernel;
   std::vector<ValueRef> inputs;  // the node's tensor inputs, in kernel order
+  // Its ScratchBytes() in the run's scratch (after the planned
+  // intermediates), apart from every other step of its wave.
+  int64_t scratch_offset = 0;
+};
+
+// Steps [begin, end) of CompiledGraph::steps: mutually independent, so they
+// may run at the same time (plan/waves.h). Without branches (the option),
+// every wave is one step.
+struct Wave {
+  int begin = 0;
+  int end = 0;
+  int size() const { return end - begin; }
 };
 
 // A 64-byte aligned block for one run's intermediates and scratch.
@@ -53,7 +65,8 @@ struct RunArena {
 
 struct CompiledGraph {
   Graph graph;  // metas of every node output filled in
-  std::vector<CompiledStep> steps;
+  std::vector<CompiledStep> steps;  // in execution order
+  std::vector<Wave> waves;          // covering `steps` in order
   std::vector<std::vector<ValueSlot>> slots;  // [node][output]
   std::vector<ConstantData> constants;  // by ValueSlot::index (non-owning)
   // Owners of every constant's bytes: the client's (from the constant
@@ -62,7 +75,9 @@ struct CompiledGraph {
   std::vector<TensorMeta> input_metas;
   std::vector<TensorMeta> output_metas;
   int64_t arena_bytes = 0;    // planned intermediates
-  int64_t scratch_bytes = 0;  // largest kernel scratch, after the arena
+  // Kernel scratch, after the arena: the most any wave's steps need
+  // together.
+  int64_t scratch_bytes = 0;
 
   // Arenas of finished runs, reused by later ones.
   mutable absl::Mutex pool_mu;
@@ -76,6 +91,10 @@ struct CompiledGraph {
     std::atomic<int> decision{kUndecided};
     std::atomic<int> calibration_runs{0};
     std::atomic<int64_t> fastest_run_ns{std::numeric_limits<int64_t>::max()};
+    // Per step: its fastest time in the one-thread calibration runs, which
+    // decides whether a wave runs concurrently (branches auto). Sized by
+    // the compiler.
+    std::vector<std::atomic<int64_t>> step_ns;
   };
   mutable Threading threading;
 

@@ -1,13 +1,17 @@
 #include "runtime/compile/compiler.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
+#include <limits>
+#include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/ops/registry.h"
 #include "runtime/passes/pass_context.h"
 #include "runtime/plan/memory_plan.h"
+#include "runtime/plan/waves.h"
 #include "runtime/util/status_macros.h"
 
 namespace kiln::runtime {
@@ -99,6 +103,55 @@ absl::Status FoldNode(PassContext& ctx, int i) {
   return absl::OkStatus();
 }
 
+// What the compiler knows about a step before it is scheduled: the arena
+// requests it reads and writes, and the steps it reads from.
+struct StepUse {
+  std::vector<int> reads;   // requests of its inputs (repeats allowed)
+  std::vector<int> writes;  // requests of its outputs
+  std::vector<int> after;   // steps whose outputs it reads
+};
+
+// Puts cg->steps in execution order, grouped into waves (one step each
+// without branches), and gives every request its time span in waves: a
+// wave is one point in time, so values produced or read in the same wave
+// never share bytes. Graph outputs live past the last wave (the copy-out).
+// Steps of one wave get disjoint scratch.
+void ScheduleSteps(BranchMode branches, const std::vector<StepUse>& uses,
+                   const std::vector<int>& output_requests, CompiledGraph* cg,
+                   std::vector<BufferRequest>* requests) {
+  std::vector<std::vector<int>> after;
+  after.reserve(uses.size());
+  for (const StepUse& u : uses) after.push_back(u.after);
+  WaveLimits limits;
+  if (branches == BranchMode::kOff) limits.lookahead = 0;
+  const WavePlan plan = PlanWaves(after, limits);
+
+  std::vector<CompiledStep> steps(cg->steps.size());
+  for (BufferRequest& r : *requests) r.first = r.last = -1;
+  cg->scratch_bytes = 0;
+  for (int w = 0; w < plan.num_waves(); ++w) {
+    int64_t scratch = 0;
+    for (int i = plan.begin[w]; i < plan.begin[w + 1]; ++i) {
+      const int s = plan.order[i];
+      for (int r : uses[s].reads) (*requests)[r].last = std::max((*requests)[r].last, w);
+      for (int r : uses[s].writes) {
+        (*requests)[r].first = w;
+        (*requests)[r].last = std::max((*requests)[r].last, w);
+      }
+      steps[i] = std::move(cg->steps[s]);
+      steps[i].scratch_offset = scratch;
+      scratch += (static_cast<int64_t>(steps[i].kernel->ScratchBytes()) + kPlanAlignment - 1) /
+                 kPlanAlignment * kPlanAlignment;
+    }
+    cg->scratch_bytes = std::max(cg->scratch_bytes, scratch);
+    cg->waves.push_back({plan.begin[w], plan.begin[w + 1]});
+  }
+  for (int r : output_requests) (*requests)[r].last = plan.num_waves();
+  cg->steps = std::move(steps);
+  cg->threading.step_ns = std::vector<std::atomic<int64_t>>(cg->steps.size());
+  for (auto& ns : cg->threading.step_ns) ns = std::numeric_limits<int64_t>::max();
+}
+
 bool AllInputsConstant(const PassContext& ctx, const Node& node) {
   std::vector<ValueRef> refs = TensorInputsOf(node);
   if (refs.empty()) return false;
@@ -188,6 +241,9 @@ absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
   std::vector<BufferRequest> requests;
   // Per value: the arena request it lives in (aliases share their source's).
   std::vector<std::vector<int>> request_of(n);
+  // Per node: the step that computes its bytes (an alias's: its source's).
+  std::vector<int> step_of(n, -1);
+  std::vector<StepUse> step_uses;
   // Inputs and constants first: passes append constants after the ops
   // that use them.
   for (int i = 0; i < n; ++i) {
@@ -207,16 +263,18 @@ absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
     if (node.dead || node.kind != Node::Kind::kOp) continue;
     const int step = static_cast<int>(cg->steps.size());
     std::vector<ValueRef> inputs = TensorInputsOf(node);
-    for (const ValueRef& ref : inputs) {
-      int r = request_of[ref.node][ref.output];
-      if (r >= 0) requests[r].last = std::max(requests[r].last, step);
-    }
     if (IsAliasOp(node.target) && node.outputs.size() == 1 && inputs.size() == 1 &&
         graph.MetaOf(inputs[0]).ByteSize() == node.outputs[0].ByteSize()) {
       // Validated by the shape sweep; no kernel, same bytes as the source.
       cg->slots[i] = {cg->slots[inputs[0].node][inputs[0].output]};
       request_of[i][0] = request_of[inputs[0].node][inputs[0].output];
+      step_of[i] = step_of[inputs[0].node];
       continue;
+    }
+    StepUse use;
+    for (const ValueRef& ref : inputs) {
+      if (int r = request_of[ref.node][ref.output]; r >= 0) use.reads.push_back(r);
+      if (step_of[ref.node] >= 0) use.after.push_back(step_of[ref.node]);
     }
     std::vector<TensorMeta> expected = node.outputs;
     KILN_ASSIGN_OR_RETURN(PreparedOp prepared,
@@ -225,22 +283,23 @@ absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
       return absl::InternalError(absl::StrCat("node '", node.name,
                                               "': outputs changed between shape sweep and prepare"));
     }
-    cg->scratch_bytes = std::max<int64_t>(cg->scratch_bytes,
-                                          static_cast<int64_t>(prepared.kernel->ScratchBytes()));
     cg->slots[i].resize(node.outputs.size());
     for (int o = 0; o < static_cast<int>(node.outputs.size()); ++o) {
       request_of[i][o] = static_cast<int>(requests.size());
+      use.writes.push_back(request_of[i][o]);
       requests.push_back({node.outputs[o].ByteSize(), step, step});
     }
+    step_of[i] = step;
+    step_uses.push_back(std::move(use));
     cg->steps.push_back({i, std::move(prepared.kernel), std::move(inputs)});
   }
-  // Graph outputs live until the copy-out after the last step.
-  const int end = static_cast<int>(cg->steps.size());
+  std::vector<int> output_requests;
   for (const ValueRef& out : graph.outputs) {
-    int r = request_of[out.node][out.output];
-    if (r >= 0) requests[r].last = end;
+    if (int r = request_of[out.node][out.output]; r >= 0) output_requests.push_back(r);
     cg->output_metas.push_back(graph.MetaOf(out));
   }
+  // Execution order and waves, and so every value's lifetime.
+  ScheduleSteps(graph.options.branches, step_uses, output_requests, cg.get(), &requests);
 
   // 5. Memory plan.
   MemoryPlan plan = PlanMemory(requests);

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "runtime/ir/arg_builders.h"
 
 namespace kiln::runtime {
 namespace {
@@ -47,6 +48,23 @@ std::string DumpCompiledGraph(const CompiledGraph& cg) {
                                  CompileOptionsString(cg.options()), "\n");
   std::vector<bool> is_step(g.nodes.size(), false);
   for (const CompiledStep& s : cg.steps) is_step[s.node] = true;
+  // Steps that share a wave with others (branches): "|| wave W" on each,
+  // W counting the graph's waves from 0 in execution order.
+  std::vector<int> shared_wave(g.nodes.size(), -1);
+  int shared_waves = 0, shared_steps = 0;
+  for (size_t w = 0; w < cg.waves.size(); ++w) {
+    if (cg.waves[w].size() < 2) continue;
+    ++shared_waves;
+    shared_steps += cg.waves[w].size();
+    for (int s = cg.waves[w].begin; s < cg.waves[w].end; ++s) {
+      shared_wave[cg.steps[s].node] = static_cast<int>(w);
+    }
+  }
+  if (shared_waves > 0) {
+    absl::StrAppend(&out, "# ", cg.waves.size(), " waves; ", shared_steps,
+                    " steps in ", shared_waves,
+                    " waves of independent steps that may run concurrently (marked || wave W)\n");
+  }
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& node = g.nodes[i];
     if (node.dead || node.kind == Node::Kind::kInput) continue;
@@ -63,12 +81,14 @@ std::string DumpCompiledGraph(const CompiledGraph& cg) {
     std::string place;
     const ValueSlot& slot = cg.slots[i].empty() ? ValueSlot{} : cg.slots[i][0];
     if (slot.kind == ValueSlot::Kind::kArena) place = absl::StrCat("@", slot.offset);
+    const std::string wave =
+        shared_wave[i] >= 0 ? absl::StrCat(" || wave ", shared_wave[i]) : std::string();
     absl::StrAppend(&out, "%", i, " = ", node.target, "(", absl::StrJoin(args, ", "), ") : ",
-                    Metas(node), " ", place, is_step[i] ? "" : " (alias)", "  # ", node.name,
-                    "\n");
+                    Metas(node), " ", place, is_step[i] ? "" : " (alias)", wave, "  # ",
+                    node.name, "\n");
   }
   std::vector<std::string> outs;
-  for (const ValueRef& o : g.outputs) outs.push_back(ArgText(g, Arg{Arg::Kind::kTensor, o}));
+  for (const ValueRef& o : g.outputs) outs.push_back(ArgText(g, TensorArg(o)));
   absl::StrAppend(&out, "return ", absl::StrJoin(outs, ", "), "\n");
   return out;
 }

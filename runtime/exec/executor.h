@@ -12,6 +12,11 @@
 //     more than they save and takes cores from other clients.
 //   hint throughput: each execute gets a one-thread arena of its own, so
 //     concurrent executes (clients) run side by side, one core each.
+//
+// Steps run wave by wave (CompiledGraph::waves). A wave of several
+// independent steps (compile option branches) runs them as concurrent tasks
+// of the arena when it has two or more threads and RunsConcurrently says
+// so; otherwise in order, each step free to use every thread.
 #pragma once
 
 #include "absl/functional/function_ref.h"
@@ -42,6 +47,12 @@ void RunLikeExecution(const CompileOptions& options, absl::FunctionRef<void()> f
 // Where the next execution of g runs: ArenaFor(g.options()), or one thread
 // of its own for a small graph (or while deciding whether g is small).
 ArenaChoice ChooseArena(const CompiledGraph& g);
+
+// Whether runs of g in an arena of two or more threads run wave w's steps
+// concurrently: never for one step or branches off, always for branches
+// on; for branches auto, when the calibration runs (the first, one-thread
+// runs) found each step small (see executor.cc).
+bool RunsConcurrently(const CompiledGraph& g, const Wave& w);
 
 // True once a run of g has taken under 250 us: short enough to run on a
 // thread that must not block for long (gRPC's callback threads).

@@ -7,7 +7,7 @@
 namespace kiln::runtime {
 namespace {
 
-constexpr const char* kValidKeys = "num_threads, hint, precision, layout";
+constexpr const char* kValidKeys = "num_threads, hint, precision, layout, branches";
 
 absl::Status BadValue(const std::string& key, const std::string& value,
                       const std::string& valid) {
@@ -51,6 +51,16 @@ absl::StatusOr<CompileOptions> ParseCompileOptions(
       } else {
         return BadValue(key, value, "auto, nchw");
       }
+    } else if (key == "branches") {
+      if (value == "off") {
+        parsed.branches = BranchMode::kOff;
+      } else if (value == "auto") {
+        parsed.branches = BranchMode::kAuto;
+      } else if (value == "on") {
+        parsed.branches = BranchMode::kOn;
+      } else {
+        return BadValue(key, value, "off, auto, on");
+      }
     } else {
       return absl::InvalidArgumentError(
           absl::StrCat("unknown compile option '", key, "'; valid options: ", kValidKeys));
@@ -59,13 +69,23 @@ absl::StatusOr<CompileOptions> ParseCompileOptions(
   return parsed;
 }
 
+std::string BranchModeName(BranchMode mode) {
+  switch (mode) {
+    case BranchMode::kOff: return "off";
+    case BranchMode::kAuto: return "auto";
+    case BranchMode::kOn: return "on";
+  }
+  return "?";
+}
+
 std::string CompileOptionsString(const CompileOptions& options) {
   return absl::StrCat(
       "num_threads=",
       options.num_threads == 0 ? std::string("default") : absl::StrCat(options.num_threads),
       " hint=", options.hint == ExecutionHint::kLatency ? "latency" : "throughput",
       " precision=", options.precision == Precision::kF32 ? "f32" : "bf16",
-      " layout=", options.channels_last ? "auto" : "nchw");
+      " layout=", options.channels_last ? "auto" : "nchw",
+      " branches=", BranchModeName(options.branches));
 }
 
 }  // namespace kiln::runtime

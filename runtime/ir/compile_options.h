@@ -30,6 +30,22 @@ enum class Precision {
   kBf16,
 };
 
+// Whether independent steps of a graph (branches: the expand convolutions
+// of a squeezenet fire module, the q/k/v projections of attention) run at
+// the same time, each on its own thread of the graph's arena
+// (compile/compiler.cc groups them into waves, exec/executor.cc runs them).
+enum class BranchMode {
+  // Every step runs alone, in graph order.
+  kOff,
+  // A wave runs concurrently when its steps are small enough that one
+  // thread each beats both threads on each step in turn (measured in the
+  // graph's first runs).
+  kAuto,
+  // Every wave of two or more steps runs concurrently (for tests and
+  // comparisons).
+  kOn,
+};
+
 // Upper bound for num_threads: far above any core count this runs on, low
 // enough that a typo cannot ask oneTBB for a million-slot arena.
 inline constexpr int kMaxNumThreads = 256;
@@ -43,23 +59,25 @@ struct CompileOptions {
   // convolutions stay channels-last. Off ("layout=nchw") runs every op in
   // NCHW, for comparisons.
   bool channels_last = true;
+  BranchMode branches = BranchMode::kOff;
 
   bool operator==(const CompileOptions& o) const {
     return num_threads == o.num_threads && hint == o.hint && precision == o.precision &&
-           channels_last == o.channels_last;
+           channels_last == o.channels_last && branches == o.branches;
   }
   bool operator!=(const CompileOptions& o) const { return !(*this == o); }
 };
 
 // Parses CompileRequest.options. Keys: num_threads (1..kMaxNumThreads),
 // hint (latency | throughput), precision (f32 | bf16), layout (auto |
-// nchw); absent keys keep
-// their defaults. INVALID_ARGUMENT naming the key and the valid values for
+// nchw), branches (off | auto | on); absent keys keep their defaults. INVALID_ARGUMENT naming the key and the valid values for
 // an unknown key or a bad value.
 absl::StatusOr<CompileOptions> ParseCompileOptions(
     const std::map<std::string, std::string>& options);
 
-// "num_threads=1 hint=throughput precision=bf16" (num_threads=default for 0).
+// "num_threads=1 hint=throughput precision=bf16 ..." (num_threads=default
+// for 0).
 std::string CompileOptionsString(const CompileOptions& options);
+std::string BranchModeName(BranchMode mode);
 
 }  // namespace kiln::runtime

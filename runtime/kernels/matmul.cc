@@ -247,6 +247,43 @@ absl::Status RequireMatrix(const NodeArgs& args, const TensorMeta& t,
   return absl::OkStatus();
 }
 
+// The product mat1 (arg 1) @ mat2 (arg 2) plus an optional addend `self`
+// (arg 0) broadcast to [M, N]: the checks and spec aten.addmm and
+// kiln.addmm share (unit scales; callers set alpha, beta, activations).
+absl::StatusOr<MatmulSpec> AddmmSpec(const NodeArgs& args, const std::optional<TensorMeta>& self) {
+  KILN_ASSIGN_OR_RETURN(TensorMeta a, args.Tensor(1, "mat1"));
+  KILN_ASSIGN_OR_RETURN(TensorMeta b, args.Tensor(2, "mat2"));
+  if (self) KILN_RETURN_IF_ERROR(RequireDType(args, *self, "self"));
+  KILN_RETURN_IF_ERROR(RequireMatrix(args, a, "mat1"));
+  KILN_RETURN_IF_ERROR(RequireMatrix(args, b, "mat2"));
+  if (a.shape[1] != b.shape[0]) {
+    return args.Error(absl::StrCat("cannot multiply ", a.ToString(), " by ", b.ToString(),
+                                   ": inner sizes differ"));
+  }
+  MatmulSpec s;
+  s.m = a.shape[0];
+  s.k = a.shape[1];
+  s.n = b.shape[1];
+  s.a_index = InputIndex(args, 1, "mat1");
+  s.b_index = InputIndex(args, 2, "mat2");
+  s.b_constant = args.ConstantData(2, "mat2");
+  if (!self) return s;
+  const std::vector<int64_t> out = {s.m, s.n};
+  if (self->rank() > 2 || BroadcastShapes(self->shape, out) != out) {
+    return args.Error(absl::StrCat("self ", self->ToString(),
+                                   " does not broadcast to the product's shape ",
+                                   ShapeString(out)));
+  }
+  s.addend_index = InputIndex(args, 0, "self");
+  s.addend_shape = self->shape;
+  // A [N] self is a bias: oneDNN adds it in the kernel's epilogue.
+  if (self->rank() == 1 && self->shape[0] == s.n) {
+    s.addend_is_bias = true;
+    s.addend_constant = args.ConstantData(0, "self");
+  }
+  return s;
+}
+
 }  // namespace
 
 absl::StatusOr<PreparedOp> PrepareMm(const NodeArgs& args) {
@@ -272,83 +309,27 @@ absl::StatusOr<PreparedOp> PrepareMm(const NodeArgs& args) {
 absl::StatusOr<PreparedOp> PrepareAddmm(const NodeArgs& args) {
   // (self, mat1, mat2, *, beta=1, alpha=1)
   KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
-  KILN_ASSIGN_OR_RETURN(TensorMeta a, args.Tensor(1, "mat1"));
-  KILN_ASSIGN_OR_RETURN(TensorMeta b, args.Tensor(2, "mat2"));
   KILN_ASSIGN_OR_RETURN(double beta, args.Float(3, "beta", 1.0));
   KILN_ASSIGN_OR_RETURN(double alpha, args.Float(4, "alpha", 1.0));
-  KILN_RETURN_IF_ERROR(RequireDType(args, self, "self"));
-  KILN_RETURN_IF_ERROR(RequireMatrix(args, a, "mat1"));
-  KILN_RETURN_IF_ERROR(RequireMatrix(args, b, "mat2"));
-  if (a.shape[1] != b.shape[0]) {
-    return args.Error(absl::StrCat("cannot multiply ", a.ToString(), " by ",
-                                   b.ToString(), ": inner sizes differ"));
-  }
-  MatmulSpec s;
-  s.m = a.shape[0];
-  s.k = a.shape[1];
-  s.n = b.shape[1];
-  const std::vector<int64_t> out = {s.m, s.n};
-  if (self.rank() > 2 || BroadcastShapes(self.shape, out) != out) {
-    return args.Error(absl::StrCat("self ", self.ToString(),
-                                   " does not broadcast to the product's "
-                                   "shape ",
-                                   ShapeString(out)));
-  }
-  s.a_index = InputIndex(args, 1, "mat1");
-  s.b_index = InputIndex(args, 2, "mat2");
-  s.b_constant = args.ConstantData(2, "mat2");
-  s.addend_index = InputIndex(args, 0, "self");
-  s.addend_shape = self.shape;
+  KILN_ASSIGN_OR_RETURN(MatmulSpec s, AddmmSpec(args, self));
   s.alpha = static_cast<float>(alpha);
   s.beta = static_cast<float>(beta);
-  // A [N] self is a bias: oneDNN adds it in the kernel's epilogue.
-  if (self.rank() == 1 && self.shape[0] == s.n) {
-    s.addend_is_bias = true;
-    s.addend_constant = args.ConstantData(0, "self");
-  }
-  return BuildMatmul(args, std::move(s), out);
+  std::vector<int64_t> out = {s.m, s.n};
+  return BuildMatmul(args, std::move(s), std::move(out));
 }
 
 absl::StatusOr<PreparedOp> PrepareFusedAddmm(const NodeArgs& args) {
   // (self?, mat1, mat2, post_ops): self + mat1 @ mat2, then the post-ops
   // (activations only), with unit scales.
   KILN_ASSIGN_OR_RETURN(std::optional<TensorMeta> self, args.OptionalTensor(0, "self"));
-  KILN_ASSIGN_OR_RETURN(TensorMeta a, args.Tensor(1, "mat1"));
-  KILN_ASSIGN_OR_RETURN(TensorMeta b, args.Tensor(2, "mat2"));
   KILN_ASSIGN_OR_RETURN(std::vector<PostOp> post_ops, ParsePostOps(args, 3, "post_ops"));
-  KILN_RETURN_IF_ERROR(RequireMatrix(args, a, "mat1"));
-  KILN_RETURN_IF_ERROR(RequireMatrix(args, b, "mat2"));
-  if (a.shape[1] != b.shape[0]) {
-    return args.Error(absl::StrCat("cannot multiply ", a.ToString(), " by ", b.ToString(),
-                                   ": inner sizes differ"));
-  }
   for (const PostOp& p : post_ops) {
     if (p.kind != PostOp::Kind::kEltwise) return args.Error("only activations may follow");
   }
-  MatmulSpec s;
-  s.m = a.shape[0];
-  s.k = a.shape[1];
-  s.n = b.shape[1];
-  const std::vector<int64_t> out = {s.m, s.n};
-  s.a_index = InputIndex(args, 1, "mat1");
-  s.b_index = InputIndex(args, 2, "mat2");
-  s.b_constant = args.ConstantData(2, "mat2");
+  KILN_ASSIGN_OR_RETURN(MatmulSpec s, AddmmSpec(args, self));
   s.activations = std::move(post_ops);
-  if (self) {
-    KILN_RETURN_IF_ERROR(RequireDType(args, *self, "self"));
-    if (self->rank() > 2 || BroadcastShapes(self->shape, out) != out) {
-      return args.Error(absl::StrCat("self ", self->ToString(),
-                                     " does not broadcast to the product's shape ",
-                                     ShapeString(out)));
-    }
-    s.addend_index = InputIndex(args, 0, "self");
-    s.addend_shape = self->shape;
-    if (self->rank() == 1 && self->shape[0] == s.n) {
-      s.addend_is_bias = true;
-      s.addend_constant = args.ConstantData(0, "self");
-    }
-  }
-  return BuildMatmul(args, std::move(s), out);
+  std::vector<int64_t> out = {s.m, s.n};
+  return BuildMatmul(args, std::move(s), std::move(out));
 }
 
 absl::StatusOr<PreparedOp> PrepareLinear(const NodeArgs& args) {

@@ -21,6 +21,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "runtime/ir/arg_builders.h"
 #include "runtime/ops/registry.h"
 #include "runtime/passes/pass_context.h"
 
@@ -57,34 +58,6 @@ bool IsElementwise(const std::string& target) {
       "aten.tanh.default",     "aten.sqrt.default",       "aten.rsqrt.default",
       "aten.pow.Tensor_Scalar", "aten.clone.default",     "kiln.elementwise"};
   return ops->contains(target);
-}
-
-Arg IntArg(int64_t v) {
-  Arg a;
-  a.kind = Arg::Kind::kInt;
-  a.i = v;
-  return a;
-}
-
-Arg IntListArg(const std::vector<int64_t>& v) {
-  Arg a;
-  a.kind = Arg::Kind::kList;
-  for (int64_t x : v) a.list.push_back(IntArg(x));
-  return a;
-}
-
-Arg TensorArg(ValueRef r) {
-  Arg a;
-  a.kind = Arg::Kind::kTensor;
-  a.tensor = r;
-  return a;
-}
-
-Arg BoolArg(bool b) {
-  Arg a;
-  a.kind = Arg::Kind::kBool;
-  a.b = b;
-  return a;
 }
 
 // The argument at (pos, name), positional or keyword; null when absent.

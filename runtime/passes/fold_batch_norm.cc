@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/exec/parallel.h"
+#include "runtime/ir/arg_builders.h"
 #include "runtime/passes/pass_context.h"
 
 namespace kiln::runtime {
@@ -107,9 +108,7 @@ absl::Status FoldBatchNorm(PassContext& ctx) {
     });
     Node& c = g.nodes[conv_out.node];
     c.args[1].tensor = {wi, 0};
-    c.args[2] = Arg{};
-    c.args[2].kind = Arg::Kind::kTensor;
-    c.args[2].tensor = {bi, 0};
+    c.args[2] = TensorArg({bi, 0});
     c.name = absl::StrCat(c.name, "+", bn.name);
     g.nodes[b].dead = true;
     ReplaceAllUses(g, {b, 0}, conv_out);

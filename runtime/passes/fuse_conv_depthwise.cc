@@ -4,6 +4,7 @@
 // (DepthwiseFusionPays). Runs after layout propagation: only pairs whose
 // input and output are both channels-last fuse, so the fused node needs no
 // layout arguments of its own.
+#include "runtime/ir/arg_builders.h"
 #include "runtime/kernels/conv_dw_fusion.h"
 #include "runtime/ops/registry.h"
 #include "runtime/passes/pass_context.h"
@@ -88,9 +89,7 @@ absl::Status FuseConvDepthwise(PassContext& ctx) {
     const DwFusionShape shape{in.shape[0], in.shape[3], in.shape[1], in.shape[2], m,
                               dw.args[kStride].list[0].i};
     if (!DepthwiseFusionPays(shape, post_ops, dw_post_ops, g.options)) continue;
-    Arg stride;
-    stride.kind = Arg::Kind::kInt;
-    stride.i = shape.dw_stride;
+    const Arg stride = IntArg(shape.dw_stride);
     // The fused node takes the depthwise convolution's place (and output).
     dw.args = {pw.args[kInput], pw.args[kWeight], pw.args[kBias],     pw.args[kPostOps],
                dw.args[kWeight], dw.args[kBias],  stride,             dw.args[kPostOps]};

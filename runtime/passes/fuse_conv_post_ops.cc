@@ -6,6 +6,7 @@
 // place of the last node it absorbs, so every input it needs (a residual
 // computed after the convolution, say) is ready when it runs.
 #include "absl/strings/str_cat.h"
+#include "runtime/ir/arg_builders.h"
 #include "runtime/kernels/post_ops.h"
 #include "runtime/ops/registry.h"
 #include "runtime/passes/activation_patterns.h"
@@ -13,13 +14,6 @@
 
 namespace kiln::runtime {
 namespace {
-
-Arg StringArg(const std::string& s) {
-  Arg a;
-  a.kind = Arg::Kind::kString;
-  a.s = s;
-  return a;
-}
 
 // aten.convolution args -> kiln.conv2d args (input, weight, bias, stride,
 // padding, dilation, groups, residual, post_ops).
@@ -33,8 +27,7 @@ bool ToFusedArgs(const Node& conv, std::vector<Arg>* out) {
     return false;
   }
   *out = {conv.args[0], conv.args[1], conv.args[2], conv.args[3], conv.args[4], conv.args[5],
-          conv.args[8], Arg{}, Arg{}};
-  (*out)[8].kind = Arg::Kind::kList;
+          conv.args[8], NoneArg(), ListArg({})};
   return true;
 }
 
@@ -88,9 +81,7 @@ absl::Status FuseConvPostOps(PassContext& ctx) {
         const ValueRef other =
             user.args[0].tensor == ValueRef{cur, 0} ? user.args[1].tensor : user.args[0].tensor;
         if (g.MetaOf(other) != out_meta) break;
-        args[7] = Arg{};
-        args[7].kind = Arg::Kind::kTensor;
-        args[7].tensor = other;
+        args[7] = TensorArg(other);
         args[8].list.push_back(StringArg("add"));
         has_residual = true;
       } else {

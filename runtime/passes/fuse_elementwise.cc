@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/ir/arg_builders.h"
 #include "runtime/kernels/elementwise_program.h"
 #include "runtime/ops/op_def.h"
 #include "runtime/ops/registry.h"
@@ -293,20 +294,9 @@ absl::Status FuseElementwise(PassContext& ctx) {
     const std::vector<EwInstr> program = Program(members, inputs, recipes);
 
     std::vector<Arg> args;
-    for (const ValueRef& v : inputs) {
-      Arg a;
-      a.kind = Arg::Kind::kTensor;
-      a.tensor = v;
-      args.push_back(a);
-    }
-    Arg list;
-    list.kind = Arg::Kind::kList;
-    for (const EwInstr& instr : program) {
-      Arg s;
-      s.kind = Arg::Kind::kString;
-      s.s = FormatEwInstr(instr);
-      list.list.push_back(std::move(s));
-    }
+    for (const ValueRef& v : inputs) args.push_back(TensorArg(v));
+    Arg list = ListArg({});
+    for (const EwInstr& instr : program) list.list.push_back(StringArg(FormatEwInstr(instr)));
     args.push_back(std::move(list));
     std::string name;
     for (int m : members) {

@@ -4,6 +4,7 @@
 // view between the two (addmm -> view -> gelu); an elementwise op commutes
 // with a view, so the activation moves into the matmul and the view stays.
 #include "absl/strings/str_cat.h"
+#include "runtime/ir/arg_builders.h"
 #include "runtime/kernels/post_ops.h"
 #include "runtime/ops/registry.h"
 #include "runtime/passes/activation_patterns.h"
@@ -15,13 +16,6 @@ namespace {
 bool IsViewOp(const Node& node) {
   return node.target == "aten.view.default" || node.target == "aten._unsafe_view.default" ||
          node.target == "aten.reshape.default";
-}
-
-Arg StringArg(const std::string& s) {
-  Arg a;
-  a.kind = Arg::Kind::kString;
-  a.s = s;
-  return a;
 }
 
 bool UnitScales(const Node& addmm) {
@@ -40,13 +34,12 @@ bool ToFusedArgs(const Graph& g, const Node& node, std::vector<Arg>* out) {
   if (node.target == "kiln.addmm") {
     *out = node.args;
   } else if (node.target == "aten.addmm.default" && UnitScales(node)) {
-    *out = {node.args[0], node.args[1], node.args[2], Arg{}};
+    *out = {node.args[0], node.args[1], node.args[2], ListArg({})};
   } else if (node.target == "aten.mm.default" && node.args.size() == 2 && node.kwargs.empty()) {
-    *out = {Arg{}, node.args[0], node.args[1], Arg{}};
+    *out = {NoneArg(), node.args[0], node.args[1], ListArg({})};
   } else {
     return false;
   }
-  (*out)[3].kind = Arg::Kind::kList;
   // K == 0 runs without oneDNN, where post-ops would be skipped.
   const Arg& mat1 = (*out)[1];
   return mat1.kind == Arg::Kind::kTensor && g.MetaOf(mat1.tensor).rank() == 2 &&

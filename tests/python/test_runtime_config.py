@@ -84,3 +84,42 @@ def test_bad_config_is_an_error_listing_valid_keys(daemon_up):
     with pytest.raises(Exception) as info, torch.no_grad():
         compiled(x)
     assert "latency, throughput" in str(info.value)
+
+
+class _Inception(nn.Module):
+    """Three convolutions of one input side by side, concatenated: steps the
+    daemon may run concurrently (config branches)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Conv2d(16, 16, 1)
+        self.b = nn.Conv2d(16, 16, 3, padding=1)
+        self.c = nn.Conv2d(16, 16, 5, padding=2)
+        self.head = nn.Linear(48, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.cat([torch.relu(self.a(x)), torch.relu(self.b(x)), torch.relu(self.c(x))], 1)
+        return self.head(y.mean((2, 3)))
+
+
+def test_branches_give_the_same_result_and_show_in_the_dump(daemon_up, tmp_path, monkeypatch):
+    monkeypatch.setenv("KILN_DUMP", str(tmp_path))
+    torch.manual_seed(0)
+    model, x = _Inception().eval(), torch.randn(1, 16, 24, 24)
+    with torch.no_grad():
+        want = model(x)
+    results = {}
+    for mode in ("off", "auto", "on"):
+        torch._dynamo.reset()
+        compiled = torch.compile(model, backend="kiln",
+                                 options={"config": {"branches": mode, "num_threads": 2}})
+        with torch.no_grad():
+            for _ in range(6):  # past the daemon's calibration runs
+                results[mode] = compiled(x)
+        assert _relative_error(results[mode], want) <= 1e-5, mode
+    assert torch.allclose(results["on"], results["off"], rtol=0, atol=1e-6)
+    dumps = [open(p).read() for p in glob.glob(os.path.join(tmp_path, "*.txt"))]
+    on = [d for d in dumps if "branches=on" in d.splitlines()[0]]
+    assert on and "|| wave" in on[0], on
+    off = [d for d in dumps if "branches=off" in d.splitlines()[0]]
+    assert off and "|| wave" not in off[0]

@@ -108,6 +108,23 @@ TEST_F(KilnServiceTest, SecondCompileOfTheSameGraphIsACacheHit) {
   EXPECT_TRUE(resp.cache_hit());
 }
 
+TEST_F(KilnServiceTest, StatsCountEveryMissAsOneCompile) {
+  auto stats = [&] {
+    grpc::ClientContext ctx;
+    kiln::v1::StatsResponse resp;
+    EXPECT_TRUE(stub_->GetStats(&ctx, kiln::v1::StatsRequest(), &resp).ok());
+    return resp;
+  };
+  CompileRelu(32);
+  CompileRelu(32);
+  CompileRelu(48);
+  const kiln::v1::StatsResponse s = stats();
+  EXPECT_EQ(s.graphs_compiled(), 2u);
+  EXPECT_EQ(s.cache_misses(), s.graphs_compiled());
+  EXPECT_EQ(s.memory_cache_hits(), 1u);
+  EXPECT_EQ(s.cache_hits(), s.memory_cache_hits() + s.disk_cache_hits());
+}
+
 TEST_F(KilnServiceTest, CompileOptionsAreAppliedAndPartOfTheKey) {
   GraphBuilder b;
   int x = b.Input({16});

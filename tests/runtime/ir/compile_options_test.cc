@@ -18,15 +18,18 @@ TEST(CompileOptions, EmptyMapGivesDefaults) {
 
 TEST(CompileOptions, ParsesEveryKey) {
   auto o = ParseCompileOptions(
-      {{"num_threads", "3"}, {"hint", "throughput"}, {"precision", "bf16"}, {"layout", "nchw"}});
+      {{"num_threads", "3"}, {"hint", "throughput"}, {"precision", "bf16"}, {"layout", "nchw"},
+       {"branches", "on"}});
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_EQ(o->num_threads, 3);
   EXPECT_EQ(o->hint, ExecutionHint::kThroughput);
   EXPECT_EQ(o->precision, Precision::kBf16);
   EXPECT_FALSE(o->channels_last);
-  EXPECT_EQ(CompileOptionsString(*o), "num_threads=3 hint=throughput precision=bf16 layout=nchw");
+  EXPECT_EQ(o->branches, BranchMode::kOn);
+  EXPECT_EQ(CompileOptionsString(*o),
+            "num_threads=3 hint=throughput precision=bf16 layout=nchw branches=on");
   EXPECT_EQ(CompileOptionsString(CompileOptions()),
-            "num_threads=default hint=latency precision=f32 layout=auto");
+            "num_threads=default hint=latency precision=f32 layout=auto branches=off");
 }
 
 void ExpectInvalid(const std::map<std::string, std::string>& options, const std::string& fragment) {
@@ -50,6 +53,10 @@ TEST(CompileOptions, RejectsBadHintAndPrecision) {
   ExpectInvalid({{"hint", "fast"}}, "latency, throughput");
   ExpectInvalid({{"precision", "fp16"}}, "f32, bf16");
   ExpectInvalid({{"precision", "BF16"}}, "f32, bf16");  // the client normalises case
+}
+
+TEST(CompileOptions, RejectsBadBranchMode) {
+  ExpectInvalid({{"branches", "yes"}}, "off, auto, on");
 }
 
 }  // namespace

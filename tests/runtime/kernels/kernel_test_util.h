@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "runtime/ir/arg_builders.h"
 #include "runtime/ir/graph.h"
 #include "runtime/kernels/kernel.h"
 #include "runtime/ops/op_def.h"
@@ -26,51 +27,7 @@
 
 namespace kiln::runtime::testing {
 
-// ---- Literal arguments ----------------------------------------------------
-
-inline Arg NoneArg() { return Arg{}; }
-inline Arg IntArg(int64_t v) {
-  Arg a;
-  a.kind = Arg::Kind::kInt;
-  a.i = v;
-  return a;
-}
-inline Arg FloatArg(double v) {
-  Arg a;
-  a.kind = Arg::Kind::kFloat;
-  a.f = v;
-  return a;
-}
-inline Arg BoolArg(bool v) {
-  Arg a;
-  a.kind = Arg::Kind::kBool;
-  a.b = v;
-  return a;
-}
-inline Arg StringArg(std::string s) {
-  Arg a;
-  a.kind = Arg::Kind::kString;
-  a.s = std::move(s);
-  return a;
-}
-inline Arg IntListArg(const std::vector<int64_t>& v) {
-  Arg a;
-  a.kind = Arg::Kind::kList;
-  for (int64_t x : v) a.list.push_back(IntArg(x));
-  return a;
-}
-inline Arg MemoryFormatArg(int64_t wire) {
-  Arg a;
-  a.kind = Arg::Kind::kMemoryFormat;
-  a.i = wire;
-  return a;
-}
-inline Arg DTypeArg(DType d) {
-  Arg a;
-  a.kind = Arg::Kind::kDType;
-  a.i = static_cast<int64_t>(d);
-  return a;
-}
+// Literal arguments: the factories of runtime/ir/arg_builders.h.
 
 inline TensorMeta F32(std::vector<int64_t> shape) {
   return TensorMeta{DType::kF32, std::move(shape)};
@@ -248,10 +205,7 @@ class OpTester {
     v.data = AlignedBuffer(size);
     if (size > 0) std::memcpy(v.data.data(), bytes, size);
     values_.push_back(std::move(v));
-    Arg a;
-    a.kind = Arg::Kind::kTensor;
-    a.tensor = ValueRef{static_cast<int>(values_.size()) - 1, 0};
-    return a;
+    return TensorArg(ValueRef{static_cast<int>(values_.size()) - 1, 0});
   }
 
   std::string target_;

@@ -30,13 +30,6 @@ inline Arg BoolInput(OpTester& t, std::vector<int64_t> shape,
   return t.RawInput(Bool(std::move(shape)), bytes.data(), bytes.size());
 }
 
-inline Arg ListArg(std::vector<Arg> items) {
-  Arg a;
-  a.kind = Arg::Kind::kList;
-  a.list = std::move(items);
-  return a;
-}
-
 // Output buffers of one run, readable as any element type.
 class Outputs {
  public:

@@ -10,12 +10,7 @@
 namespace kiln::runtime::testing {
 namespace {
 
-Arg TensorArg(int node) {
-  Arg a;
-  a.kind = Arg::Kind::kTensor;
-  a.tensor = ValueRef{node, 0};
-  return a;
-}
+Arg TensorArg(int node) { return runtime::TensorArg(ValueRef{node, 0}); }
 
 // Graph: node 0 input f32[2,3], node 1 constant f32[3], node 2 the op.
 class NodeArgsTest : public ::testing::Test {
@@ -143,10 +138,7 @@ TEST_F(NodeArgsTest, NodeArgsRejectsMissingRequiredArgument) {
 }
 
 TEST_F(NodeArgsTest, NodeArgsRejectsDanglingTensorReference) {
-  Arg bad;
-  bad.kind = Arg::Kind::kTensor;
-  bad.tensor = ValueRef{9, 0};
-  op().args = {bad};
+  op().args = {TensorArg(9)};
   EXPECT_EQ(Args().Tensor(0, "input").status().code(),
             absl::StatusCode::kInvalidArgument);
 }
