@@ -2,6 +2,10 @@
 // the key and the valid values for anything else.
 #include "runtime/ir/compile_options.h"
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "gtest/gtest.h"
 
 namespace kiln::runtime {
@@ -23,7 +27,7 @@ TEST(CompileOptions, ParsesEveryKey) {
   EXPECT_EQ(o->num_threads, 3);
   EXPECT_EQ(o->hint, ExecutionHint::kThroughput);
   EXPECT_EQ(o->precision, Precision::kBf16);
-  EXPECT_FALSE(o->channels_last);
+  EXPECT_EQ(o->layout, LayoutOption::kNchw);
   EXPECT_EQ(CompileOptionsString(*o), "num_threads=3 hint=throughput precision=bf16 layout=nchw");
   EXPECT_EQ(CompileOptionsString(CompileOptions()),
             "num_threads=default hint=latency precision=f32 layout=auto");
@@ -50,6 +54,21 @@ TEST(CompileOptions, RejectsBadHintAndPrecision) {
   ExpectInvalid({{"hint", "fast"}}, "latency, throughput");
   ExpectInvalid({{"precision", "fp16"}}, "f32, bf16");
   ExpectInvalid({{"precision", "BF16"}}, "f32, bf16");  // the client normalises case
+}
+
+TEST(CompileOptions, ParsesEveryLayout) {
+  for (const auto& [name, layout] :
+       std::vector<std::pair<std::string, LayoutOption>>{{"auto", LayoutOption::kAuto},
+                                                          {"nchw", LayoutOption::kNchw},
+                                                          {"nhwc", LayoutOption::kNhwc},
+                                                          {"blocked", LayoutOption::kBlocked}}) {
+    auto o = ParseCompileOptions({{"layout", name}});
+    ASSERT_TRUE(o.ok()) << o.status();
+    EXPECT_EQ(o->layout, layout);
+    EXPECT_EQ(CompileOptionsString(*o),
+              "num_threads=default hint=latency precision=f32 layout=" + name);
+  }
+  ExpectInvalid({{"layout", "nchw8c"}}, "auto, nchw, nhwc, blocked");
 }
 
 }  // namespace
