@@ -654,23 +654,22 @@ class Rewriter {
 };
 
 // The graph's activation layout for layout=auto on a CPU without AVX-512:
-// the blocked layout when the convolutions' estimated time in it beats
-// their time in NHWC by enough to pay for the conversions it adds.
+// the blocked layout when the convolutions' estimated time in it, plus the
+// reorders it leaves, beats the same sum for NHWC by a margin.
 //
 // Per-shape estimates (oneDNN 3.2 on AVX2, 2 threads, from
-// bench/kernels/conv_layout_bench.cc): 1x1 convolutions run about 1.25x
+// bench/kernels/conv_layout_bench.cc): 1x1 convolutions run about 1.1-1.25x
 // faster blocked (jit_1x1 instead of brgconv_1x1); depthwise ones about
-// 2x faster when their maps are large (56x56 at batch 8: 3x) and up to 2x
-// slower on 7x7 maps; dense 3x3 ones are even at 64 channels and up to
-// 1.45x slower blocked (jit instead of brgconv) at 256 and more; a first
-// layer reading an RGB image is about 1.3x faster. An unfolded batch norm
-// has no blocked form, so it costs two conversions of its input.
-struct ConvCost {
+// 1.2x faster on large maps at batch 1 and 2-3x at batch 8, and 1.05-1.35x
+// slower on 7x7 maps; dense 3x3 ones are even at 64 channels and
+// 1.15-1.35x slower blocked (jit instead of brgconv) from 128 on; a first
+// layer reading an RGB image is about 1.25x faster.
+struct LayoutCost {
   double nhwc = 0, blocked = 0;  // estimated seconds
 };
 
-ConvCost EstimateConv(const Graph& g, const Node& node) {
-  ConvCost cost;
+LayoutCost EstimateConv(const Graph& g, const Node& node) {
+  LayoutCost cost;
   if (node.args.size() < 7 || node.args[0].kind != Arg::Kind::kTensor ||
       node.args[1].kind != Arg::Kind::kTensor || node.outputs.empty()) {
     return cost;
@@ -685,45 +684,71 @@ ConvCost EstimateConv(const Graph& g, const Node& node) {
   const int64_t c = in.shape[1], hw = out.shape[2] * out.shape[3];
   double gflops, ratio;  // NHWC rate on 2 cores; blocked time / NHWC time
   if (groups > 1 && groups == c && w.shape[1] == 1) {
-    gflops = 10;
-    ratio = hw >= 28 * 28 ? 0.5 : (hw >= 14 * 14 ? 0.8 : 1.6);
+    gflops = 20;
+    ratio = hw >= 28 * 28 ? (out.shape[0] > 1 ? 0.5 : 0.82) : (hw >= 14 * 14 ? 0.9 : 1.2);
   } else if (w.shape[2] == 1 && w.shape[3] == 1) {
-    gflops = 40;
-    ratio = 0.8;
+    gflops = 55;
+    ratio = 0.85;
   } else if (c % kChannelBlock != 0) {
-    gflops = 50;
+    gflops = 60;
     ratio = 0.8;
   } else {
     gflops = 60;
-    ratio = c >= 256 ? 1.3 : (c >= 128 ? 1.15 : 1.0);
+    ratio = c >= 128 ? 1.25 : 0.95;
   }
   cost.nhwc = flops / (gflops * 1e9);
   cost.blocked = cost.nhwc * ratio;
   return cost;
 }
 
-Layout ChooseLayout(const Graph& g) {
+// Bytes a run moves in reorders when the graph is compiled in `layout`
+// (read and write): its explicit conversions (permute steps) and the
+// reorders convolutions do inside their kernels for a plain input or
+// output. Found by running the rewriter on a copy of the graph.
+double ReorderBytes(const PassContext& ctx, Layout layout) {
+  Graph graph = ctx.graph;
+  std::vector<const void*> constant_data = ctx.constant_data;
+  std::vector<ConstantData> created;
+  PassContext trial{graph, constant_data, created};
+  Rewriter(trial, layout).Run().IgnoreError();  // never fails
+  double bytes = 0;
+  for (const Node& node : graph.nodes) {
+    if (node.kind != Node::Kind::kOp || node.outputs.empty()) continue;
+    if (node.target == "aten.permute.default") {
+      bytes += 2.0 * static_cast<double>(node.outputs[0].ByteSize());
+    } else if (node.target == "kiln.conv2d" && node.args.size() == 11 &&
+               node.args[9].kind == Arg::Kind::kInt && node.args[10].kind == Arg::Kind::kInt) {
+      const TensorMeta& in = graph.MetaOf(node.args[0].tensor);
+      // A blocked convolution reads an RGB-like input plain, as it is.
+      const bool reads_plain = layout == Layout::kBlocked && in.rank() == 4 &&
+                               in.shape[1] % kChannelBlock != 0;
+      if (node.args[9].i == 0 && !reads_plain) bytes += 2.0 * static_cast<double>(in.ByteSize());
+      if (node.args[10].i == 0) bytes += 2.0 * static_cast<double>(node.outputs[0].ByteSize());
+    }
+  }
+  return bytes;
+}
+
+Layout ChooseLayout(const PassContext& ctx) {
+  const Graph& g = ctx.graph;
   if (g.options.layout == LayoutOption::kNhwc) return Layout::kNhwc;
   if (g.options.layout == LayoutOption::kBlocked) return Layout::kBlocked;
   if (HasAvx512Kernels()) return Layout::kNhwc;
-  // Reorders move about 4 GB/s on this CPU class.
-  constexpr double kConversionBytesPerSecond = 4e9;
-  double nhwc = 0, blocked = 0;
+  LayoutCost total;
   for (const Node& node : g.nodes) {
-    if (node.dead || node.kind != Node::Kind::kOp) continue;
-    if (node.target == "kiln.conv2d") {
-      const ConvCost cost = EstimateConv(g, node);
-      nhwc += cost.nhwc;
-      blocked += cost.blocked;
-    } else if (IsBatchNorm(node.target) && !node.outputs.empty() &&
-               node.outputs[0].rank() == 4) {
-      blocked += 2.0 * static_cast<double>(node.outputs[0].ByteSize()) /
-                 kConversionBytesPerSecond;
-    }
+    if (node.dead || node.kind != Node::Kind::kOp || node.target != "kiln.conv2d") continue;
+    const LayoutCost cost = EstimateConv(g, node);
+    total.nhwc += cost.nhwc;
+    total.blocked += cost.blocked;
   }
+  // Reorders and conversions move about 5 GB/s (read + write) here; a
+  // blocked one (an 8-float inner transpose) no faster.
+  constexpr double kReorderBytesPerSecond = 5e9;
+  total.nhwc += ReorderBytes(ctx, Layout::kNhwc) / kReorderBytesPerSecond;
+  total.blocked += ReorderBytes(ctx, Layout::kBlocked) / kReorderBytesPerSecond;
   // A margin: small differences are within the estimates' error, and
   // NHWC is the layout every op of the pass has a form in.
-  return blocked < 0.9 * nhwc ? Layout::kBlocked : Layout::kNhwc;
+  return total.blocked < 0.9 * total.nhwc ? Layout::kBlocked : Layout::kNhwc;
 }
 
 }  // namespace
@@ -735,7 +760,7 @@ absl::Status PropagateChannelsLast(PassContext& ctx) {
     any_conv |= !node.dead && node.target == "kiln.conv2d";
   }
   if (!any_conv) return absl::OkStatus();
-  Rewriter rewriter(ctx, ChooseLayout(ctx.graph));
+  Rewriter rewriter(ctx, ChooseLayout(ctx));
   return rewriter.Run();
 }
 
