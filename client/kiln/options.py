@@ -36,9 +36,11 @@ CONFIG_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("precision", "f32, bf16", ("f32", "bf16"),
               help="bf16: convolutions and matrix products compute in bf16 "
                    "(tensors stay f32)"),
-    ConfigKey("layout", "auto, nchw", ("auto", "nchw"),
-              help="auto: activations between convolutions stay channels-last (NHWC); "
-                   "nchw: every op reads and writes NCHW (for comparisons)"),
+    ConfigKey("layout", "auto, nchw, nhwc, blocked", ("auto", "nchw", "nhwc", "blocked"),
+              help="auto: activations between convolutions stay in the layout this CPU's "
+                   "convolutions are fastest in (NHWC, or 8-channel blocked on AVX2 where it "
+                   "pays); nchw: every op reads and writes NCHW; nhwc / blocked force one "
+                   "(for comparisons)"),
     ConfigKey("branches", "off, auto, on", ("off", "auto", "on"),
               help="independent steps (branches) run concurrently: off: never; auto: where "
                    "the graph's first runs show it pays; on: always (hint latency, 2+ threads)"),

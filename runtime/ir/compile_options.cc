@@ -15,6 +15,16 @@ absl::Status BadValue(const std::string& key, const std::string& value,
                                                  "' is invalid; valid values: ", valid));
 }
 
+const char* LayoutName(LayoutOption layout) {
+  switch (layout) {
+    case LayoutOption::kAuto: return "auto";
+    case LayoutOption::kNchw: return "nchw";
+    case LayoutOption::kNhwc: return "nhwc";
+    case LayoutOption::kBlocked: return "blocked";
+  }
+  return "auto";
+}
+
 }  // namespace
 
 absl::StatusOr<CompileOptions> ParseCompileOptions(
@@ -45,11 +55,15 @@ absl::StatusOr<CompileOptions> ParseCompileOptions(
       }
     } else if (key == "layout") {
       if (value == "auto") {
-        parsed.channels_last = true;
+        parsed.layout = LayoutOption::kAuto;
       } else if (value == "nchw") {
-        parsed.channels_last = false;
+        parsed.layout = LayoutOption::kNchw;
+      } else if (value == "nhwc") {
+        parsed.layout = LayoutOption::kNhwc;
+      } else if (value == "blocked") {
+        parsed.layout = LayoutOption::kBlocked;
       } else {
-        return BadValue(key, value, "auto, nchw");
+        return BadValue(key, value, "auto, nchw, nhwc, blocked");
       }
     } else if (key == "branches") {
       if (value == "off") {
@@ -84,7 +98,7 @@ std::string CompileOptionsString(const CompileOptions& options) {
       options.num_threads == 0 ? std::string("default") : absl::StrCat(options.num_threads),
       " hint=", options.hint == ExecutionHint::kLatency ? "latency" : "throughput",
       " precision=", options.precision == Precision::kF32 ? "f32" : "bf16",
-      " layout=", options.channels_last ? "auto" : "nchw",
+      " layout=", LayoutName(options.layout),
       " branches=", BranchModeName(options.branches));
 }
 

@@ -46,6 +46,21 @@ enum class BranchMode {
   kOn,
 };
 
+// How activations between convolutions are laid out
+// (passes/channels_last.cc).
+enum class LayoutOption {
+  // The layout this CPU's convolution kernels are fastest in: channels-last
+  // on AVX-512, and on AVX2 the 8-channel blocked layout for graphs where
+  // it pays (see the pass).
+  kAuto,
+  // Every op reads and writes NCHW, for comparisons.
+  kNchw,
+  // Force channels-last (NHWC) or blocked (nChw8c) activations, for tests
+  // and measurements.
+  kNhwc,
+  kBlocked,
+};
+
 // Upper bound for num_threads: far above any core count this runs on, low
 // enough that a typo cannot ask oneTBB for a million-slot arena.
 inline constexpr int kMaxNumThreads = 256;
@@ -55,22 +70,21 @@ struct CompileOptions {
   int num_threads = 0;
   ExecutionHint hint = ExecutionHint::kLatency;
   Precision precision = Precision::kF32;
-  // Layout propagation (passes/channels_last.cc): activations between
-  // convolutions stay channels-last. Off ("layout=nchw") runs every op in
-  // NCHW, for comparisons.
-  bool channels_last = true;
+  // Layout propagation (passes/channels_last.cc): the layout activations
+  // between convolutions stay in.
+  LayoutOption layout = LayoutOption::kAuto;
   BranchMode branches = BranchMode::kOff;
 
   bool operator==(const CompileOptions& o) const {
     return num_threads == o.num_threads && hint == o.hint && precision == o.precision &&
-           channels_last == o.channels_last && branches == o.branches;
+           layout == o.layout && branches == o.branches;
   }
   bool operator!=(const CompileOptions& o) const { return !(*this == o); }
 };
 
 // Parses CompileRequest.options. Keys: num_threads (1..kMaxNumThreads),
 // hint (latency | throughput), precision (f32 | bf16), layout (auto |
-// nchw), branches (off | auto | on); absent keys keep their defaults. INVALID_ARGUMENT naming the key and the valid values for
+// nchw | nhwc | blocked), branches (off | auto | on); absent keys keep their defaults. INVALID_ARGUMENT naming the key and the valid values for
 // an unknown key or a bad value.
 absl::StatusOr<CompileOptions> ParseCompileOptions(
     const std::map<std::string, std::string>& options);

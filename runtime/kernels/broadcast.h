@@ -43,13 +43,29 @@ void BroadcastApply(const BroadcastPlan& p, const float* a, const float* b,
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / inner);
   ParallelFor(p.rows, grain, [&](int64_t begin, int64_t end) {
     const int nd = static_cast<int>(p.outer_shape.size());
+    // Row offsets: found by division where a row starts a new run of the
+    // innermost outer dim, else stepped. Short rows (e.g. 8 channels of a
+    // blocked tensor times a per-channel gate) would otherwise spend more
+    // on the divisions than on the row.
+    const int64_t last_size = nd > 0 ? p.outer_shape[nd - 1] : 1;
+    const int64_t last_a = nd > 0 ? p.a_outer_strides[nd - 1] : 0;
+    const int64_t last_b = nd > 0 ? p.b_outer_strides[nd - 1] : 0;
+    int64_t ao = 0, bo = 0, last_idx = 0;
     for (int64_t row = begin; row < end; ++row) {
-      int64_t ao = 0, bo = 0, rem = row;
-      for (int d = nd - 1; d >= 0; --d) {
-        const int64_t idx = rem % p.outer_shape[d];
-        rem /= p.outer_shape[d];
-        ao += idx * p.a_outer_strides[d];
-        bo += idx * p.b_outer_strides[d];
+      if (row == begin || ++last_idx == last_size) {
+        ao = 0;
+        bo = 0;
+        int64_t rem = row;
+        for (int d = nd - 1; d >= 0; --d) {
+          const int64_t idx = rem % p.outer_shape[d];
+          if (d == nd - 1) last_idx = idx;
+          rem /= p.outer_shape[d];
+          ao += idx * p.a_outer_strides[d];
+          bo += idx * p.b_outer_strides[d];
+        }
+      } else {
+        ao += last_a;
+        bo += last_b;
       }
       const float* pa = a + ao;
       const float* pb = b + bo;

@@ -30,7 +30,7 @@ constexpr int kDwBias = DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_BIAS;
 
 int64_t DwOut(int64_t in, int64_t stride) { return (in + 2 * kDwPadding - kDwKernel) / stride + 1; }
 
-// The fused primitive: channels-last source and destination, weights in
+// The fused primitive: source and destination in the shape's layout, weights in
 // whatever layout oneDNN picks, both biases present (oneDNN's dw post-op
 // always reads one; a missing bias is given as zeros).
 dnnl::convolution_forward::primitive_desc FusedPd(const DwFusionShape& s,
@@ -44,9 +44,10 @@ dnnl::convolution_forward::primitive_desc FusedPd(const DwFusionShape& s,
   attr.set_post_ops(po);
   return dnnl::convolution_forward::primitive_desc(
       CpuEngine(), dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-      memory::desc({s.n, s.c, s.h, s.w}, dt::f32, tag::nhwc),
+      memory::desc({s.n, s.c, s.h, s.w}, dt::f32, DnnlTag(s.layout)),
       memory::desc({s.m, s.c, 1, 1}, dt::f32, tag::any), memory::desc({s.m}, dt::f32, tag::x),
-      memory::desc({s.n, s.m, s.h, s.w}, dt::f32, tag::nhwc), {1, 1}, {0, 0}, {0, 0}, {0, 0}, attr);
+      memory::desc({s.n, s.m, s.h, s.w}, dt::f32, DnnlTag(s.layout)), {1, 1}, {0, 0}, {0, 0},
+      {0, 0}, attr);
 }
 
 bool IsRealFusion(const dnnl::convolution_forward::primitive_desc& pd) {
@@ -134,14 +135,23 @@ absl::StatusOr<PreparedOp> PrepareConv2dDw(const NodeArgs& args) {
   KILN_ASSIGN_OR_RETURN(std::optional<TensorMeta> dw_bias, args.OptionalTensor(5, "dw_bias"));
   KILN_ASSIGN_OR_RETURN(int64_t dw_stride, args.Int(6, "dw_stride"));
   KILN_ASSIGN_OR_RETURN(std::vector<PostOp> dw_post_ops, ParsePostOps(args, 7, "dw_post_ops"));
+  KILN_ASSIGN_OR_RETURN(int64_t layout_code,
+                        args.Int(8, "layout", static_cast<int64_t>(ActivationLayout::kNhwc)));
+  if (layout_code != static_cast<int64_t>(ActivationLayout::kNhwc) &&
+      layout_code != static_cast<int64_t>(ActivationLayout::kBlocked)) {
+    return args.Error(absl::StrCat("layout must be channels-last (1) or blocked (2), got ",
+                                   layout_code));
+  }
+  const auto layout = static_cast<ActivationLayout>(layout_code);
   for (const auto* meta : {&input, &weight, &dw_weight}) {
     KILN_RETURN_IF_ERROR(RequireDType(args, *meta, "tensor"));
   }
-  if (input.rank() != 4 || weight.rank() != 4 || dw_weight.rank() != 4) {
-    return args.Error("input, weight and dw_weight must be 4-D");
+  const std::vector<int64_t> in_nchw = LogicalShape(input.shape, layout);
+  if (in_nchw.empty() || weight.rank() != 4 || dw_weight.rank() != 4) {
+    return args.Error("input must be an activation in `layout`; weight and dw_weight 4-D");
   }
-  DwFusionShape s{input.shape[0], input.shape[3], input.shape[1], input.shape[2],
-                  weight.shape[0], dw_stride};
+  DwFusionShape s{in_nchw[0], in_nchw[1], in_nchw[2], in_nchw[3], weight.shape[0], dw_stride,
+                  layout};
   if (weight.shape != std::vector<int64_t>{s.m, s.c, 1, 1}) {
     return args.Error(absl::StrCat("weight must be [", s.m, ", ", s.c, ", 1, 1], got ",
                                    weight.ToString()));
@@ -164,9 +174,12 @@ absl::StatusOr<PreparedOp> PrepareConv2dDw(const NodeArgs& args) {
       if (op.kind != PostOp::Kind::kEltwise) return args.Error("only eltwise post-ops fuse here");
     }
   }
+  const std::vector<int64_t> out_nchw = {s.n, s.m, DwOut(s.h, dw_stride), DwOut(s.w, dw_stride)};
+  if (!HasLayoutForm(out_nchw, layout)) {
+    return args.Error("a blocked output needs a multiple of 8 channels");
+  }
   PreparedOp op;
-  op.outputs.push_back(
-      TensorMeta{DType::kF32, {s.n, DwOut(s.h, dw_stride), DwOut(s.w, dw_stride), s.m}});
+  op.outputs.push_back(TensorMeta{DType::kF32, LayoutShape(out_nchw, layout)});
   if (args.shape_only()) return op;
 
   const void* weight_data = args.ConstantData(1, "weight");
@@ -181,9 +194,9 @@ absl::StatusOr<PreparedOp> PrepareConv2dDw(const NodeArgs& args) {
   cfg.input_index = InputIndex(args, 0, "input");
   try {
     cfg.pd = FusedPd(s, post_ops, dw_post_ops, args.options());
-    cfg.src_md = memory::desc({s.n, s.c, s.h, s.w}, dt::f32, tag::nhwc);
+    cfg.src_md = memory::desc({s.n, s.c, s.h, s.w}, dt::f32, DnnlTag(layout));
     cfg.dst_md = memory::desc({s.n, s.m, DwOut(s.h, dw_stride), DwOut(s.w, dw_stride)}, dt::f32,
-                              tag::nhwc);
+                              DnnlTag(layout));
     if (cfg.pd.src_desc() != cfg.src_md || cfg.pd.dst_desc() != cfg.dst_md) {
       return args.Unimplemented("oneDNN wants a blocked layout for this fused convolution");
     }

@@ -7,10 +7,11 @@
 // time in cache instead of going through memory.
 //
 //   kiln.conv2d_dw(input, weight, bias?, post_ops, dw_weight, dw_bias?,
-//                  dw_stride, dw_post_ops)
+//                  dw_stride, dw_post_ops, layout=kNhwc)
 //
-// input [N, H, W, C] and output [N, OH, OW, M] are channels-last (the pass
-// fuses only channels-last pairs); weight [M, C, 1, 1], dw_weight
+// input and output are both in `layout` (an ActivationLayout, channels-last
+// or blocked: the pass fuses only pairs whose input and output are in the
+// graph's activation layout); weight [M, C, 1, 1], dw_weight
 // [M, 1, 3, 3] and the biases are constants (prepacked at prepare time).
 // post_ops / dw_post_ops are eltwise post-op strings (kernels/post_ops.h;
 // no "add") applied after each convolution.
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "runtime/ir/compile_options.h"
+#include "runtime/kernels/activation_layout.h"
 #include "runtime/kernels/post_ops.h"
 
 namespace kiln::runtime {
@@ -28,6 +30,7 @@ struct DwFusionShape {
   int64_t n = 0, c = 0, h = 0, w = 0;  // input
   int64_t m = 0;                       // channels of the 1x1 output
   int64_t dw_stride = 1;
+  ActivationLayout layout = ActivationLayout::kNhwc;
 };
 
 // Whether compiling the pair as kiln.conv2d_dw pays on this CPU: oneDNN

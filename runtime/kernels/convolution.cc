@@ -2,13 +2,14 @@
 // add and activations as oneDNN post-ops; see post_ops.h): 2-D,
 // non-transposed, f32, on oneDNN.
 //
-// The input and output are plain NCHW, or channels-last (a dense
-// [N, H, W, C] tensor) when kiln.conv2d's channels_last_in /
-// channels_last_out say so (passes/channels_last.cc sets them so that
-// activations stay in the layout the kernels compute in). oneDNN picks the
-// layouts of everything left open; constant weights are reordered once at
-// prepare time, anything else that differs is reordered per run through
-// scratch memory.
+// The input and output are plain NCHW, or in one of the activation layouts
+// of activation_layout.h (channels-last [N, H, W, C], blocked
+// [N, C/8, H, W, 8]) when kiln.conv2d's layout_in / layout_out say so
+// (passes/channels_last.cc sets them so that activations stay in the
+// layout the kernels compute in). The primitive computes in the blocked
+// layout when either side is blocked, else in NHWC; oneDNN picks the
+// weights' layout. Constant weights are reordered once at prepare time,
+// anything else that differs is reordered per run through scratch memory.
 #include <array>
 #include <cstring>
 #include <memory>
@@ -16,6 +17,7 @@
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/kernels/activation_layout.h"
 #include "runtime/kernels/kernel_util.h"
 #include "runtime/kernels/onednn_util.h"
 #include "runtime/kernels/post_ops.h"
@@ -189,8 +191,8 @@ class ConvolutionKernel final : public Kernel {
 
 // Both overloads share positions 0-5 (input, weight, bias, stride, padding,
 // dilation). aten.convolution continues (transposed, output_padding,
-// groups); kiln.conv2d continues (groups, residual, post_ops,
-// channels_last_in, channels_last_out).
+// groups); kiln.conv2d continues (groups, residual, post_ops, layout_in,
+// layout_out), the layouts being ActivationLayout values.
 static absl::StatusOr<PreparedOp> PrepareConv(const NodeArgs& args, bool fused) {
   KILN_ASSIGN_OR_RETURN(TensorMeta input, args.Tensor(0, "input"));
   KILN_ASSIGN_OR_RETURN(TensorMeta weight, args.Tensor(1, "weight"));
@@ -207,13 +209,20 @@ static absl::StatusOr<PreparedOp> PrepareConv(const NodeArgs& args, bool fused) 
   int64_t groups = 1;
   std::vector<PostOp> post_ops;
   std::optional<TensorMeta> residual;
-  bool cl_in = false, cl_out = false;
+  ActivationLayout layout_in = ActivationLayout::kPlain, layout_out = ActivationLayout::kPlain;
   if (fused) {
     KILN_ASSIGN_OR_RETURN(groups, args.Int(6, "groups", 1));
     KILN_ASSIGN_OR_RETURN(residual, args.OptionalTensor(7, "residual"));
     KILN_ASSIGN_OR_RETURN(post_ops, ParsePostOps(args, 8, "post_ops"));
-    KILN_ASSIGN_OR_RETURN(cl_in, args.Bool(9, "channels_last_in", false));
-    KILN_ASSIGN_OR_RETURN(cl_out, args.Bool(10, "channels_last_out", false));
+    KILN_ASSIGN_OR_RETURN(int64_t in_code, args.Int(9, "layout_in", 0));
+    KILN_ASSIGN_OR_RETURN(int64_t out_code, args.Int(10, "layout_out", 0));
+    for (int64_t code : {in_code, out_code}) {
+      if (code < 0 || code > static_cast<int64_t>(ActivationLayout::kBlocked)) {
+        return args.Error(absl::StrCat("unknown activation layout ", code));
+      }
+    }
+    layout_in = static_cast<ActivationLayout>(in_code);
+    layout_out = static_cast<ActivationLayout>(out_code);
   } else {
     KILN_ASSIGN_OR_RETURN(transposed, args.Bool(6, "transposed", false));
     KILN_ASSIGN_OR_RETURN(output_padding, args.IntList(7, "output_padding", {0}));
@@ -226,10 +235,11 @@ static absl::StatusOr<PreparedOp> PrepareConv(const NodeArgs& args, bool fused) 
   if (transposed) {
     return args.Unimplemented("transposed convolution is not supported");
   }
-  if (input.rank() != 4) {
+  const std::vector<int64_t> in_nchw = LogicalShape(input.shape, layout_in);
+  if (in_nchw.empty()) {
     return args.Unimplemented(absl::StrCat(
         "only 2-D convolution with a 4-D (NCHW) input is supported, got ",
-        input.ToString()));
+        input.ToString(), " in layout ", static_cast<int64_t>(layout_in)));
   }
   if (weight.rank() != 4) {
     return args.Error(absl::StrCat(
@@ -261,8 +271,7 @@ static absl::StatusOr<PreparedOp> PrepareConv(const NodeArgs& args, bool fused) 
                                      ShapeString(padding_list)));
     }
   }
-  const int64_t n = input.shape[0], c = input.shape[cl_in ? 3 : 1],
-                h = input.shape[cl_in ? 1 : 2], w = input.shape[cl_in ? 2 : 3];
+  const int64_t n = in_nchw[0], c = in_nchw[1], h = in_nchw[2], w = in_nchw[3];
   const int64_t oc = weight.shape[0], icg = weight.shape[1],
                 kh = weight.shape[2], kw = weight.shape[3];
   if (groups <= 0) {
@@ -307,10 +316,13 @@ static absl::StatusOr<PreparedOp> PrepareConv(const NodeArgs& args, bool fused) 
     out_hw[i] = (padded - eff_k) / stride[i] + 1;
   }
 
+  const std::vector<int64_t> out_nchw = {n, oc, out_hw[0], out_hw[1]};
+  if (!HasLayoutForm(out_nchw, layout_out)) {
+    return args.Error(absl::StrCat("output channels (", oc,
+                                   ") must be a multiple of 8 for a blocked output"));
+  }
   PreparedOp op;
-  op.outputs.push_back(TensorMeta{
-      DType::kF32, cl_out ? std::vector<int64_t>{n, out_hw[0], out_hw[1], oc}
-                          : std::vector<int64_t>{n, oc, out_hw[0], out_hw[1]}});
+  op.outputs.push_back(TensorMeta{DType::kF32, LayoutShape(out_nchw, layout_out)});
   int adds = 0;
   for (const PostOp& p : post_ops) adds += p.kind == PostOp::Kind::kAdd;
   if (adds != (residual ? 1 : 0)) {
@@ -334,9 +346,8 @@ static absl::StatusOr<PreparedOp> PrepareConv(const NodeArgs& args, bool fused) 
 
   try {
     const dnnl::engine& engine = CpuEngine();
-    cfg.src_md = memory::desc({n, c, h, w}, dt::f32, cl_in ? tag::nhwc : tag::nchw);
-    cfg.dst_md = memory::desc({n, oc, out_hw[0], out_hw[1]}, dt::f32,
-                              cl_out ? tag::nhwc : tag::nchw);
+    cfg.src_md = memory::desc({n, c, h, w}, dt::f32, DnnlTag(layout_in));
+    cfg.dst_md = memory::desc({n, oc, out_hw[0], out_hw[1]}, dt::f32, DnnlTag(layout_out));
     memory::dims weight_dims;
     if (groups == 1) {
       weight_dims = {oc, icg, kh, kw};
@@ -348,13 +359,21 @@ static absl::StatusOr<PreparedOp> PrepareConv(const NodeArgs& args, bool fused) 
     }
     const dt compute = ComputeType(args.options());
     const memory::desc any_weights(weight_dims, compute, tag::any);
-    // The primitive computes in NHWC whatever the node's layouts: oneDNN's
-    // NHWC kernels (brgemm-based on AVX-512) beat its NCHW path (im2col +
-    // GEMM) by far more than a per-run reorder of a plain input or output
-    // costs, and leaving the layouts to oneDNN (`any`) can land a
-    // channels-last input on a slow mixed-layout kernel.
-    const memory::desc any_src({n, c, h, w}, compute, tag::nhwc);
-    const memory::desc any_dst({n, oc, out_hw[0], out_hw[1]}, dt::f32, tag::nhwc);
+    // The primitive computes in NHWC, or in the blocked layout when a side
+    // is blocked, never in plain NCHW: oneDNN's NHWC and blocked kernels
+    // beat its NCHW path (im2col + GEMM) by far more than a per-run reorder
+    // of a plain input or output costs, and leaving the layouts to oneDNN
+    // (`any`) can land a channels-last input on a slow mixed-layout
+    // kernel. A blocked computation reads an input whose channels are no
+    // multiple of 8 (an RGB image) in plain NCHW, as oneDNN's AVX2
+    // first-layer kernel does.
+    const bool blocked =
+        layout_in == ActivationLayout::kBlocked || layout_out == ActivationLayout::kBlocked;
+    const tag src_tag =
+        !blocked ? tag::nhwc : (c % kChannelBlock == 0 ? tag::nChw8c : tag::nchw);
+    const memory::desc any_src({n, c, h, w}, compute, src_tag);
+    const memory::desc any_dst({n, oc, out_hw[0], out_hw[1]}, dt::f32,
+                               blocked ? tag::nChw8c : tag::nhwc);
     if (bias) cfg.bias_md = memory::desc({oc}, dt::f32, tag::x);
     // oneDNN counts dilation from 0 (no gap), ATen from 1.
     const memory::dims strides = {stride[0], stride[1]};

@@ -49,6 +49,23 @@ dnnl::memory::data_type ComputeType(const CompileOptions& options) {
   return native_bf16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
 }
 
+bool HasAvx512Kernels() {
+  static const bool avx512 = [] {
+    switch (dnnl::get_effective_cpu_isa()) {
+      case dnnl::cpu_isa::avx512_core:
+      case dnnl::cpu_isa::avx512_core_vnni:
+      case dnnl::cpu_isa::avx512_core_bf16:
+      case dnnl::cpu_isa::avx512_core_fp16:
+      case dnnl::cpu_isa::avx512_core_amx:
+      case dnnl::cpu_isa::avx512_core_amx_fp16:
+        return true;
+      default:
+        return false;
+    }
+  }();
+  return avx512;
+}
+
 ScratchReorder ScratchReorder::Make(const dnnl::memory::desc& from,
                                     const dnnl::memory::desc& to, size_t* scratch_bytes) {
   ScratchReorder r;

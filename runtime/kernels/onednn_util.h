@@ -46,6 +46,11 @@ dnnl::primitive_attr AttrFor(const CompileOptions& options);
 // and come out in f32.
 dnnl::memory::data_type ComputeType(const CompileOptions& options);
 
+// Whether oneDNN runs its AVX-512 kernels on this CPU (brgemm-based
+// convolutions, computing in NHWC). Without them (AVX2) its convolutions
+// are fastest in the 8-channel blocked layout for most shapes.
+bool HasAvx512Kernels();
+
 // A per-run reorder (layout or data-type conversion) whose destination and
 // own scratchpad are carved out of a kernel's run scratch.
 struct ScratchReorder {

@@ -2,8 +2,8 @@
 // reads its output into kiln.conv2d_dw (kernels/conv_dw_fusion.h), where
 // oneDNN has a real fused kernel for the pair and the fusion pays
 // (DepthwiseFusionPays). Runs after layout propagation: only pairs whose
-// input and output are both channels-last fuse, so the fused node needs no
-// layout arguments of its own.
+// input and output are all in one activation layout (channels-last or
+// blocked) fuse, and the fused node carries that layout.
 #include "runtime/ir/arg_builders.h"
 #include "runtime/kernels/conv_dw_fusion.h"
 #include "runtime/ops/registry.h"
@@ -15,7 +15,7 @@ namespace {
 // kiln.conv2d argument positions (see kernels/convolution.cc).
 enum ConvArg {
   kInput = 0, kWeight, kBias, kStride, kPadding, kDilation, kGroups, kResidual, kPostOps,
-  kChannelsLastIn, kChannelsLastOut, kNumConvArgs
+  kLayoutIn, kLayoutOut, kNumConvArgs
 };
 
 bool IsIntList(const Arg& a, std::initializer_list<int64_t> want) {
@@ -27,19 +27,28 @@ bool IsIntList(const Arg& a, std::initializer_list<int64_t> want) {
   return true;
 }
 
-bool IsTrue(const Arg& a) { return a.kind == Arg::Kind::kBool && a.b; }
+// The activation layout a kiln.conv2d layout argument names; kPlain for
+// anything else.
+ActivationLayout LayoutOf(const Arg& a) {
+  if (a.kind != Arg::Kind::kInt) return ActivationLayout::kPlain;
+  if (a.i == static_cast<int64_t>(ActivationLayout::kNhwc)) return ActivationLayout::kNhwc;
+  if (a.i == static_cast<int64_t>(ActivationLayout::kBlocked)) return ActivationLayout::kBlocked;
+  return ActivationLayout::kPlain;
+}
 
-// A channels-last kiln.conv2d with constant weights (and bias, if any), no
-// residual and only eltwise post-ops, which it returns.
-bool PlainChannelsLastConv(const PassContext& ctx, const Node& n, std::vector<PostOp>* post_ops) {
+// A kiln.conv2d whose input and output are both in one activation layout
+// (not plain; returned in *layout), with constant weights (and bias, if
+// any), no residual and only eltwise post-ops, which it returns.
+bool PlainLayoutConv(const PassContext& ctx, const Node& n, std::vector<PostOp>* post_ops,
+                     ActivationLayout* layout) {
   if (n.dead || n.target != "kiln.conv2d" || n.args.size() != kNumConvArgs || !n.kwargs.empty()) {
     return false;
   }
   const std::vector<Arg>& a = n.args;
   if (a[kInput].kind != Arg::Kind::kTensor || a[kWeight].kind != Arg::Kind::kTensor ||
       ctx.constant_data[a[kWeight].tensor.node] == nullptr ||
-      a[kResidual].kind != Arg::Kind::kNone || !IsTrue(a[kChannelsLastIn]) ||
-      !IsTrue(a[kChannelsLastOut]) || !IsIntList(a[kDilation], {1, 1}) ||
+      a[kResidual].kind != Arg::Kind::kNone || LayoutOf(a[kLayoutIn]) == ActivationLayout::kPlain ||
+      LayoutOf(a[kLayoutIn]) != LayoutOf(a[kLayoutOut]) || !IsIntList(a[kDilation], {1, 1}) ||
       a[kGroups].kind != Arg::Kind::kInt || a[kPostOps].kind != Arg::Kind::kList) {
     return false;
   }
@@ -55,6 +64,7 @@ bool PlainChannelsLastConv(const PassContext& ctx, const Node& n, std::vector<Po
     if (!op.ok() || op->kind != PostOp::Kind::kEltwise) return false;
     post_ops->push_back(*op);
   }
+  *layout = LayoutOf(a[kLayoutIn]);
   return true;
 }
 
@@ -67,7 +77,8 @@ absl::Status FuseConvDepthwise(PassContext& ctx) {
   for (int d = 0; d < static_cast<int>(g.nodes.size()); ++d) {
     std::vector<PostOp> dw_post_ops, post_ops;
     Node& dw = g.nodes[d];
-    if (!PlainChannelsLastConv(ctx, dw, &dw_post_ops)) continue;
+    ActivationLayout layout, pw_layout;
+    if (!PlainLayoutConv(ctx, dw, &dw_post_ops, &layout)) continue;
     const TensorMeta& dw_w = g.MetaOf(dw.args[kWeight].tensor);
     const int64_t m = dw_w.shape[0];
     if (dw_w.shape != std::vector<int64_t>{m, 1, 3, 3} || dw.args[kGroups].i != m ||
@@ -78,21 +89,23 @@ absl::Status FuseConvDepthwise(PassContext& ctx) {
     const ValueRef mid = dw.args[kInput].tensor;
     if (mid.output != 0 || uses.Count(mid) != 1) continue;
     const Node& pw = g.nodes[mid.node];
-    if (!PlainChannelsLastConv(ctx, pw, &post_ops)) continue;
-    const TensorMeta& in = g.MetaOf(pw.args[kInput].tensor);  // [N, H, W, C]
+    if (!PlainLayoutConv(ctx, pw, &post_ops, &pw_layout) || pw_layout != layout) continue;
+    const std::vector<int64_t> in =
+        LogicalShape(g.MetaOf(pw.args[kInput].tensor).shape, layout);  // [N, C, H, W]
     const TensorMeta& pw_w = g.MetaOf(pw.args[kWeight].tensor);
-    if (in.rank() != 4 || pw_w.shape != std::vector<int64_t>{m, in.shape[3], 1, 1} ||
+    if (in.empty() || pw_w.shape != std::vector<int64_t>{m, in[1], 1, 1} ||
         pw.args[kGroups].i != 1 || !IsIntList(pw.args[kStride], {1, 1}) ||
         !IsIntList(pw.args[kPadding], {0, 0})) {
       continue;
     }
-    const DwFusionShape shape{in.shape[0], in.shape[3], in.shape[1], in.shape[2], m,
-                              dw.args[kStride].list[0].i};
+    const DwFusionShape shape{in[0], in[1], in[2], in[3], m, dw.args[kStride].list[0].i, layout};
     if (!DepthwiseFusionPays(shape, post_ops, dw_post_ops, g.options)) continue;
     const Arg stride = IntArg(shape.dw_stride);
+    const Arg layout_arg = IntArg(static_cast<int64_t>(layout));
     // The fused node takes the depthwise convolution's place (and output).
     dw.args = {pw.args[kInput], pw.args[kWeight], pw.args[kBias],     pw.args[kPostOps],
-               dw.args[kWeight], dw.args[kBias],  stride,             dw.args[kPostOps]};
+               dw.args[kWeight], dw.args[kBias],  stride,             dw.args[kPostOps],
+               layout_arg};
     dw.target = "kiln.conv2d_dw";
     dw.op_index = fused_index;
     dw.name = pw.name + "+" + dw.name;

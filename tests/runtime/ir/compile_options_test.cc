@@ -2,6 +2,10 @@
 // the key and the valid values for anything else.
 #include "runtime/ir/compile_options.h"
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "gtest/gtest.h"
 
 namespace kiln::runtime {
@@ -24,7 +28,7 @@ TEST(CompileOptions, ParsesEveryKey) {
   EXPECT_EQ(o->num_threads, 3);
   EXPECT_EQ(o->hint, ExecutionHint::kThroughput);
   EXPECT_EQ(o->precision, Precision::kBf16);
-  EXPECT_FALSE(o->channels_last);
+  EXPECT_EQ(o->layout, LayoutOption::kNchw);
   EXPECT_EQ(o->branches, BranchMode::kOn);
   EXPECT_EQ(CompileOptionsString(*o),
             "num_threads=3 hint=throughput precision=bf16 layout=nchw branches=on");
@@ -57,6 +61,21 @@ TEST(CompileOptions, RejectsBadHintAndPrecision) {
 
 TEST(CompileOptions, RejectsBadBranchMode) {
   ExpectInvalid({{"branches", "yes"}}, "off, auto, on");
+}
+
+TEST(CompileOptions, ParsesEveryLayout) {
+  for (const auto& [name, layout] :
+       std::vector<std::pair<std::string, LayoutOption>>{{"auto", LayoutOption::kAuto},
+                                                          {"nchw", LayoutOption::kNchw},
+                                                          {"nhwc", LayoutOption::kNhwc},
+                                                          {"blocked", LayoutOption::kBlocked}}) {
+    auto o = ParseCompileOptions({{"layout", name}});
+    ASSERT_TRUE(o.ok()) << o.status();
+    EXPECT_EQ(o->layout, layout);
+    EXPECT_EQ(CompileOptionsString(*o),
+              "num_threads=default hint=latency precision=f32 layout=" + name + " branches=off");
+  }
+  ExpectInvalid({{"layout", "nchw8c"}}, "auto, nchw, nhwc, blocked");
 }
 
 }  // namespace

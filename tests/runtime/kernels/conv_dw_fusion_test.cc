@@ -4,6 +4,7 @@
 // where it chains two kernels, and DepthwiseFusionPays' decisions.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "runtime/kernels/conv_dw_fusion.h"
 #include "tests/runtime/kernels/kernel_test_util.h"
@@ -86,6 +87,40 @@ INSTANTIATE_TEST_SUITE_P(
         DwCase{1, 16, 112, 112, 96, 2, true},
         // Odd sizes with stride 2 at a size oneDNN fuses.
         DwCase{2, 24, 57, 55, 144, 2, true}));
+
+// The same fused pair with blocked input and output (layout code 2).
+TEST(ConvDwTest, BlockedLayoutMatchesReference) {
+  const DwCase c{1, 16, 40, 40, 96, 2, true};
+  const auto x = RandomFloats(c.n * c.h * c.w * c.c, 1);
+  const auto w1 = RandomFloats(c.m * c.c, 2), b1 = RandomFloats(c.m, 3);
+  const auto w2 = RandomFloats(c.m * 9, 4), b2 = RandomFloats(c.m, 5);
+  // NHWC [n, hw, ch] to blocked [n, ch/8, hw, 8].
+  auto blocked = [](const auto& v, int64_t n, int64_t hw, int64_t ch) {
+    std::vector<typename std::decay_t<decltype(v)>::value_type> out(v.size());
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t p = 0; p < hw; ++p)
+        for (int64_t k = 0; k < ch; ++k) {
+          out[((i * (ch / 8) + k / 8) * hw + p) * 8 + k % 8] = v[(i * hw + p) * ch + k];
+        }
+    return out;
+  };
+  OpTester t("kiln.conv2d_dw");
+  t.AddArg(t.Input(F32({c.n, c.c / 8, c.h, c.w, 8}), blocked(x, c.n, c.h * c.w, c.c)));
+  t.AddArg(t.Constant(F32({c.m, c.c, 1, 1}), w1));
+  t.AddArg(t.Constant(F32({c.m}), b1));
+  t.AddArg(Relu6PostOps());
+  t.AddArg(t.Constant(F32({c.m, 1, 3, 3}), w2));
+  t.AddArg(t.Constant(F32({c.m}), b2));
+  t.AddArg(IntArg(c.stride));
+  t.AddArg(Relu6PostOps());
+  t.AddArg(IntArg(2));
+  ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+  const int64_t oh = (c.h - 1) / c.stride + 1, ow = (c.w - 1) / c.stride + 1;
+  EXPECT_EQ(t.output_metas()[0], F32({c.n, c.m / 8, oh, ow, 8}));
+  ASSERT_TRUE(t.Run().ok());
+  EXPECT_TRUE(AllClose(t.OutputF32(0), blocked(Reference(c, x, w1, b1, w2, b2), c.n, oh * ow, c.m),
+                       1e-4, 1e-4));
+}
 
 TEST(DepthwiseFusionPays, OnlyForLargeIntermediates) {
   std::vector<PostOp> relu6 = {*ParsePostOp("clip:0:6")};

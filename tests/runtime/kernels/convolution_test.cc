@@ -243,8 +243,8 @@ TEST(ConvolutionTest, DepthwiseChannelsLastWithPostOpsMatchesReference) {
     Arg post_ops = IntListArg({});
     post_ops.list.push_back(StringArg("hardswish"));
     t.AddArg(post_ops);
-    t.AddArg(BoolArg(true));
-    t.AddArg(BoolArg(true));
+    t.AddArg(IntArg(1));
+    t.AddArg(IntArg(1));
     ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
     std::vector<int64_t> shape;
     const auto conv = ReferenceConv(c, x, w, &b, &shape);
@@ -299,6 +299,96 @@ TEST(ConvolutionTest, ConvolutionRejectsNonPositiveStride) {
       PrepareConv({{1, 3, 8, 8}, {4, 3, 3, 3}, false, {0, 1}, {1, 1}, {1, 1},
                    1, true}),
       "stride must be positive"));
+}
+
+// [N, C, H, W] data in the blocked layout [N, C/8, H, W, 8] and back.
+template <typename T>
+std::vector<T> ToBlocked(const std::vector<T>& x, int64_t n, int64_t c, int64_t hw) {
+  std::vector<T> out(x.size());
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t k = 0; k < c; ++k)
+      for (int64_t p = 0; p < hw; ++p) {
+        out[((i * (c / 8) + k / 8) * hw + p) * 8 + k % 8] = x[(i * c + k) * hw + p];
+      }
+  return out;
+}
+
+// kiln.conv2d in the blocked layout (layout code 2): a plain RGB input
+// into a blocked output, blocked to blocked with a fused residual add,
+// depthwise blocked, and blocked into a plain output.
+TEST(ConvolutionTest, BlockedLayoutsMatchReference) {
+  struct BlockedCase {
+    ConvCase conv;
+    int64_t layout_in, layout_out;
+    bool residual;
+  };
+  for (const BlockedCase& bc : {
+           BlockedCase{{{2, 3, 9, 9}, {16, 3, 3, 3}, true, {1, 1}, {1, 1}, {1, 1}, 1, true}, 0,
+                       2, false},
+           BlockedCase{{{2, 16, 7, 7}, {24, 16, 3, 3}, true, {1, 1}, {1, 1}, {1, 1}, 1, true}, 2,
+                       2, true},
+           BlockedCase{{{1, 24, 10, 12}, {24, 1, 3, 3}, true, {2, 2}, {1, 1}, {1, 1}, 24, true},
+                       2, 2, false},
+           BlockedCase{{{1, 32, 6, 6}, {12, 32, 1, 1}, false, {1, 1}, {0, 0}, {1, 1}, 1, true}, 2,
+                       0, false}}) {
+    const ConvCase& c = bc.conv;
+    const auto x = RandomFloats(NumElements(c.input), 21);
+    const auto w = RandomFloats(NumElements(c.weight), 22);
+    const auto b = RandomFloats(c.weight[0], 23);
+    std::vector<int64_t> shape;
+    const auto conv = ReferenceConv(c, x, w, c.bias ? &b : nullptr, &shape);
+    const int64_t n = shape[0], oc = shape[1], ohw = shape[2] * shape[3];
+    const auto residual = RandomFloats(conv.size(), 24);
+    auto layout_shape = [](std::vector<int64_t> s, int64_t layout) {
+      return layout == 2 ? std::vector<int64_t>{s[0], s[1] / 8, s[2], s[3], 8} : s;
+    };
+    OpTester t("kiln.conv2d");
+    const int64_t ihw = c.input[2] * c.input[3];
+    t.AddArg(t.Input(F32(layout_shape(c.input, bc.layout_in)),
+                     bc.layout_in == 2 ? ToBlocked(x, c.input[0], c.input[1], ihw) : x));
+    t.AddArg(t.Constant(F32(c.weight), w));
+    t.AddArg(c.bias ? t.Constant(F32({c.weight[0]}), b) : NoneArg());
+    t.AddArg(IntListArg({c.stride[0], c.stride[1]}));
+    t.AddArg(IntListArg({c.padding[0], c.padding[1]}));
+    t.AddArg(IntListArg({c.dilation[0], c.dilation[1]}));
+    t.AddArg(IntArg(c.groups));
+    Arg post_ops = IntListArg({});
+    if (bc.residual) {
+      t.AddArg(t.Input(F32(layout_shape(shape, bc.layout_out)),
+                       bc.layout_out == 2 ? ToBlocked(residual, n, oc, ohw) : residual));
+      post_ops.list.push_back(StringArg("add"));
+    } else {
+      t.AddArg(NoneArg());
+    }
+    t.AddArg(post_ops);
+    t.AddArg(IntArg(bc.layout_in));
+    t.AddArg(IntArg(bc.layout_out));
+    ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+    EXPECT_EQ(t.output_metas()[0], F32(layout_shape(shape, bc.layout_out)));
+    ASSERT_TRUE(t.Run().ok());
+    std::vector<double> expected = conv;
+    if (bc.residual) {
+      for (size_t i = 0; i < expected.size(); ++i) expected[i] += residual[i];
+    }
+    if (bc.layout_out == 2) expected = ToBlocked(expected, n, oc, ohw);
+    EXPECT_TRUE(AllClose(t.OutputF32(0), expected, 1e-4, 1e-4)) << c.weight[0] << " channels";
+  }
+}
+
+TEST(ConvolutionTest, BlockedOutputRejectsChannelsNotAMultipleOfEight) {
+  OpTester t("kiln.conv2d");
+  t.AddArg(t.Input(F32({1, 3, 8, 8}), RandomFloats(192, 1)));
+  t.AddArg(t.Constant(F32({12, 3, 3, 3}), RandomFloats(324, 2)));
+  t.AddArg(NoneArg());
+  t.AddArg(IntListArg({1, 1}));
+  t.AddArg(IntListArg({1, 1}));
+  t.AddArg(IntListArg({1, 1}));
+  t.AddArg(IntArg(1));
+  t.AddArg(NoneArg());
+  t.AddArg(IntListArg({}));
+  t.AddArg(IntArg(0));
+  t.AddArg(IntArg(2));
+  EXPECT_TRUE(IsInvalidArgument(t.Prepare(), "multiple of 8"));
 }
 
 TEST(ConvolutionTest, ConvolutionRejectsKernelLargerThanPaddedInput) {

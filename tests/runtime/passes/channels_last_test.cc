@@ -1,8 +1,10 @@
 // Layout propagation (passes/channels_last.cc), end to end through
 // Compile(): a small CNN with the patterns of the torchvision list (pooling,
 // a concatenation feeding an unfolded batch norm, squeeze-excitation, a
-// global pool and flatten) compiles without a single reorder step, and
-// gives the same answer as the same graph compiled in plain NCHW.
+// global pool and flatten) compiles channels-last without a single reorder
+// step, and in the blocked layout with reorders only where an op has no
+// blocked form; both give the same answer as the graph compiled in plain
+// NCHW.
 #include <random>
 #include <string>
 
@@ -11,6 +13,7 @@
 #include "runtime/compile/dump.h"
 #include "runtime/exec/executor.h"
 #include "runtime/ir/from_proto.h"
+#include "runtime/kernels/onednn_util.h"
 #include "runtime/util/sha256.h"
 #include "tests/testing/proto_graph.h"
 
@@ -118,7 +121,9 @@ int CountSteps(const CompiledGraph& cg, const std::string& target) {
 
 TEST_F(SmallCnn, RunsChannelsLastWithoutReorderSteps) {
   const kiln::v1::Graph proto = Build();
-  auto cl = Compile(*GraphFromProto(proto), Resolver());
+  Graph cl_graph = *GraphFromProto(proto);
+  cl_graph.options.layout = LayoutOption::kNhwc;
+  auto cl = Compile(std::move(cl_graph), Resolver());
   ASSERT_TRUE(cl.ok()) << cl.status();
   const std::string dump = DumpCompiledGraph(**cl);
   EXPECT_EQ(CountSteps(**cl, "aten.permute.default"), 0) << dump;
@@ -128,7 +133,7 @@ TEST_F(SmallCnn, RunsChannelsLastWithoutReorderSteps) {
   EXPECT_EQ(CountSteps(**cl, "kiln.adaptive_avg_pool2d_nhwc"), 1) << dump;
 
   Graph plain_graph = *GraphFromProto(proto);
-  plain_graph.options.channels_last = false;
+  plain_graph.options.layout = LayoutOption::kNchw;
   auto plain = Compile(std::move(plain_graph), Resolver());
   ASSERT_TRUE(plain.ok()) << plain.status();
   EXPECT_EQ(CountSteps(**plain, "kiln.max_pool2d_nhwc"), 0);
@@ -136,6 +141,153 @@ TEST_F(SmallCnn, RunsChannelsLastWithoutReorderSteps) {
   const std::vector<float> x = Random(2 * 4 * 9 * 9, -1.f, 1.f, 99);
   const std::vector<float> a = Run(**cl, x), b = Run(**plain, x);
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5 * (1 + std::abs(b[i]))) << i;
+}
+
+// Every pattern the blocked layout handles, and the ones it converts for:
+// an RGB input (the first convolution reads it plain), max pooling, a
+// concatenation of blocked parts, a depthwise convolution, a residual add
+// fused into a convolution, a convolution with 12 output channels (no
+// blocked form: its output stays plain), an unfolded batch norm (converted
+// to plain), squeeze-excitation (mean with keepdim, a per-channel gate),
+// per-pixel and per-channel broadcast operands, average and global
+// pooling, and a mean without keepdim as a second output.
+class BlockedCnn : public SmallCnn {
+ protected:
+  int DwConv(GraphBuilder& b, int x, int64_t c, int64_t stride, const std::string& name) {
+    const int w = Const(b, {c, 1, 3, 3}, -0.3f, 0.3f);
+    const int bias = Const(b, {c}, -0.1f, 0.1f);
+    return b.Call("aten.convolution.default",
+                  {Ref(x), Ref(w), Ref(bias), IntList({stride, stride}), IntList({1, 1}),
+                   IntList({1, 1}), Bool(false), IntList({0, 0}), Int(c)},
+                  name);
+  }
+
+  kiln::v1::Graph Build() {
+    GraphBuilder b;
+    const int x = b.Input({2, 3, 16, 16}, "x");
+    const int mask = b.Input({2, 1, 8, 8}, "mask");
+    const int c1 = b.Call("aten.relu.default", {Ref(Conv(b, x, 3, 16, 3, "c1"))}, "r1");
+    const int pool = b.Call("aten.max_pool2d_with_indices.default",
+                            {Ref(c1), IntList({3, 3}), IntList({2, 2}), IntList({1, 1})}, "pool");
+    const int a = Conv(b, pool, 16, 8, 1, "a");
+    const int bb = Conv(b, pool, 16, 16, 3, "b");
+    const int cat = b.Call("aten.cat.default", {Tensors({a, bb}), Int(1)}, "cat");
+    const int dw = b.Call("aten.hardtanh.default",
+                          {Ref(DwConv(b, cat, 24, 1, "dw")), Float(0.0), Float(6.0)}, "dw6");
+    const int proj = Conv(b, dw, 24, 24, 1, "proj");
+    const int res = b.Call("aten.relu.default",
+                           {Ref(b.Call("aten.add.Tensor", {Ref(proj), Ref(cat)}, "res_add"))},
+                           "res");
+    const int odd = Conv(b, res, 24, 12, 3, "odd");  // 12 channels: no blocked form
+    const int c2 = Conv(b, odd, 12, 16, 1, "c2");
+    const int bn = b.Call("aten.native_batch_norm.default",
+                          {Ref(res), Ref(Const(b, {24}, 0.5f, 1.5f)),
+                           Ref(Const(b, {24}, -0.5f, 0.5f)), Ref(Const(b, {24}, -0.2f, 0.2f)),
+                           Ref(Const(b, {24}, 0.5f, 2.f)), Bool(false), Float(0.1), Float(1e-5)},
+                          "bn");
+    const int c3 = Conv(b, b.Call("aten.relu.default", {Ref(bn, 0)}, "r2"), 24, 16, 3, "c3");
+    const int join = b.Call("aten.add.Tensor", {Ref(c2), Ref(c3)}, "join");
+    const int m = b.Call("aten.mean.dim", {Ref(join), IntList({-1, -2}), Bool(true)}, "se_mean");
+    const int s1 = Conv(b, m, 16, 8, 1, "se1");
+    const int s2 = Conv(b, b.Call("aten.relu.default", {Ref(s1)}), 8, 16, 1, "se2");
+    const int gate = b.Call("aten.sigmoid.default", {Ref(s2)}, "gate");
+    const int scaled = b.Call("aten.mul.Tensor", {Ref(join), Ref(gate)}, "scaled");
+    const int masked = b.Call("aten.mul.Tensor", {Ref(scaled), Ref(mask)}, "masked");
+    const int shifted =
+        b.Call("aten.add.Tensor", {Ref(masked), Ref(Const(b, {16, 1, 1}, -1.f, 1.f))}, "shift");
+    const int c4 = Conv(b, shifted, 16, 16, 1, "c4");
+    const int avg = b.Call("aten.avg_pool2d.default",
+                           {Ref(c4), IntList({2, 2}), IntList({2, 2})}, "avg");
+    const int gp = b.Call("aten._adaptive_avg_pool2d.default", {Ref(avg), IntList({1, 1})}, "gp");
+    b.Output(b.Call("aten.flatten.using_ints", {Ref(gp), Int(1)}, "flat"));
+    b.Output(b.Call("aten.mean.dim", {Ref(c4), IntList({2, 3})}, "gmean"));
+    return b.graph();
+  }
+
+  // Both outputs, [2, 16] each, one after the other.
+  std::vector<float> RunBoth(const CompiledGraph& cg, const std::vector<float>& x,
+                             const std::vector<float>& mask) {
+    std::vector<float> y(2 * 2 * 16);
+    const void* in[] = {x.data(), mask.data()};
+    void* out[] = {y.data(), y.data() + 2 * 16};
+    EXPECT_TRUE(Execute(cg, in, out).ok());
+    return y;
+  }
+};
+
+TEST_F(BlockedCnn, MatchesNchwWithReordersOnlyWhereNoBlockedFormExists) {
+  const kiln::v1::Graph proto = Build();
+  Graph blocked_graph = *GraphFromProto(proto);
+  blocked_graph.options.layout = LayoutOption::kBlocked;
+  auto blocked = Compile(std::move(blocked_graph), Resolver());
+  ASSERT_TRUE(blocked.ok()) << blocked.status();
+  const std::string dump = DumpCompiledGraph(**blocked);
+  // The one reorder: the unfolded batch norm's input, back to NCHW. The
+  // 12-channel convolution writes NCHW itself and the next one reads it.
+  EXPECT_EQ(CountSteps(**blocked, "aten.permute.default"), 1) << dump;
+  EXPECT_NE(dump.find("res.to_nchw"), std::string::npos) << dump;
+  EXPECT_EQ(CountSteps(**blocked, "kiln.max_pool2d_nhwc"), 1) << dump;
+  EXPECT_EQ(CountSteps(**blocked, "kiln.avg_pool2d_nhwc"), 1) << dump;
+  EXPECT_EQ(CountSteps(**blocked, "kiln.adaptive_avg_pool2d_nhwc"), 1) << dump;
+  EXPECT_EQ(CountSteps(**blocked, "kiln.batch_norm_nhwc"), 0) << dump;
+  EXPECT_NE(dump.find("f32[2,2,8,8,8]"), std::string::npos) << dump;  // blocked values
+
+  Graph plain_graph = *GraphFromProto(proto);
+  plain_graph.options.layout = LayoutOption::kNchw;
+  auto plain = Compile(std::move(plain_graph), Resolver());
+  ASSERT_TRUE(plain.ok()) << plain.status();
+
+  const std::vector<float> x = Random(2 * 3 * 16 * 16, -1.f, 1.f, 99);
+  const std::vector<float> mask = Random(2 * 8 * 8, 0.f, 1.f, 98);
+  const std::vector<float> a = RunBoth(**blocked, x, mask), b = RunBoth(**plain, x, mask);
+  // Both compute in f32 with different summation orders (oneDNN's blocked
+  // and NHWC kernels): agreement to about 1e-5 relative.
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-4 * (1 + std::abs(b[i]))) << i;
+}
+
+TEST_F(BlockedCnn, ForcedChannelsLastMatchesNchwToo) {
+  const kiln::v1::Graph proto = Build();
+  Graph nhwc_graph = *GraphFromProto(proto);
+  nhwc_graph.options.layout = LayoutOption::kNhwc;
+  auto nhwc = Compile(std::move(nhwc_graph), Resolver());
+  ASSERT_TRUE(nhwc.ok()) << nhwc.status();
+  Graph plain_graph = *GraphFromProto(proto);
+  plain_graph.options.layout = LayoutOption::kNchw;
+  auto plain = Compile(std::move(plain_graph), Resolver());
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  const std::vector<float> x = Random(2 * 3 * 16 * 16, -1.f, 1.f, 97);
+  const std::vector<float> mask = Random(2 * 8 * 8, 0.f, 1.f, 96);
+  const std::vector<float> a = RunBoth(**nhwc, x, mask), b = RunBoth(**plain, x, mask);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-4 * (1 + std::abs(b[i]))) << i;
+}
+
+// layout=auto: NHWC on AVX-512; on AVX2 blocked for a mobilenet-style
+// stack (1x1 and large depthwise convolutions) and NHWC for wide dense 3x3
+// convolutions, where oneDNN's NHWC kernel is faster.
+TEST_F(SmallCnn, AutoLayoutFollowsTheConvolutionMix) {
+  auto compile = [&](bool mobile) {
+    GraphBuilder b;
+    int x = b.Input({1, mobile ? 32 : 256, mobile ? 56 : 14, mobile ? 56 : 14}, "x");
+    if (mobile) {
+      x = Conv(b, x, 32, 192, 1, "expand");
+      const int w = Const(b, {192, 1, 3, 3}, -0.3f, 0.3f);
+      x = b.Call("aten.convolution.default",
+                 {Ref(x), Ref(w), None(), IntList({1, 1}), IntList({1, 1}), IntList({1, 1}),
+                  Bool(false), IntList({0, 0}), Int(192)},
+                 "dw");
+      x = Conv(b, x, 192, 32, 1, "project");
+    } else {
+      x = Conv(b, Conv(b, x, 256, 256, 3, "c1"), 256, 256, 3, "c2");
+    }
+    b.Output(b.Call("aten.mean.dim", {Ref(x), IntList({2, 3})}, "pool"));
+    auto cg = Compile(*GraphFromProto(b.graph()), Resolver());
+    EXPECT_TRUE(cg.ok()) << cg.status();
+    return DumpCompiledGraph(**cg);
+  };
+  const std::string mobile = compile(true), wide = compile(false);
+  const bool expect_blocked = !HasAvx512Kernels();
+  EXPECT_EQ(mobile.find(",8]") != std::string::npos, expect_blocked) << mobile;
+  EXPECT_EQ(wide.find(",8]"), std::string::npos) << wide;
 }
 
 TEST_F(SmallCnn, ConvolutionFeedingOnlyAGraphOutputStaysPlain) {
