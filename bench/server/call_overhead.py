@@ -7,6 +7,8 @@ the daemon and back. Three ways, in one run and interleaved round by
 round, so machine noise hits them alike:
 
   - eager PyTorch, uncompiled (the floor),
+  - torch.compile with backend="eager" (what Dynamo's guards and frame
+    handling cost any backend),
   - kiln through call channels (shared memory and a futex; the default),
   - kiln through the Execute RPC (KILN_CALL_CHANNEL=0),
 
@@ -39,7 +41,8 @@ import json, statistics, sys, time, torch
 mode, calls = sys.argv[1], int(sys.argv[2])
 def f(x):
     return x + 1
-fn = f if mode == "eager" else torch.compile(f, backend="kiln")
+fn = f if mode == "eager" else torch.compile(
+    f, backend="eager" if mode == "eager-backend" else "kiln")
 x = torch.randn(1, 16)
 with torch.no_grad():
     for _ in range(50):
@@ -73,12 +76,14 @@ def main() -> int:
             time.sleep(0.05)
         env = dict(os.environ, KILN_SOCKET=sock, KILN_AUTOSTART="0",
                    PYTHONPATH=str(REPO / "client") + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        variants = {"eager": {}, "kiln (channel)": {"KILN_CALL_CHANNEL": "1"},
+        variants = {"eager": {}, "Dynamo, backend='eager'": {},
+                    "kiln (channel)": {"KILN_CALL_CHANNEL": "1"},
                     "kiln (gRPC Execute)": {"KILN_CALL_CHANNEL": "0"}}
         results: dict[str, list[dict]] = {k: [] for k in variants}
         for r in range(args.rounds):
             for name, extra in variants.items():
-                mode = "eager" if name == "eager" else "kiln"
+                mode = name.split()[0] if name == "eager" or name.startswith("kiln") else "dynamo"
+                mode = {"eager": "eager", "kiln": "kiln", "dynamo": "eager-backend"}[mode]
                 out = subprocess.run([sys.executable, "-c", CHILD, mode, str(args.calls)],
                                      env=dict(env, **extra), capture_output=True, text=True,
                                      check=True)
