@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <fstream>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -9,6 +10,7 @@
 #include "runtime/compile/dump.h"
 #include "runtime/exec/executor.h"
 #include "runtime/ir/from_proto.h"
+#include "runtime/kernels/onednn_util.h"
 #include "runtime/ops/registry.h"
 #include "runtime/util/cpu_features.h"
 #include "runtime/util/status_macros.h"
@@ -199,6 +201,14 @@ grpc::ServerUnaryReactor* KilnService::UploadConstants(
 }
 
 namespace {
+
+// VmRSS from /proc/self/statm (pages); 0 where that cannot be read.
+uint64_t ResidentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  uint64_t size = 0, resident = 0;
+  if (!(statm >> size >> resident)) return 0;
+  return resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+}
 
 void FillCompileResponse(CompileResult result, bool want_dump, Session& session,
                          kiln::v1::CompileResponse* resp) {
@@ -450,6 +460,8 @@ grpc::ServerUnaryReactor* KilnService::GetStats(grpc::CallbackServerContext* ctx
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
   resp->set_cache_dir(artifacts_.enabled() ? artifacts_.dir() : "");
   resp->set_pid(getpid());
+  resp->set_packed_weight_bytes(runtime::PackedConstantBytes());
+  resp->set_resident_bytes(ResidentBytes());
   return Done(ctx, absl::OkStatus());
 }
 

@@ -28,7 +28,9 @@ def format_stats(s: kiln_pb2.StatsResponse, socket_path: str) -> str:
         f"  dynamic shapes:  {s.dynamic_graphs} templates, {s.specializations} specializations",
         f"  executes:        {s.executes} ({s.execute_errors} errors)",
         f"  sessions:        {s.sessions}, live handles: {s.live_handles}",
-        f"  constants:       {s.constants} ({mib:.1f} MiB)",
+        f"  constants:       {s.constants} ({mib:.1f} MiB), packed weights "
+        f"{s.packed_weight_bytes / (1 << 20):.1f} MiB",
+        f"  resident memory: {s.resident_bytes / (1 << 20):.1f} MiB",
     ])
 
 

@@ -64,6 +64,14 @@ struct RunArena {
 };
 
 struct CompiledGraph {
+  CompiledGraph() = default;
+  // Kernels before constants: a kernel's packed weights are shared by
+  // source address (kernels/onednn_util.h, PackConstant), so none may
+  // outlive the bytes it was packed from.
+  ~CompiledGraph() { steps.clear(); }
+  CompiledGraph(const CompiledGraph&) = delete;
+  CompiledGraph& operator=(const CompiledGraph&) = delete;
+
   Graph graph;  // metas of every node output filled in
   std::vector<CompiledStep> steps;  // in execution order
   std::vector<Wave> waves;          // covering `steps` in order

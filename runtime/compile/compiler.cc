@@ -6,8 +6,10 @@
 #include <limits>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "runtime/compile/shared_constants.h"
 #include "runtime/ops/registry.h"
 #include "runtime/passes/pass_context.h"
 #include "runtime/plan/memory_plan.h"
@@ -82,6 +84,18 @@ bool IsAliasOp(const std::string& target) {
 // into a constant holding its result.
 absl::Status FoldNode(PassContext& ctx, int i) {
   Node& node = ctx.graph.nodes[i];
+  const std::string recipe = FoldRecipe(ctx.graph, node, ctx.constant_data);
+  auto use = [&](SharedFold fold) {
+    ctx.constant_data[i] = fold.data.bytes.get();
+    ctx.folds.push_back(fold.data.bytes.get());
+    ctx.created.push_back(std::move(fold.data));
+    node.kind = Node::Kind::kConstant;
+    node.outputs = std::move(fold.outputs);
+  };
+  if (std::optional<SharedFold> done = FindFold(recipe)) {
+    use(*std::move(done));
+    return absl::OkStatus();
+  }
   KILN_ASSIGN_OR_RETURN(PreparedOp prepared,
                         PrepareNode(ctx.graph, node, ctx.constant_data, /*shape_only=*/false));
   std::vector<TensorView> in, out;
@@ -93,13 +107,14 @@ absl::Status FoldNode(PassContext& ctx, int i) {
   out.push_back({buffers.back()->data, &prepared.outputs[0]});
   RunArena scratch(static_cast<int64_t>(prepared.kernel->ScratchBytes()));
   KILN_RETURN_IF_ERROR(prepared.kernel->Run(KernelContext{in, out, scratch.data}));
-  ctx.created.push_back(ConstantData{
-      std::shared_ptr<const uint8_t>(buffers[0]->data, [](const uint8_t* p) { std::free(const_cast<uint8_t*>(p)); }),
-      prepared.outputs[0].ByteSize()});
-  buffers[0]->data = nullptr;  // ownership moved to `created`
-  ctx.constant_data[i] = ctx.created.back().bytes.get();
-  node.kind = Node::Kind::kConstant;
-  node.outputs = prepared.outputs;
+  SharedFold fold{ConstantData{std::shared_ptr<const uint8_t>(
+                                  buffers[0]->data,
+                                  [](const uint8_t* p) { std::free(const_cast<uint8_t*>(p)); }),
+                              prepared.outputs[0].ByteSize()},
+                  prepared.outputs};
+  buffers[0]->data = nullptr;  // ownership moved to `fold`
+  prepared.kernel.reset();  // before its inputs could go (see ~CompiledGraph)
+  use(PublishFold(recipe, std::move(fold)));
   return absl::OkStatus();
 }
 
@@ -165,9 +180,11 @@ bool AllInputsConstant(const PassContext& ctx, const Node& node) {
 
 absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
     Graph graph, const ConstantResolver& resolve, const CompileLimits& limits) {
+  // Declared before cg so that on an error return the kernels built so
+  // far go first (see ~CompiledGraph).
+  std::vector<ConstantData> resolved;
   auto cg = std::make_unique<CompiledGraph>();
   std::vector<const void*> constant_data(graph.nodes.size(), nullptr);
-  std::vector<ConstantData> resolved;
 
   // 1. Constants: prepare functions and passes read their bytes.
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
@@ -193,7 +210,8 @@ absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
 
   // 2. Shape sweep: every op's output metas, validating the whole graph
   // before any pass looks at it; constant-only ops are folded on the way.
-  PassContext ctx{graph, constant_data, resolved};
+  const size_t first_created = resolved.size();
+  PassContext ctx{graph, constant_data, resolved, {}};
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
     Node& node = graph.nodes[i];
     if (node.kind != Node::Kind::kOp) continue;
@@ -233,6 +251,25 @@ absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
     KILN_ASSIGN_OR_RETURN(PreparedOp shapes,
                           PrepareNode(graph, node, constant_data, /*shape_only=*/true));
     node.outputs = std::move(shapes.outputs);
+  }
+
+  // Constants the passes built (not folds: those are shared by recipe)
+  // shared with other graphs that built the same bytes, before any kernel
+  // packs them.
+  {
+    const absl::flat_hash_set<const void*> folds(ctx.folds.begin(), ctx.folds.end());
+    absl::flat_hash_map<const void*, const void*> moved;
+    for (size_t k = first_created; k < resolved.size(); ++k) {
+      const void* before = resolved[k].bytes.get();
+      if (folds.contains(before)) continue;
+      resolved[k] = InternConstant(std::move(resolved[k]));
+      if (resolved[k].bytes.get() != before) moved[before] = resolved[k].bytes.get();
+    }
+    if (!moved.empty()) {
+      for (const void*& data : constant_data) {
+        if (auto it = moved.find(data); it != moved.end()) data = it->second;
+      }
+    }
   }
 
   // 4. Kernels, and where every value lives.

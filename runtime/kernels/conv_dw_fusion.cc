@@ -61,7 +61,8 @@ class ConvDwKernel final : public Kernel {
     dnnl::convolution_forward::primitive_desc pd;
     dnnl::convolution_forward conv;
     memory::desc src_md, dst_md;
-    memory weights, bias, dw_weights, dw_bias;  // prepacked constants
+    PackedConstant weights, dw_weights;  // prepacked constants
+    memory bias, dw_bias;
     int input_index = -1;
   };
 
@@ -75,9 +76,9 @@ class ConvDwKernel final : public Kernel {
       dnnl::stream stream(engine);
       std::unordered_map<int, memory> args = {
           {DNNL_ARG_SRC, memory(c_.src_md, engine, ctx.inputs[c_.input_index].data)},
-          {DNNL_ARG_WEIGHTS, c_.weights},
+          {DNNL_ARG_WEIGHTS, c_.weights.memory},
           {DNNL_ARG_BIAS, c_.bias},
-          {kDwWeights, c_.dw_weights},
+          {kDwWeights, c_.dw_weights.memory},
           {kDwBias, c_.dw_bias},
           {DNNL_ARG_DST, memory(c_.dst_md, engine, ctx.outputs[0].data)}};
       if (c_.pd.scratchpad_desc().get_size() > 0) {
@@ -201,9 +202,9 @@ absl::StatusOr<PreparedOp> PrepareConv2dDw(const NodeArgs& args) {
       return args.Unimplemented("oneDNN wants a blocked layout for this fused convolution");
     }
     cfg.conv = dnnl::convolution_forward(cfg.pd);
-    cfg.weights = ReorderToNew(memory::desc({s.m, s.c, 1, 1}, dt::f32, tag::oihw), weight_data,
+    cfg.weights = PackConstant(memory::desc({s.m, s.c, 1, 1}, dt::f32, tag::oihw), weight_data,
                                cfg.pd.weights_desc());
-    cfg.dw_weights = ReorderToNew(
+    cfg.dw_weights = PackConstant(
         memory::desc({s.m, 1, 1, kDwKernel, kDwKernel}, dt::f32, tag::goihw), dw_weight_data,
         cfg.pd.query_md(dnnl::query::exec_arg_md, kDwWeights));
     cfg.bias = BiasMemory(cfg.pd.bias_desc(), bias_data, s.m);

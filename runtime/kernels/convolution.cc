@@ -102,7 +102,7 @@ class ConvolutionKernel final : public Kernel {
     dnnl::reorder::primitive_desc residual_pd;
     size_t residual_pad_offset = 0;
     bool empty = false;  // zero-sized batch: nothing to compute
-    std::optional<memory> packed_weights;  // constant weights, prepacked
+    std::optional<PackedConstant> packed_weights;  // constant weights, prepacked
     std::optional<memory> bias;            // constant bias, copied
     // Present when the primitive wants a blocked layout for that tensor.
     std::optional<StagedReorder> src_reorder, dst_reorder, weight_reorder;
@@ -134,7 +134,7 @@ class ConvolutionKernel final : public Kernel {
       }
       memory weights;
       if (c_.packed_weights) {
-        weights = *c_.packed_weights;
+        weights = c_.packed_weights->memory;
       } else {
         weights = memory(c_.user_weights_md, engine,
                          ctx.inputs[c_.weight_index].data);
@@ -417,7 +417,7 @@ static absl::StatusOr<PreparedOp> PrepareConv(const NodeArgs& args, bool fused) 
     const void* weight_data = args.ConstantData(1, "weight");
     if (weight_data != nullptr) {
       cfg.packed_weights =
-          ReorderToNew(cfg.user_weights_md, weight_data, cfg.pd.weights_desc());
+          PackConstant(cfg.user_weights_md, weight_data, cfg.pd.weights_desc());
     } else if (cfg.pd.weights_desc() != cfg.user_weights_md) {
       cfg.weight_reorder =
           StagedReorder::Make(cfg.user_weights_md, cfg.pd.weights_desc(),

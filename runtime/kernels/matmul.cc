@@ -69,7 +69,7 @@ class MatmulKernel final : public Kernel {
     std::optional<ScratchReorder> a_convert, b_convert;
     // [primitive scratchpad | converted operands]
     size_t scratch_bytes = 0;
-    std::optional<memory> packed_b;
+    std::optional<PackedConstant> packed_b;
     std::optional<memory> bias;  // constant bias, copied
     BroadcastPlan addend_plan;   // kScaled: over [M, N] x addend
   };
@@ -101,7 +101,7 @@ class MatmulKernel final : public Kernel {
               memory(c_.pd.scratchpad_desc(), engine, ctx.scratch);
         }
         if (c_.packed_b) {
-          args[DNNL_ARG_WEIGHTS] = *c_.packed_b;
+          args[DNNL_ARG_WEIGHTS] = c_.packed_b->memory;
         } else {
           memory b(c_.b_md, engine, ctx.inputs[s.b_index].data);
           args[DNNL_ARG_WEIGHTS] = c_.b_convert ? c_.b_convert->Run(stream, b, scratch) : b;
@@ -186,7 +186,7 @@ absl::Status BuildMatmulPrimitive(const NodeArgs& args, const MatmulSpec& s, dt 
       c.a_convert = ScratchReorder::Make(c.a_md, c.pd.src_desc(), &c.scratch_bytes);
     }
     if (s.b_constant) {
-      c.packed_b = ReorderToNew(c.b_md, s.b_constant, c.pd.weights_desc());
+      c.packed_b = PackConstant(c.b_md, s.b_constant, c.pd.weights_desc());
     } else if (c.pd.weights_desc() != c.b_md) {
       c.b_convert = ScratchReorder::Make(c.b_md, c.pd.weights_desc(), &c.scratch_bytes);
     }

@@ -1,9 +1,16 @@
 // Process-wide oneDNN engine and shared helpers (see onednn_util.h).
 #include "runtime/kernels/onednn_util.h"
 
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <unordered_map>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 
 namespace kiln::runtime {
 namespace {
@@ -91,16 +98,95 @@ dnnl::memory ScratchReorder::Run(dnnl::stream& stream, const dnnl::memory& src,
   return dst;
 }
 
-dnnl::memory ReorderToNew(const dnnl::memory::desc& src_md, const void* src,
-                          const dnnl::memory::desc& dst_md) {
-  const dnnl::engine& engine = CpuEngine();
-  // oneDNN's memory handle is non-const; the reorder only reads it.
-  dnnl::memory src_mem(src_md, engine, const_cast<void*>(src));
-  dnnl::memory dst_mem(dst_md, engine);
-  dnnl::stream stream(engine);
-  dnnl::reorder(src_mem, dst_mem).execute(stream, src_mem, dst_mem);
-  stream.wait();
-  return dst_mem;
+namespace {
+
+struct Packing {
+  dnnl::memory::desc src_md, dst_md;
+  std::weak_ptr<const void> bytes;
+};
+
+struct PackCache {
+  absl::Mutex mu;
+  // By source address; few packings per address (one per format).
+  absl::flat_hash_map<const void*, std::vector<Packing>> by_source ABSL_GUARDED_BY(mu);
+  size_t sweep_at ABSL_GUARDED_BY(mu) = 64;
+};
+
+PackCache& Packings() {
+  static auto* cache = new PackCache;
+  return *cache;
 }
+
+std::atomic<int64_t> packed_bytes{0};
+
+// Drops packings no kernel holds any more; called as the map grows so it
+// stays proportional to the live ones.
+void SweepExpired(PackCache& cache) ABSL_EXCLUSIVE_LOCKS_REQUIRED(cache.mu) {
+  for (auto it = cache.by_source.begin(); it != cache.by_source.end();) {
+    auto& list = it->second;
+    list.erase(std::remove_if(list.begin(), list.end(),
+                              [](const Packing& p) { return p.bytes.expired(); }),
+               list.end());
+    if (list.empty()) {
+      cache.by_source.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+  cache.sweep_at = std::max<size_t>(64, 2 * cache.by_source.size());
+}
+
+PackedConstant View(const dnnl::memory::desc& dst_md, std::shared_ptr<const void> bytes) {
+  // oneDNN's memory handle is non-const; kernels only read weights.
+  dnnl::memory m(dst_md, CpuEngine(), const_cast<void*>(bytes.get()));
+  return PackedConstant{std::move(m), std::move(bytes)};
+}
+
+}  // namespace
+
+PackedConstant PackConstant(const dnnl::memory::desc& src_md, const void* src,
+                            const dnnl::memory::desc& dst_md) {
+  PackCache& cache = Packings();
+  auto find = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(cache.mu) -> std::shared_ptr<const void> {
+    auto it = cache.by_source.find(src);
+    if (it == cache.by_source.end()) return nullptr;
+    for (const Packing& p : it->second) {
+      if (p.src_md == src_md && p.dst_md == dst_md) {
+        if (auto live = p.bytes.lock()) return live;
+      }
+    }
+    return nullptr;
+  };
+  {
+    absl::MutexLock lock(&cache.mu);
+    if (auto live = find()) return View(dst_md, std::move(live));
+  }
+  // Packed outside the lock: a large reorder must not hold up other
+  // compiles. Two compiles racing on one weight may both pack; the first
+  // to publish wins and the other's copy is dropped.
+  const size_t size = std::max<size_t>(dst_md.get_size(), 1);
+  const int64_t counted = static_cast<int64_t>(size);
+  std::shared_ptr<const void> bytes(std::aligned_alloc(64, (size + 63) / 64 * 64),
+                                    [counted](const void* p) {
+                                      packed_bytes -= counted;
+                                      std::free(const_cast<void*>(p));
+                                    });
+  packed_bytes += counted;
+  {
+    const dnnl::engine& engine = CpuEngine();
+    dnnl::memory src_mem(src_md, engine, const_cast<void*>(src));
+    dnnl::memory dst_mem(dst_md, engine, const_cast<void*>(bytes.get()));
+    dnnl::stream stream(engine);
+    dnnl::reorder(src_mem, dst_mem).execute(stream, src_mem, dst_mem);
+    stream.wait();
+  }
+  absl::MutexLock lock(&cache.mu);
+  if (auto live = find()) return View(dst_md, std::move(live));
+  cache.by_source[src].push_back(Packing{src_md, dst_md, bytes});
+  if (cache.by_source.size() >= cache.sweep_at) SweepExpired(cache);
+  return View(dst_md, std::move(bytes));
+}
+
+int64_t PackedConstantBytes() { return packed_bytes.load(); }
 
 }  // namespace kiln::runtime

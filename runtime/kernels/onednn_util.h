@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -67,9 +68,27 @@ struct ScratchReorder {
   dnnl::memory Run(dnnl::stream& stream, const dnnl::memory& src, char* scratch) const;
 };
 
-// Copies `src` (in src_md) to a new memory object in `dst_md` owned by the
-// returned memory. For prepacking constant weights at prepare time.
-dnnl::memory ReorderToNew(const dnnl::memory::desc& src_md, const void* src,
-                          const dnnl::memory::desc& dst_md);
+// A constant weight in the layout (and data type) a primitive prefers.
+// `memory` views `bytes`; the kernel keeps `bytes` alive.
+struct PackedConstant {
+  dnnl::memory memory;
+  std::shared_ptr<const void> bytes;
+};
+
+// `src` (a constant laid out as src_md) packed into dst_md, at prepare time.
+// Packings are shared: while one is alive, packing the same source address
+// from the same src_md into the same dst_md returns it again, so the shape
+// variants of a dynamic graph (which differ in activations, not weights)
+// hold one copy of each packed weight, not one each.
+//
+// Sound because a constant's bytes are owned by every compiled graph that
+// uses them and outlive its kernels (CompiledGraph destroys its steps
+// first): while a packing is alive, its source address cannot be reused
+// for other bytes.
+PackedConstant PackConstant(const dnnl::memory::desc& src_md, const void* src,
+                            const dnnl::memory::desc& dst_md);
+
+// Bytes of packed constants alive in this process (shared ones once).
+int64_t PackedConstantBytes();
 
 }  // namespace kiln::runtime

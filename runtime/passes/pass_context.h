@@ -19,6 +19,9 @@ struct PassContext {
   std::vector<const void*>& constant_data;
   // Constants created by passes, kept alive with the compiled graph.
   std::vector<ConstantData>& created;
+  // Those of `created` that are constant folds (compile/shared_constants.h
+  // shares them by recipe rather than by content).
+  std::vector<const void*> folds;
 
   // Appends a constant node holding a copy of `bytes`; returns its index.
   int AddConstant(const std::string& name, const TensorMeta& meta, const void* bytes);

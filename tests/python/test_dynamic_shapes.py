@@ -110,3 +110,35 @@ def test_variants_past_the_cap_are_released_and_rebuilt(daemon_up, monkeypatch):
             x = torch.randn(batch, 16)
             assert _rel(compiled(x), model(x)) <= REL_TOL
             assert _stats().live_handles <= handles + 2
+
+
+def test_shape_variants_share_one_copy_of_the_weights(daemon_up):
+    """Every variant folds and packs the same weights; the daemon must keep
+    one copy of each, not one per sequence length."""
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        hidden_size=256, intermediate_size=688, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=4096, max_position_embeddings=64)
+    model = transformers.LlamaForCausalLM(config).eval()
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    compiled = torch.compile(model, backend="kiln")
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        x = torch.randint(0, config.vocab_size, (1, 1), generator=g)
+        compiled(x)
+        first = _stats()
+        before_variants = first.specializations
+        for t in range(2, 13):
+            x = torch.randint(0, config.vocab_size, (1, t), generator=g)
+            assert _rel(compiled(x).logits, model(x).logits) <= REL_TOL
+    last = _stats()
+    variants = last.specializations - before_variants
+    growth = last.resident_bytes - first.resident_bytes
+    print(f"weights {weight_bytes / 2**20:.1f} MiB; {variants} more variants grew the daemon "
+          f"by {growth / 2**20:.1f} MiB; packed weights {first.packed_weight_bytes / 2**20:.1f} "
+          f"-> {last.packed_weight_bytes / 2**20:.1f} MiB")
+    assert variants >= 10
+    # Without sharing, each variant held its own folded and packed weights
+    # (about 1.6x the weight bytes each); the variants' own arenas are small.
+    assert last.packed_weight_bytes <= first.packed_weight_bytes  # others may release
+    assert growth < 0.5 * weight_bytes
