@@ -29,18 +29,17 @@ import dataclasses
 import multiprocessing as mp
 import os
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "client"))
 
-from kiln import daemon  # noqa: E402
+sys.path.insert(0, str(REPO / "bench"))
+
+from private_daemon import PrivateDaemon  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -153,48 +152,6 @@ class Clients:
             p.join(timeout=30)
             if p.is_alive():
                 p.kill()
-
-
-# ------------------------------------------------------------------ daemon --
-
-class PrivateDaemon:
-    """A kilnd of our own on a private socket and cache directory."""
-
-    def __init__(self, binary: str, threads: int):
-        self.dir = tempfile.mkdtemp(prefix="kiln-conc-", dir="/tmp")
-        self.socket = os.path.join(self.dir, "kilnd.sock")
-        self.log_path = os.path.join(self.dir, "kilnd.log")
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                [binary, "--socket", self.socket, "--cache-dir", os.path.join(self.dir, "cache"),
-                 "--threads", str(threads)],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
-        deadline = time.monotonic() + 30
-        while not daemon.probe(self.socket, 1.0):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"kilnd did not start; log:\n{self.log_tail()}")
-            time.sleep(0.05)
-
-    def cpu_seconds(self) -> float:
-        with open(f"/proc/{self.proc.pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
-
-    def log_tail(self, n: int = 20) -> str:
-        try:
-            return "".join(open(self.log_path, errors="replace").readlines()[-n:])
-        except OSError:
-            return ""
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def machine_busy_seconds() -> tuple[float, float]:
@@ -319,7 +276,7 @@ def main() -> int:
     if binary is None:
         print("kilnd not found: build it or pass --kilnd", file=sys.stderr)
         return 2
-    kilnd = PrivateDaemon(binary, args.threads)
+    kilnd = PrivateDaemon(binary, args.threads, prefix="kiln-conc-")
     rows = []
     try:
         for model in args.models.split(","):
