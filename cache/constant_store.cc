@@ -27,7 +27,7 @@ absl::StatusOr<bool> ConstantStore::Put(const std::string& hash, const void* dat
                               }),
                               size};
   absl::MutexLock lock(&mu_);
-  auto [it, inserted] = entries_.emplace(hash, std::move(entry));
+  auto [it, inserted] = entries_.emplace(hash, Entry{std::move(entry), absl::Now()});
   if (inserted) bytes_ += size;
   return inserted;
 }
@@ -38,12 +38,35 @@ absl::StatusOr<runtime::ConstantData> ConstantStore::Get(const std::string& hash
   if (it == entries_.end()) {
     return absl::NotFoundError(absl::StrCat("constant ", hash, " not found"));
   }
-  return it->second;
+  it->second.touched = absl::Now();
+  return it->second.data;
 }
 
 bool ConstantStore::Contains(const std::string& hash) const {
   absl::MutexLock lock(&mu_);
-  return entries_.contains(hash);
+  auto it = entries_.find(hash);
+  if (it == entries_.end()) return false;
+  it->second.touched = absl::Now();
+  return true;
+}
+
+ConstantStore::Evicted ConstantStore::EvictUnreferenced(absl::Duration grace, absl::Time now) {
+  Evicted evicted;
+  absl::MutexLock lock(&mu_);
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    const Entry& e = it->second;
+    // use_count 1: only this map holds the bytes (compiled graphs and
+    // templates hold copies of the shared_ptr).
+    if (e.data.bytes.use_count() == 1 && now - e.touched >= grace) {
+      evicted.count++;
+      evicted.bytes += e.data.size;
+      bytes_ -= e.data.size;
+      entries_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+  return evicted;
 }
 
 size_t ConstantStore::count() const {

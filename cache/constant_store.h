@@ -1,8 +1,11 @@
 // Weights and buffers by content hash, shared by every client of the
 // daemon: uploaded once, then referenced by any number of compiled graphs.
 //
-// Entries are held by shared_ptr; a compiled graph keeps the constants it
-// uses alive. Thread-safe.
+// Entries are held by shared_ptr; a compiled graph (or a dynamic-shape
+// template) keeps the constants it uses alive. Constants nothing holds any
+// more are dropped by EvictUnreferenced once nobody has asked about them
+// for a grace period, so a long-lived daemon does not keep every model it
+// ever served. Thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +14,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "runtime/compile/compiled_graph.h"
 
 namespace kiln::cache {
@@ -27,9 +32,24 @@ class ConstantStore {
   size_t count() const;
   int64_t bytes() const;
 
+  struct Evicted {
+    size_t count = 0;
+    int64_t bytes = 0;
+  };
+  // Drops every constant that only the store holds and that nobody has
+  // stored, looked up or asked about (Put, Get, Contains) within `grace`:
+  // a client that has just checked or uploaded a constant is about to
+  // compile with it. `now` is for tests.
+  Evicted EvictUnreferenced(absl::Duration grace, absl::Time now = absl::Now());
+
  private:
+  struct Entry {
+    runtime::ConstantData data;
+    absl::Time touched;
+  };
   mutable absl::Mutex mu_;
-  absl::flat_hash_map<std::string, runtime::ConstantData> entries_ ABSL_GUARDED_BY(mu_);
+  // `touched` changes under the lock in const lookups too.
+  mutable absl::flat_hash_map<std::string, Entry> entries_ ABSL_GUARDED_BY(mu_);
   int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

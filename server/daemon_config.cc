@@ -49,6 +49,8 @@ std::string HelpText() {
       "  --threads N        threads for execution (default 0: all cores): how many runs\n",
       "                     go at once, the size of a graph's thread arena by default,\n",
       "                     and the most a client's config num_threads gets.\n",
+      "  --constant-grace-s N  drop uploaded weights no compiled graph uses after N\n",
+      "                     seconds without use (default 60); clients upload again.\n",
       "  --log-level LEVEL  trace, debug, info, warn, error (default info; env KILN_LOG_LEVEL).\n",
       "  --log-file PATH    append logs to PATH instead of stderr.\n",
       "  --version          print the runtime version and exit.\n",
@@ -102,6 +104,14 @@ absl::StatusOr<DaemonConfig> ParseFlags(int argc, char** argv) {
       s = next(&n);
       if (s.ok() && (!absl::SimpleAtoi(n, &config.threads) || config.threads < 0)) {
         s = absl::InvalidArgumentError(absl::StrCat("--threads takes a number >= 0, not '", n, "'"));
+      }
+    } else if (arg == "--constant-grace-s") {
+      std::string n;
+      s = next(&n);
+      if (s.ok() && (!absl::SimpleAtoi(n, &config.constant_grace_s) ||
+                     config.constant_grace_s < 0)) {
+        s = absl::InvalidArgumentError(
+            absl::StrCat("--constant-grace-s takes a number of seconds >= 0, not '", n, "'"));
       }
     } else {
       s = absl::InvalidArgumentError(absl::StrCat("unknown flag '", std::string(arg), "' (see --help)"));

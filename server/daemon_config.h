@@ -14,6 +14,8 @@ struct DaemonConfig {
   std::string log_level = "info";
   std::string log_file;
   int threads = 0;  // 0 = all cores
+  // Seconds an uploaded constant no compiled graph holds is kept.
+  int constant_grace_s = 60;
   bool help = false;
   bool version = false;
 };

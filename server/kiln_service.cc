@@ -75,8 +75,10 @@ absl::StatusOr<uint8_t*> ResolveDescriptor(const Session& session,
 
 }  // namespace
 
-KilnService::KilnService(std::string cache_dir, int execution_threads)
-    : artifacts_(std::move(cache_dir)),
+KilnService::KilnService(std::string cache_dir, int execution_threads,
+                         absl::Duration constant_grace)
+    : constant_grace_(constant_grace),
+      artifacts_(std::move(cache_dir)),
       graphs_(&constants_, &artifacts_),
       channel_slots_(execution_threads > 0 ? execution_threads : runtime::ConfiguredThreads()),
       executions_(execution_threads > 0 ? execution_threads : runtime::ConfiguredThreads()) {
@@ -105,6 +107,11 @@ void KilnService::WatchClients() {
     for (const auto& s : sessions_.CloseExited()) {
       spdlog::info("session {} closed: client pid {} exited ({} handles released)",
                    s->id().substr(0, 8), s->pid(), s->handle_count());
+    }
+    const cache::ConstantStore::Evicted evicted = constants_.EvictUnreferenced(constant_grace_);
+    if (evicted.count > 0) {
+      spdlog::info("dropped {} constants ({:.1f} MiB) no compiled graph has used for {}",
+                   evicted.count, evicted.bytes / 1048576.0, absl::FormatDuration(constant_grace_));
     }
     watch_mu_.Lock();
   }
@@ -239,6 +246,16 @@ absl::Status KilnService::DoCompile(const kiln::v1::CompileRequest& req,
     for (const auto& node : req.graph().nodes()) {
       tmpl->num_inputs += node.has_placeholder() ? 1 : 0;
       tmpl->num_sizes += node.has_size() ? 1 : 0;
+    }
+    for (const auto& node : req.graph().nodes()) {
+      if (!node.has_constant()) continue;
+      auto data = constants_.Get(node.constant().hash());
+      if (!data.ok()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "node '", node.name(), "': constant ", node.constant().hash(),
+            " is not in the daemon's store (upload it first)"));
+      }
+      tmpl->constants.push_back(*std::move(data));
     }
     tmpl->key = cache::GraphKey(tmpl->graph, tmpl->options);
     resp->set_dynamic(true);

@@ -33,8 +33,10 @@ namespace kiln::server {
 class KilnService final : public kiln::v1::Kiln::CallbackService {
  public:
   // `execution_threads` (0: runtime::ConfiguredThreads()) bounds how many
-  // executions run at once; more wait in FIFO order.
-  explicit KilnService(std::string cache_dir, int execution_threads = 0);
+  // executions run at once; more wait in FIFO order. Constants no compiled
+  // graph holds are dropped after `constant_grace` without use.
+  explicit KilnService(std::string cache_dir, int execution_threads = 0,
+                       absl::Duration constant_grace = absl::Seconds(60));
 
   grpc::ServerUnaryReactor* OpenSession(grpc::CallbackServerContext* ctx,
                                         const kiln::v1::OpenSessionRequest* req,
@@ -104,6 +106,7 @@ class KilnService final : public kiln::v1::Kiln::CallbackService {
 
   const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   SessionRegistry sessions_;
+  const absl::Duration constant_grace_;
   cache::ConstantStore constants_;
   cache::ArtifactStore artifacts_;
   GraphCache graphs_;

@@ -64,7 +64,8 @@ int Run(int argc, char** argv) {
   }
   kiln::runtime::ConfigureThreads(config->threads);
 
-  KilnService service(config->cache_dir);
+  KilnService service(config->cache_dir, /*execution_threads=*/0,
+                      absl::Seconds(config->constant_grace_s));
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);

@@ -10,10 +10,12 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kiln/v1/kiln.pb.h"
+#include "runtime/compile/compiled_graph.h"
 
 namespace kiln::server {
 
@@ -25,6 +27,8 @@ struct GraphTemplate {
   int num_inputs = 0;  // Placeholder nodes
   int num_sizes = 0;   // SymbolicSize nodes
   std::string key;     // structural key of the template (naming only)
+  // Its constants, held so the store keeps them for later variants.
+  std::vector<runtime::ConstantData> constants;
 };
 
 // True when the graph has a SymbolicSize node or a symbolic placeholder

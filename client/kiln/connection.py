@@ -406,6 +406,13 @@ class Connection:
                 transfer.reused_bytes += nbytes
         return transfer
 
+    def forget_constants(self, hashes) -> None:
+        """Stops assuming the daemon holds these constants (it drops those no
+        compiled graph uses after a grace period); the next
+        ensure_constants asks again."""
+        with self._lock:
+            self._present.difference_update(hashes)
+
     def _upload(self, hashes: list[str], constants: Mapping[str, torch.Tensor]) -> None:
         total = sum(shm.align(constants[h].numel() * constants[h].element_size()) for h in hashes)
         region = shm.Region(max(total, shm.ALIGNMENT), self._register)

@@ -152,13 +152,22 @@ class KilnSubgraph(torch.nn.Module):
         self.constant_transfer.add(self.conn.ensure_constants(tensors))
         self._release()
         self.conn.flush_releases()
-        response = self.conn.stub.Compile(
-            kiln_pb2.CompileRequest(session_id=self.conn.session_id,
-                                    graph=self._serialized.graph,
-                                    options=self.compile_options,
-                                    model_caching=self.model_caching,
-                                    want_dump=bool(os.environ.get("KILN_DUMP"))),
-            timeout=connection_mod.COMPILE_TIMEOUT_S)
+        request = kiln_pb2.CompileRequest(session_id=self.conn.session_id,
+                                          graph=self._serialized.graph,
+                                          options=self.compile_options,
+                                          model_caching=self.model_caching,
+                                          want_dump=bool(os.environ.get("KILN_DUMP")))
+        try:
+            response = self.conn.stub.Compile(request, timeout=connection_mod.COMPILE_TIMEOUT_S)
+        except grpc.RpcError as e:
+            if e.code() != grpc.StatusCode.FAILED_PRECONDITION:
+                raise
+            # The daemon dropped weights no graph used any more (after its
+            # grace period) that this client still counted as uploaded.
+            log.debug("%s: daemon no longer holds some constants; uploading again", self.name)
+            self.conn.forget_constants(tensors)
+            self.constant_transfer.add(self.conn.ensure_constants(tensors))
+            response = self.conn.stub.Compile(request, timeout=connection_mod.COMPILE_TIMEOUT_S)
         _write_dump(response)
         self._handle = response.handle
         self._generation = generation

@@ -71,11 +71,13 @@ class Kilnd:
         self.cache_dir = os.path.join(workdir, "cache")
         self.log_file = os.path.join(workdir, "kilnd.log")
         self.proc: subprocess.Popen | None = None
+        self.extra_args: list[str] = []  # flags for the next start()
 
     def start(self) -> None:
         with open(self.log_file, "ab") as log:
             self.proc = subprocess.Popen(
-                [self.binary, "--socket", self.socket, "--cache-dir", self.cache_dir],
+                [self.binary, "--socket", self.socket, "--cache-dir", self.cache_dir,
+                 *self.extra_args],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
         deadline = time.monotonic() + 30
         while not daemon.probe(self.socket, 1.0):
