@@ -38,6 +38,17 @@ def resident_bytes(pid: int) -> int:
     return 0
 
 
+def resident_split(pid: int) -> dict[str, int]:
+    """VmRSS split into anonymous, file-backed and shared-memory pages (bytes)."""
+    out = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            key = line.split(":")[0]
+            if key in ("RssAnon", "RssFile", "RssShmem"):
+                out[key] = int(line.split()[1]) * 1024
+    return out
+
+
 class PrivateDaemon:
     """A kilnd of our own on a private socket and cache directory."""
 

@@ -14,21 +14,25 @@
 namespace kiln::server {
 
 absl::StatusOr<std::shared_ptr<const runtime::CompiledGraph>> GraphCache::Build(
-    const kiln::v1::Graph& graph, const runtime::CompileOptions& options) {
+    const kiln::v1::Graph& graph, const runtime::CompileOptions& options, bool shape_variant) {
   KILN_ASSIGN_OR_RETURN(runtime::Graph ir, runtime::GraphFromProto(graph));
   ir.options = options;
   auto resolve = [this](const std::string& hash) { return constants_->Get(hash); };
   // In the arena the graph will run in: oneDNN fixes each primitive's
   // work split for the threads it sees when the primitive is created.
   absl::StatusOr<std::unique_ptr<runtime::CompiledGraph>> compiled;
-  runtime::RunLikeExecution(options, [&] { compiled = runtime::Compile(std::move(ir), resolve); });
+  runtime::CompileHints hints;
+  hints.keep_derived_constants = shape_variant;
+  runtime::RunLikeExecution(options, [&] {
+    compiled = runtime::Compile(std::move(ir), resolve, runtime::CompileLimits{}, hints);
+  });
   if (!compiled.ok()) return compiled.status();
   return std::shared_ptr<const runtime::CompiledGraph>(*std::move(compiled));
 }
 
 absl::StatusOr<CompileResult> GraphCache::GetOrCompile(
     const kiln::v1::Graph& graph, const std::map<std::string, std::string>& options,
-    bool use_disk_cache) {
+    bool use_disk_cache, bool shape_variant) {
   const auto start = std::chrono::steady_clock::now();
   KILN_ASSIGN_OR_RETURN(runtime::CompileOptions parsed, runtime::ParseCompileOptions(options));
   CompileResult result;
@@ -79,7 +83,7 @@ absl::StatusOr<CompileResult> GraphCache::GetOrCompile(
     }
   }
 
-  auto built = Build(graph, parsed);
+  auto built = Build(graph, parsed, shape_variant);
   if (!built.ok()) {
     finish();
     return built.status();

@@ -44,14 +44,17 @@ class GraphCache {
 
   // `options` (CompileRequest.options) must parse as CompileOptions
   // (INVALID_ARGUMENT otherwise); they are part of the key.
+  // `shape_variant`: the graph is one shape of a dynamic-shape template;
+  // it keeps what it derives from the weights for the next variant
+  // (runtime::CompileHints).
   absl::StatusOr<CompileResult> GetOrCompile(const kiln::v1::Graph& graph,
                                              const std::map<std::string, std::string>& options,
-                                             bool use_disk_cache);
+                                             bool use_disk_cache, bool shape_variant = false);
   const CompileStats& stats() const { return stats_; }
 
  private:
   absl::StatusOr<std::shared_ptr<const runtime::CompiledGraph>> Build(
-      const kiln::v1::Graph& graph, const runtime::CompileOptions& options);
+      const kiln::v1::Graph& graph, const runtime::CompileOptions& options, bool shape_variant);
 
   cache::ConstantStore* constants_;
   cache::ArtifactStore* artifacts_;

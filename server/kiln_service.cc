@@ -1,5 +1,6 @@
 #include "server/kiln_service.h"
 
+#include <malloc.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -110,6 +111,9 @@ void KilnService::WatchClients() {
     }
     const cache::ConstantStore::Evicted evicted = constants_.EvictUnreferenced(constant_grace_);
     if (evicted.count > 0) {
+      // Weights are freed in pieces of every size; without a trim glibc
+      // keeps the freed heap pages and the daemon's footprint stays.
+      malloc_trim(0);
       spdlog::info("dropped {} constants ({:.1f} MiB) no compiled graph has used for {}",
                    evicted.count, evicted.bytes / 1048576.0, absl::FormatDuration(constant_grace_));
     }
@@ -279,7 +283,8 @@ absl::Status KilnService::DoSpecialize(const kiln::v1::SpecializeRequest& req,
   KILN_ASSIGN_OR_RETURN(kiln::v1::Graph graph,
                         SpecializeGraph(tmpl->graph, req.inputs(), req.sizes()));
   KILN_ASSIGN_OR_RETURN(CompileResult result,
-                        graphs_.GetOrCompile(graph, tmpl->options, tmpl->model_caching));
+                        graphs_.GetOrCompile(graph, tmpl->options, tmpl->model_caching,
+                                             /*shape_variant=*/true));
   specializations_++;
   FillCompileResponse(std::move(result), req.want_dump(), *session, resp);
   return absl::OkStatus();

@@ -64,21 +64,15 @@ struct RunArena {
 };
 
 struct CompiledGraph {
-  CompiledGraph() = default;
-  // Kernels before constants: a kernel's packed weights are shared by
-  // source address (kernels/onednn_util.h, PackConstant), so none may
-  // outlive the bytes it was packed from.
-  ~CompiledGraph() { steps.clear(); }
-  CompiledGraph(const CompiledGraph&) = delete;
-  CompiledGraph& operator=(const CompiledGraph&) = delete;
-
   Graph graph;  // metas of every node output filled in
   std::vector<CompiledStep> steps;  // in execution order
   std::vector<Wave> waves;          // covering `steps` in order
   std::vector<std::vector<ValueSlot>> slots;  // [node][output]
-  std::vector<ConstantData> constants;  // by ValueSlot::index (non-owning)
-  // Owners of every constant's bytes: the client's (from the constant
-  // store) and those compile passes created (folded weights).
+  // By ValueSlot::index (non-owning); null for those no run reads (their
+  // bytes went into kernels at prepare time and were let go).
+  std::vector<ConstantData> constants;
+  // Owners of the constant bytes runs read: the client's (from the
+  // constant store) and those compile passes created (folded weights).
   std::vector<ConstantData> owned_constants;
   std::vector<TensorMeta> input_metas;
   std::vector<TensorMeta> output_metas;

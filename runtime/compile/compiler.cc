@@ -84,17 +84,20 @@ bool IsAliasOp(const std::string& target) {
 // into a constant holding its result.
 absl::Status FoldNode(PassContext& ctx, int i) {
   Node& node = ctx.graph.nodes[i];
-  const std::string recipe = FoldRecipe(ctx.graph, node, ctx.constant_data);
-  auto use = [&](SharedFold fold) {
-    ctx.constant_data[i] = fold.data.bytes.get();
-    ctx.folds.push_back(fold.data.bytes.get());
-    ctx.created.push_back(std::move(fold.data));
+  const std::string description = FoldDescription(ctx.graph, node);
+  const std::string key = description.empty() ? "" : DerivedConstantKey(description);
+  auto use = [&](SharedConstant folded) {
+    ctx.constant_data[i] = folded.data.bytes.get();
+    ctx.created.push_back(std::move(folded.data));
     node.kind = Node::Kind::kConstant;
-    node.outputs = std::move(fold.outputs);
+    node.share_key = key;
+    node.outputs = std::move(folded.outputs);
   };
-  if (std::optional<SharedFold> done = FindFold(recipe)) {
-    use(*std::move(done));
-    return absl::OkStatus();
+  if (!key.empty()) {
+    if (std::optional<SharedConstant> done = FindShared(key)) {
+      use(*std::move(done));
+      return absl::OkStatus();
+    }
   }
   KILN_ASSIGN_OR_RETURN(PreparedOp prepared,
                         PrepareNode(ctx.graph, node, ctx.constant_data, /*shape_only=*/false));
@@ -107,15 +110,37 @@ absl::Status FoldNode(PassContext& ctx, int i) {
   out.push_back({buffers.back()->data, &prepared.outputs[0]});
   RunArena scratch(static_cast<int64_t>(prepared.kernel->ScratchBytes()));
   KILN_RETURN_IF_ERROR(prepared.kernel->Run(KernelContext{in, out, scratch.data}));
-  SharedFold fold{ConstantData{std::shared_ptr<const uint8_t>(
-                                  buffers[0]->data,
-                                  [](const uint8_t* p) { std::free(const_cast<uint8_t*>(p)); }),
-                              prepared.outputs[0].ByteSize()},
-                  prepared.outputs};
-  buffers[0]->data = nullptr;  // ownership moved to `fold`
-  prepared.kernel.reset();  // before its inputs could go (see ~CompiledGraph)
-  use(PublishFold(recipe, std::move(fold)));
+  SharedConstant folded{ConstantData{std::shared_ptr<const uint8_t>(
+                                         buffers[0]->data,
+                                         [](const uint8_t* p) { std::free(const_cast<uint8_t*>(p)); }),
+                                     prepared.outputs[0].ByteSize()},
+                        prepared.outputs};
+  buffers[0]->data = nullptr;  // ownership moved to `folded`
+  use(key.empty() ? std::move(folded) : PublishShared(key, std::move(folded)));
   return absl::OkStatus();
+}
+
+// Constants the passes built with a share key (batch-norm folds) become
+// the live ones other compiled graphs built from the same inputs, if any,
+// before any kernel reads them.
+void ShareDerivedConstants(PassContext& ctx) {
+  absl::flat_hash_map<const void*, ConstantData> owners;
+  for (const ConstantData& c : ctx.created) owners.emplace(c.bytes.get(), c);
+  for (size_t i = 0; i < ctx.graph.nodes.size(); ++i) {
+    const Node& node = ctx.graph.nodes[i];
+    if (node.dead || node.kind != Node::Kind::kConstant || node.share_key.empty() ||
+        node.constant_hash.size() > 0) {
+      continue;
+    }
+    auto owner = owners.find(ctx.constant_data[i]);
+    if (owner == owners.end()) continue;
+    SharedConstant shared =
+        PublishShared(node.share_key, SharedConstant{owner->second, node.outputs});
+    if (shared.data.bytes.get() != ctx.constant_data[i]) {
+      ctx.constant_data[i] = shared.data.bytes.get();
+      ctx.created.push_back(std::move(shared.data));
+    }
+  }
 }
 
 // What the compiler knows about a step before it is scheduled: the arena
@@ -179,9 +204,8 @@ bool AllInputsConstant(const PassContext& ctx, const Node& node) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
-    Graph graph, const ConstantResolver& resolve, const CompileLimits& limits) {
-  // Declared before cg so that on an error return the kernels built so
-  // far go first (see ~CompiledGraph).
+    Graph graph, const ConstantResolver& resolve, const CompileLimits& limits,
+    const CompileHints& hints) {
   std::vector<ConstantData> resolved;
   auto cg = std::make_unique<CompiledGraph>();
   std::vector<const void*> constant_data(graph.nodes.size(), nullptr);
@@ -204,14 +228,16 @@ absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
                                             " needs ", node.outputs[0].ByteSize()));
       }
       constant_data[i] = data->bytes.get();
+      node.share_key = StoreConstantKey(node.constant_hash);
       resolved.push_back(*std::move(data));
     }
   }
 
   // 2. Shape sweep: every op's output metas, validating the whole graph
   // before any pass looks at it; constant-only ops are folded on the way.
-  const size_t first_created = resolved.size();
-  PassContext ctx{graph, constant_data, resolved, {}};
+  // resolved[client_constants:] are the constants passes derive.
+  const size_t client_constants = resolved.size();
+  PassContext ctx{graph, constant_data, resolved};
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
     Node& node = graph.nodes[i];
     if (node.kind != Node::Kind::kOp) continue;
@@ -253,24 +279,7 @@ absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
     node.outputs = std::move(shapes.outputs);
   }
 
-  // Constants the passes built (not folds: those are shared by recipe)
-  // shared with other graphs that built the same bytes, before any kernel
-  // packs them.
-  {
-    const absl::flat_hash_set<const void*> folds(ctx.folds.begin(), ctx.folds.end());
-    absl::flat_hash_map<const void*, const void*> moved;
-    for (size_t k = first_created; k < resolved.size(); ++k) {
-      const void* before = resolved[k].bytes.get();
-      if (folds.contains(before)) continue;
-      resolved[k] = InternConstant(std::move(resolved[k]));
-      if (resolved[k].bytes.get() != before) moved[before] = resolved[k].bytes.get();
-    }
-    if (!moved.empty()) {
-      for (const void*& data : constant_data) {
-        if (auto it = moved.find(data); it != moved.end()) data = it->second;
-      }
-    }
-  }
+  ShareDerivedConstants(ctx);
 
   // 4. Kernels, and where every value lives.
   const int n = static_cast<int>(graph.nodes.size());
@@ -295,6 +304,13 @@ absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
           node.outputs[0].ByteSize()});
     }
   }
+  // Constant bytes some run reads (not only a kernel's prepare).
+  absl::flat_hash_set<const void*> read_at_run;
+  auto constant_of = [&](ValueRef ref) -> const void* {
+    const ValueSlot& slot = cg->slots[ref.node][ref.output];
+    return slot.kind == ValueSlot::Kind::kConstant ? cg->constants[slot.index].bytes.get()
+                                                   : nullptr;
+  };
   for (int i = 0; i < n; ++i) {
     Node& node = graph.nodes[i];
     if (node.dead || node.kind != Node::Kind::kOp) continue;
@@ -320,6 +336,12 @@ absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
       return absl::InternalError(absl::StrCat("node '", node.name,
                                               "': outputs changed between shape sweep and prepare"));
     }
+    const absl::flat_hash_set<const void*> consumed(prepared.consumed_constants.begin(),
+                                                    prepared.consumed_constants.end());
+    for (const ValueRef& ref : inputs) {
+      const void* data = constant_of(ref);
+      if (data != nullptr && !consumed.contains(data)) read_at_run.insert(data);
+    }
     cg->slots[i].resize(node.outputs.size());
     for (int o = 0; o < static_cast<int>(node.outputs.size()); ++o) {
       request_of[i][o] = static_cast<int>(requests.size());
@@ -332,6 +354,7 @@ absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
   }
   std::vector<int> output_requests;
   for (const ValueRef& out : graph.outputs) {
+    if (const void* data = constant_of(out)) read_at_run.insert(data);
     if (int r = request_of[out.node][out.output]; r >= 0) output_requests.push_back(r);
     cg->output_metas.push_back(graph.MetaOf(out));
   }
@@ -352,8 +375,20 @@ absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
         "graph needs ", cg->TotalArenaBytes(), " bytes of intermediate memory; the limit is ",
         limits.max_arena_bytes));
   }
-  // Keep every constant's owner alive with the compiled graph.
-  cg->owned_constants = std::move(resolved);
+  // Keep alive the constants runs read, and only those: what kernels
+  // packed or copied at prepare time (most weights) is not needed again,
+  // and a client's original then lives on only in the constant store,
+  // which drops it when no graph holds it (cache/constant_store.h).
+  for (size_t k = 0; k < resolved.size(); ++k) {
+    ConstantData& c = resolved[k];
+    const bool derived = k >= client_constants;
+    if (read_at_run.contains(c.bytes.get()) || (derived && hints.keep_derived_constants)) {
+      cg->owned_constants.push_back(std::move(c));
+    }
+  }
+  for (ConstantData& c : cg->constants) {
+    if (!read_at_run.contains(c.bytes.get())) c.bytes.reset();  // would dangle: never read
+  }
   cg->graph = std::move(graph);
   return cg;
 }

@@ -20,10 +20,18 @@ struct CompileLimits {
   int64_t max_arena_bytes = int64_t{16} << 30;
 };
 
+struct CompileHints {
+  // Keep the constants compile derived (folds) even where runs do not read
+  // them: for the shape variants of one dynamic-shape graph, each of which
+  // would otherwise derive them again (compile/shared_constants.h finds
+  // them only while some graph holds them).
+  bool keep_derived_constants = false;
+};
+
 // INVALID_ARGUMENT / UNIMPLEMENTED naming the node for bad or unsupported
 // input; FAILED_PRECONDITION when a constant was not uploaded.
 absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
     Graph graph, const ConstantResolver& constants,
-    const CompileLimits& limits = {});
+    const CompileLimits& limits = {}, const CompileHints& hints = {});
 
 }  // namespace kiln::runtime

@@ -61,6 +61,12 @@ struct Node {
   int input_index = -1;
   // kConstant: content hash in the constant store.
   std::string constant_hash;
+  // kConstant: what its bytes are, independent of where they live: "h:"
+  // and the store hash, or a key for how the compiler derived them from
+  // other constants (compile/shared_constants.h). Derived forms (folds,
+  // packed weights) are shared between compiled graphs by it; empty: not
+  // shared.
+  std::string share_key;
   // kOp: the ATen overload and its registry index.
   std::string target;
   int op_index = -1;

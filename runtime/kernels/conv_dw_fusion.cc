@@ -203,15 +203,19 @@ absl::StatusOr<PreparedOp> PrepareConv2dDw(const NodeArgs& args) {
     }
     cfg.conv = dnnl::convolution_forward(cfg.pd);
     cfg.weights = PackConstant(memory::desc({s.m, s.c, 1, 1}, dt::f32, tag::oihw), weight_data,
-                               cfg.pd.weights_desc());
+                               args.ConstantKey(1, "weight"), cfg.pd.weights_desc());
     cfg.dw_weights = PackConstant(
         memory::desc({s.m, 1, 1, kDwKernel, kDwKernel}, dt::f32, tag::goihw), dw_weight_data,
-        cfg.pd.query_md(dnnl::query::exec_arg_md, kDwWeights));
+        args.ConstantKey(4, "dw_weight"), cfg.pd.query_md(dnnl::query::exec_arg_md, kDwWeights));
     cfg.bias = BiasMemory(cfg.pd.bias_desc(), bias_data, s.m);
     cfg.dw_bias = BiasMemory(cfg.pd.query_md(dnnl::query::exec_arg_md, kDwBias), dw_bias_data, s.m);
   } catch (const dnnl::error& e) {
     return args.Unimplemented(
         absl::StrCat("oneDNN cannot build this fused convolution: ", e.what()));
+  }
+  // Everything constant was packed or copied.
+  for (const void* data : {weight_data, dw_weight_data, bias_data, dw_bias_data}) {
+    if (data != nullptr) op.consumed_constants.push_back(data);
   }
   op.kernel = std::make_unique<ConvDwKernel>(std::move(cfg));
   return op;

@@ -416,8 +416,9 @@ static absl::StatusOr<PreparedOp> PrepareConv(const NodeArgs& args, bool fused) 
     }
     const void* weight_data = args.ConstantData(1, "weight");
     if (weight_data != nullptr) {
-      cfg.packed_weights =
-          PackConstant(cfg.user_weights_md, weight_data, cfg.pd.weights_desc());
+      cfg.packed_weights = PackConstant(cfg.user_weights_md, weight_data,
+                                        args.ConstantKey(1, "weight"), cfg.pd.weights_desc());
+      op.consumed_constants.push_back(weight_data);
     } else if (cfg.pd.weights_desc() != cfg.user_weights_md) {
       cfg.weight_reorder =
           StagedReorder::Make(cfg.user_weights_md, cfg.pd.weights_desc(),
@@ -428,6 +429,7 @@ static absl::StatusOr<PreparedOp> PrepareConv(const NodeArgs& args, bool fused) 
       memory b(cfg.bias_md, engine);
       std::memcpy(b.get_data_handle(), bias_data, oc * sizeof(float));
       cfg.bias = b;
+      op.consumed_constants.push_back(bias_data);
     }
     cfg.scratch_bytes = scratch;
   } catch (const dnnl::error& e) {

@@ -43,6 +43,7 @@ struct MatmulSpec {
   bool b_is_nk = false;  // B given as [N, K] (linear's weight)
   int a_index = -1, b_index = -1;
   const void* b_constant = nullptr;
+  std::string b_key;  // NodeArgs::ConstantKey of b_constant
   // Addend: a tensor broadcastable to [M, N] (addmm's self, linear's bias).
   int addend_index = -1;
   std::vector<int64_t> addend_shape;
@@ -186,7 +187,7 @@ absl::Status BuildMatmulPrimitive(const NodeArgs& args, const MatmulSpec& s, dt 
       c.a_convert = ScratchReorder::Make(c.a_md, c.pd.src_desc(), &c.scratch_bytes);
     }
     if (s.b_constant) {
-      c.packed_b = PackConstant(c.b_md, s.b_constant, c.pd.weights_desc());
+      c.packed_b = PackConstant(c.b_md, s.b_constant, s.b_key, c.pd.weights_desc());
     } else if (c.pd.weights_desc() != c.b_md) {
       c.b_convert = ScratchReorder::Make(c.b_md, c.pd.weights_desc(), &c.scratch_bytes);
     }
@@ -232,6 +233,8 @@ absl::StatusOr<PreparedOp> BuildMatmul(const NodeArgs& args, MatmulSpec s,
     if (!built.ok() && compute != dt::f32) built = BuildMatmulPrimitive(args, s, dt::f32, c);
     KILN_RETURN_IF_ERROR(built);
   }
+  if (c.packed_b) op.consumed_constants.push_back(s.b_constant);
+  if (c.bias) op.consumed_constants.push_back(s.addend_constant);
   c.spec = std::move(s);
   op.kernel = std::make_unique<MatmulKernel>(std::move(c));
   return op;
@@ -267,6 +270,7 @@ absl::StatusOr<MatmulSpec> AddmmSpec(const NodeArgs& args, const std::optional<T
   s.a_index = InputIndex(args, 1, "mat1");
   s.b_index = InputIndex(args, 2, "mat2");
   s.b_constant = args.ConstantData(2, "mat2");
+  s.b_key = args.ConstantKey(2, "mat2");
   if (!self) return s;
   const std::vector<int64_t> out = {s.m, s.n};
   if (self->rank() > 2 || BroadcastShapes(self->shape, out) != out) {
@@ -302,6 +306,7 @@ absl::StatusOr<PreparedOp> PrepareMm(const NodeArgs& args) {
   s.a_index = InputIndex(args, 0, "self");
   s.b_index = InputIndex(args, 1, "mat2");
   s.b_constant = args.ConstantData(1, "mat2");
+  s.b_key = args.ConstantKey(1, "mat2");
   std::vector<int64_t> out = {s.m, s.n};
   return BuildMatmul(args, std::move(s), std::move(out));
 }
@@ -359,6 +364,7 @@ absl::StatusOr<PreparedOp> PrepareLinear(const NodeArgs& args) {
   s.a_index = InputIndex(args, 0, "input");
   s.b_index = InputIndex(args, 1, "weight");
   s.b_constant = args.ConstantData(1, "weight");
+  s.b_key = args.ConstantKey(1, "weight");
   if (bias) {
     KILN_RETURN_IF_ERROR(RequireDType(args, *bias, "bias"));
     if (bias->rank() > 1 || (bias->NumElements() != s.n &&

@@ -107,8 +107,8 @@ struct Packing {
 
 struct PackCache {
   absl::Mutex mu;
-  // By source address; few packings per address (one per format).
-  absl::flat_hash_map<const void*, std::vector<Packing>> by_source ABSL_GUARDED_BY(mu);
+  // By sharing key; few packings per key (one per format).
+  absl::flat_hash_map<std::string, std::vector<Packing>> by_key ABSL_GUARDED_BY(mu);
   size_t sweep_at ABSL_GUARDED_BY(mu) = 64;
 };
 
@@ -122,18 +122,18 @@ std::atomic<int64_t> packed_bytes{0};
 // Drops packings no kernel holds any more; called as the map grows so it
 // stays proportional to the live ones.
 void SweepExpired(PackCache& cache) ABSL_EXCLUSIVE_LOCKS_REQUIRED(cache.mu) {
-  for (auto it = cache.by_source.begin(); it != cache.by_source.end();) {
+  for (auto it = cache.by_key.begin(); it != cache.by_key.end();) {
     auto& list = it->second;
     list.erase(std::remove_if(list.begin(), list.end(),
                               [](const Packing& p) { return p.bytes.expired(); }),
                list.end());
     if (list.empty()) {
-      cache.by_source.erase(it++);
+      cache.by_key.erase(it++);
     } else {
       ++it;
     }
   }
-  cache.sweep_at = std::max<size_t>(64, 2 * cache.by_source.size());
+  cache.sweep_at = std::max<size_t>(64, 2 * cache.by_key.size());
 }
 
 PackedConstant View(const dnnl::memory::desc& dst_md, std::shared_ptr<const void> bytes) {
@@ -145,11 +145,11 @@ PackedConstant View(const dnnl::memory::desc& dst_md, std::shared_ptr<const void
 }  // namespace
 
 PackedConstant PackConstant(const dnnl::memory::desc& src_md, const void* src,
-                            const dnnl::memory::desc& dst_md) {
+                            const std::string& key, const dnnl::memory::desc& dst_md) {
   PackCache& cache = Packings();
   auto find = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(cache.mu) -> std::shared_ptr<const void> {
-    auto it = cache.by_source.find(src);
-    if (it == cache.by_source.end()) return nullptr;
+    auto it = cache.by_key.find(key);
+    if (it == cache.by_key.end()) return nullptr;
     for (const Packing& p : it->second) {
       if (p.src_md == src_md && p.dst_md == dst_md) {
         if (auto live = p.bytes.lock()) return live;
@@ -157,7 +157,7 @@ PackedConstant PackConstant(const dnnl::memory::desc& src_md, const void* src,
     }
     return nullptr;
   };
-  {
+  if (!key.empty()) {
     absl::MutexLock lock(&cache.mu);
     if (auto live = find()) return View(dst_md, std::move(live));
   }
@@ -180,10 +180,11 @@ PackedConstant PackConstant(const dnnl::memory::desc& src_md, const void* src,
     dnnl::reorder(src_mem, dst_mem).execute(stream, src_mem, dst_mem);
     stream.wait();
   }
+  if (key.empty()) return View(dst_md, std::move(bytes));
   absl::MutexLock lock(&cache.mu);
   if (auto live = find()) return View(dst_md, std::move(live));
-  cache.by_source[src].push_back(Packing{src_md, dst_md, bytes});
-  if (cache.by_source.size() >= cache.sweep_at) SweepExpired(cache);
+  cache.by_key[key].push_back(Packing{src_md, dst_md, bytes});
+  if (cache.by_key.size() >= cache.sweep_at) SweepExpired(cache);
   return View(dst_md, std::move(bytes));
 }
 

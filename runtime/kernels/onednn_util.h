@@ -76,17 +76,14 @@ struct PackedConstant {
 };
 
 // `src` (a constant laid out as src_md) packed into dst_md, at prepare time.
-// Packings are shared: while one is alive, packing the same source address
-// from the same src_md into the same dst_md returns it again, so the shape
-// variants of a dynamic graph (which differ in activations, not weights)
-// hold one copy of each packed weight, not one each.
-//
-// Sound because a constant's bytes are owned by every compiled graph that
-// uses them and outlive its kernels (CompiledGraph destroys its steps
-// first): while a packing is alive, its source address cannot be reused
-// for other bytes.
+// Packings are shared: while one is alive, packing the constant with the
+// same sharing key (NodeArgs::ConstantKey: what the bytes are, not where
+// they live) from the same src_md into the same dst_md returns it again,
+// so the shape variants of a dynamic graph, which differ in activations,
+// not weights, hold one copy of each packed weight. An empty key packs a
+// private copy.
 PackedConstant PackConstant(const dnnl::memory::desc& src_md, const void* src,
-                            const dnnl::memory::desc& dst_md);
+                            const std::string& key, const dnnl::memory::desc& dst_md);
 
 // Bytes of packed constants alive in this process (shared ones once).
 int64_t PackedConstantBytes();

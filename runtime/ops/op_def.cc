@@ -248,4 +248,9 @@ const void* NodeArgs::ConstantData(int pos, const char* name) const {
   return constant_data_[node];
 }
 
+std::string NodeArgs::ConstantKey(int pos, const char* name) const {
+  if (ConstantData(pos, name) == nullptr) return "";
+  return graph_.nodes[Find(pos, name)->tensor.node].share_key;
+}
+
 }  // namespace kiln::runtime

@@ -67,6 +67,9 @@ class NodeArgs {
   // Contiguous data of a tensor argument if it is a graph constant, else
   // null (for prepacking weights at compile time).
   const void* ConstantData(int pos, const char* name) const;
+  // That constant's Node::share_key: empty when it has none (then what a
+  // kernel derives from it is not shared) or the argument is no constant.
+  std::string ConstantKey(int pos, const char* name) const;
 
   // An INVALID_ARGUMENT status "node '<name>' (<target>): <msg>".
   absl::Status Error(const std::string& msg) const;
@@ -83,6 +86,10 @@ class NodeArgs {
 struct PreparedOp {
   std::vector<TensorMeta> outputs;
   std::unique_ptr<Kernel> kernel;
+  // Constant inputs (by their data) the kernel copied at prepare time
+  // (packed weights, biases) and never reads at run time: the compiled
+  // graph need not keep them.
+  std::vector<const void*> consumed_constants;
 };
 
 using PrepareFn = absl::StatusOr<PreparedOp> (*)(const NodeArgs& args);

@@ -682,7 +682,7 @@ double ReorderBytes(const PassContext& ctx, Layout layout) {
   Graph graph = ctx.graph;
   std::vector<const void*> constant_data = ctx.constant_data;
   std::vector<ConstantData> created;
-  PassContext trial{graph, constant_data, created, {}};
+  PassContext trial{graph, constant_data, created};
   Rewriter(trial, layout).Run().IgnoreError();  // never fails
   double bytes = 0;
   for (const Node& node : graph.nodes) {

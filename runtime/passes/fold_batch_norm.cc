@@ -5,8 +5,10 @@
 // constant, and the batch norm's saved-statistics outputs are unused.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/compile/shared_constants.h"
 #include "runtime/exec/parallel.h"
 #include "runtime/ir/arg_builders.h"
 #include "runtime/passes/pass_context.h"
@@ -39,6 +41,29 @@ bool LiteralFloat(const Node& node, int pos, double* out) {
   else if (a.kind == Arg::Kind::kInt) *out = static_cast<double>(a.i);
   else return false;
   return true;
+}
+
+// How the folded weight and bias are computed, for their share keys
+// (compile/shared_constants.h): eps and the share keys and shapes of the
+// convolution's weight and bias and the batch norm's four tensors. Empty
+// when one of them has no share key.
+std::string FoldRecipe(const PassContext& ctx, const Node& conv, const Node& bn, double eps) {
+  uint64_t eps_bits;
+  std::memcpy(&eps_bits, &eps, sizeof eps_bits);
+  std::string recipe = absl::StrCat("batch_norm_fold|", eps_bits);
+  const std::pair<const Node*, int> inputs[] = {{&conv, 1}, {&conv, 2}, {&bn, 1},
+                                                {&bn, 2},    {&bn, 3},   {&bn, 4}};
+  for (const auto& [node, pos] : inputs) {
+    if (ArgIsNone(*node, pos)) {
+      absl::StrAppend(&recipe, "|none");
+      continue;
+    }
+    const ValueRef ref = node->args[pos].tensor;
+    const std::string& key = ctx.graph.nodes[ref.node].share_key;
+    if (key.empty()) return "";
+    absl::StrAppend(&recipe, "|", key, ":", ctx.graph.MetaOf(ref).ToString());
+  }
+  return recipe;
 }
 
 }  // namespace
@@ -90,10 +115,13 @@ absl::Status FoldBatchNorm(PassContext& ctx) {
     // of fresh memory), split by output channel across the compile's
     // threads. In double, then rounded once: matches eager's two roundings
     // within a few ulps.
-    const auto [wi, w_bytes] =
-        ctx.AddUninitializedConstant(absl::StrCat(conv.name, ".folded_weight"), wmeta);
+    const std::string recipe = FoldRecipe(ctx, conv, bn, eps);
+    const auto [wi, w_bytes] = ctx.AddUninitializedConstant(
+        absl::StrCat(conv.name, ".folded_weight"), wmeta,
+        recipe.empty() ? "" : DerivedConstantKey(absl::StrCat(recipe, "|weight")));
     const auto [bi, b_bytes] = ctx.AddUninitializedConstant(
-        absl::StrCat(conv.name, ".folded_bias"), TensorMeta{DType::kF32, {oc}});
+        absl::StrCat(conv.name, ".folded_bias"), TensorMeta{DType::kF32, {oc}},
+        recipe.empty() ? "" : DerivedConstantKey(absl::StrCat(recipe, "|bias")));
     float* new_w = static_cast<float*>(w_bytes);
     float* new_b = static_cast<float*>(b_bytes);
     const int64_t grain = std::max<int64_t>(1, kFoldGrainElements / std::max<int64_t>(per_oc, 1));

@@ -18,14 +18,15 @@ void ReplaceInArg(Arg& arg, ValueRef from, ValueRef to) {
 }  // namespace
 
 int PassContext::AddConstant(const std::string& name, const TensorMeta& meta,
-                             const void* bytes) {
-  auto [index, data] = AddUninitializedConstant(name, meta);
+                             const void* bytes, const std::string& share_key) {
+  auto [index, data] = AddUninitializedConstant(name, meta, share_key);
   std::memcpy(data, bytes, static_cast<size_t>(meta.ByteSize()));
   return index;
 }
 
 std::pair<int, void*> PassContext::AddUninitializedConstant(const std::string& name,
-                                                            const TensorMeta& meta) {
+                                                            const TensorMeta& meta,
+                                                            const std::string& share_key) {
   const size_t size = static_cast<size_t>(meta.ByteSize());
   auto* raw = static_cast<uint8_t*>(std::aligned_alloc(64, (size + 127) / 64 * 64));
   if (raw == nullptr) throw std::bad_alloc();
@@ -35,6 +36,7 @@ std::pair<int, void*> PassContext::AddUninitializedConstant(const std::string& n
   Node node;
   node.kind = Node::Kind::kConstant;
   node.name = name;
+  node.share_key = share_key;
   node.outputs.push_back(meta);
   graph.nodes.push_back(std::move(node));
   constant_data.push_back(raw);

@@ -19,17 +19,19 @@ struct PassContext {
   std::vector<const void*>& constant_data;
   // Constants created by passes, kept alive with the compiled graph.
   std::vector<ConstantData>& created;
-  // Those of `created` that are constant folds (compile/shared_constants.h
-  // shares them by recipe rather than by content).
-  std::vector<const void*> folds;
 
   // Appends a constant node holding a copy of `bytes`; returns its index.
-  int AddConstant(const std::string& name, const TensorMeta& meta, const void* bytes);
+  // `share_key` (compile/shared_constants.h) says what the bytes are when
+  // the pass can tell (DerivedConstantKey of how it computed them); the
+  // compiler then shares them with other compiled graphs.
+  int AddConstant(const std::string& name, const TensorMeta& meta, const void* bytes,
+                  const std::string& share_key = "");
   // Appends a constant node whose meta.ByteSize() bytes are left for the
   // caller to fill (before anything reads them): a pass computing a large
   // constant writes it once, in place. Returns its index and the bytes.
   std::pair<int, void*> AddUninitializedConstant(const std::string& name,
-                                                 const TensorMeta& meta);
+                                                 const TensorMeta& meta,
+                                                 const std::string& share_key = "");
 };
 
 // Every use of each value: (user node, position in TensorInputsOf(user)),

@@ -124,11 +124,13 @@ def test_shape_variants_share_one_copy_of_the_weights(daemon_up):
     compiled = torch.compile(model, backend="kiln")
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():
-        x = torch.randint(0, config.vocab_size, (1, 1), generator=g)
-        compiled(x)
+        # Length 1 compiles a static graph, length 2 the dynamic template
+        # and its first variant: from then on only variants.
+        for t in (1, 2):
+            compiled(torch.randint(0, config.vocab_size, (1, t), generator=g))
         first = _stats()
         before_variants = first.specializations
-        for t in range(2, 13):
+        for t in range(3, 14):
             x = torch.randint(0, config.vocab_size, (1, t), generator=g)
             assert _rel(compiled(x).logits, model(x).logits) <= REL_TOL
     last = _stats()
@@ -139,6 +141,7 @@ def test_shape_variants_share_one_copy_of_the_weights(daemon_up):
           f"-> {last.packed_weight_bytes / 2**20:.1f} MiB")
     assert variants >= 10
     # Without sharing, each variant held its own folded and packed weights
-    # (about 1.6x the weight bytes each); the variants' own arenas are small.
+    # (about 1.6x the weight bytes each); eleven variants' own arenas and
+    # plans come to less than one copy.
     assert last.packed_weight_bytes <= first.packed_weight_bytes  # others may release
-    assert growth < 0.5 * weight_bytes
+    assert growth < weight_bytes
