@@ -33,8 +33,10 @@ namespace kiln::server {
 class KilnService final : public kiln::v1::Kiln::CallbackService {
  public:
   // `execution_threads` (0: runtime::ConfiguredThreads()) bounds how many
-  // executions run at once; more wait in FIFO order.
-  explicit KilnService(std::string cache_dir, int execution_threads = 0);
+  // executions run at once; more wait in FIFO order. `cache_max_bytes` caps
+  // the on-disk cache (0: no cap).
+  explicit KilnService(std::string cache_dir, int execution_threads = 0,
+                       uint64_t cache_max_bytes = cache::kDefaultArtifactCacheMaxBytes);
 
   grpc::ServerUnaryReactor* OpenSession(grpc::CallbackServerContext* ctx,
                                         const kiln::v1::OpenSessionRequest* req,
