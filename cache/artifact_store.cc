@@ -4,12 +4,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/util/cpu_features.h"
@@ -21,6 +24,15 @@ namespace {
 
 namespace fs = std::filesystem;
 constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'A', 'R', 'T', '\0'};
+// A writer's temporary this old belongs to a writer that died: no write of
+// one entry takes an hour.
+constexpr time_t kStaleTemporarySeconds = 3600;
+
+// Size of the file at `path`, 0 if it does not exist.
+uint64_t FileSize(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+}
 
 void PutU32(std::string* out, uint32_t v) { out->append(reinterpret_cast<const char*>(&v), 4); }
 void PutU64(std::string* out, uint64_t v) { out->append(reinterpret_cast<const char*>(&v), 8); }
@@ -55,7 +67,18 @@ class Reader {
 
 }  // namespace
 
-ArtifactStore::ArtifactStore(std::string dir) : dir_(std::move(dir)) {
+struct ArtifactStore::ScanResult {
+  struct Entry {
+    std::string path;
+    uint64_t size;
+    timespec mtime;
+  };
+  std::vector<Entry> entries;
+  uint64_t total = 0;
+};
+
+ArtifactStore::ArtifactStore(std::string dir, uint64_t max_bytes)
+    : dir_(std::move(dir)), max_bytes_(max_bytes) {
   if (dir_.empty()) return;
   std::error_code ec;
   fs::create_directories(fs::path(dir_) / "artifacts", ec);
@@ -68,6 +91,84 @@ ArtifactStore::ArtifactStore(std::string dir) : dir_(std::move(dir)) {
     return;
   }
   enabled_ = true;
+  const uint64_t total = Rescan();
+  spdlog::debug("compiled-graph cache {}: {} bytes of entries, cap {}", dir_, total,
+                max_bytes_ == 0 ? std::string("none") : std::to_string(max_bytes_));
+}
+
+// Walks artifacts/<xx>/ only: the layout PathFor writes, nothing else in
+// the directory is ever counted or touched. Entries and temporaries may
+// vanish under the walk (other daemons evict and rename too), so every
+// error just skips the file.
+ArtifactStore::ScanResult ArtifactStore::Scan() {
+  ScanResult result;
+  const time_t stale_before = std::time(nullptr) - kStaleTemporarySeconds;
+  std::error_code ec;
+  for (auto shard = fs::directory_iterator(fs::path(dir_) / "artifacts", ec);
+       !ec && shard != fs::directory_iterator(); shard.increment(ec)) {
+    if (shard->path().filename().string().size() != 2) continue;
+    std::error_code shard_ec;
+    for (auto file = fs::directory_iterator(shard->path(), shard_ec);
+         !shard_ec && file != fs::directory_iterator(); file.increment(shard_ec)) {
+      const std::string path = file->path().string();
+      const std::string name = file->path().filename().string();
+      struct stat st;
+      if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+      if (name.find(".kart.tmp.") != std::string::npos) {
+        if (st.st_mtime < stale_before) {
+          std::error_code rm_ec;
+          fs::remove(path, rm_ec);
+        }
+      } else if (name.size() > 5 && name.compare(name.size() - 5, 5, ".kart") == 0) {
+        result.entries.push_back({path, static_cast<uint64_t>(st.st_size), st.st_mtim});
+        result.total += static_cast<uint64_t>(st.st_size);
+      }
+    }
+  }
+  return result;
+}
+
+uint64_t ArtifactStore::Rescan() {
+  if (!enabled()) return 0;
+  absl::MutexLock lock(&mu_);
+  total_bytes_ = Scan().total;
+  return total_bytes_;
+}
+
+uint64_t ArtifactStore::total_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return total_bytes_;
+}
+
+void ArtifactStore::EvictIfOver(const std::string& keep_path) {
+  if (max_bytes_ == 0) return;
+  absl::MutexLock lock(&mu_);
+  if (total_bytes_ <= max_bytes_) return;
+  // Our figure misses other daemons' writes and evictions: count again
+  // before deleting anything.
+  ScanResult scan = Scan();
+  total_bytes_ = scan.total;
+  if (total_bytes_ <= max_bytes_) return;
+  std::sort(scan.entries.begin(), scan.entries.end(), [](const auto& a, const auto& b) {
+    if (a.mtime.tv_sec != b.mtime.tv_sec) return a.mtime.tv_sec < b.mtime.tv_sec;
+    if (a.mtime.tv_nsec != b.mtime.tv_nsec) return a.mtime.tv_nsec < b.mtime.tv_nsec;
+    return a.path < b.path;
+  });
+  size_t count = 0;
+  uint64_t bytes = 0;
+  for (const auto& e : scan.entries) {
+    if (total_bytes_ <= max_bytes_) break;
+    if (e.path == keep_path) continue;
+    std::error_code ec;
+    fs::remove(e.path, ec);
+    if (ec) continue;  // not ours to remove (permissions): keep counting it
+    total_bytes_ -= e.size;
+    ++count;
+    bytes += e.size;
+  }
+  if (count == 0) return;  // only the entry just written, alone over the cap
+  spdlog::info("compiled-graph cache over its {:.1f} MiB cap: evicted {} least recently used entries ({} bytes)",
+               static_cast<double>(max_bytes_) / (1 << 20), count, bytes);
 }
 
 void ArtifactStore::Disable(const std::string& why) {
@@ -93,7 +194,10 @@ std::optional<std::string> ArtifactStore::Load(const std::string& key) {
   auto reject = [&](const char* why) -> std::optional<std::string> {
     spdlog::warn("cache entry {} rejected ({}); removing it and recompiling", path, why);
     std::error_code ec;
-    fs::remove(path, ec);
+    if (fs::remove(path, ec)) {
+      absl::MutexLock lock(&mu_);
+      total_bytes_ -= std::min<uint64_t>(total_bytes_, data.size());
+    }
     return std::nullopt;
   };
   Reader r(data);
@@ -110,6 +214,8 @@ std::optional<std::string> ArtifactStore::Load(const std::string& key) {
   if (r.remaining() != size) return reject("truncated or oversized payload");
   r.Bytes(size, &payload);
   if (runtime::Sha256Hex(payload) != checksum) return reject("checksum mismatch");
+  // The LRU clock (see the header); failing to set it only ages the entry.
+  ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);
   return payload;
 }
 
@@ -150,11 +256,17 @@ void ArtifactStore::Store(const std::string& key, const std::string& payload) {
     fs::remove(tmp, ec);
     return Disable(absl::StrCat("cannot flush ", tmp.string()));
   }
+  const uint64_t replaced = FileSize(final_path.string());
   fs::rename(tmp, final_path, ec);
   if (ec) {
     fs::remove(tmp, ec);
     return Disable(absl::StrCat("cannot rename into ", final_path.string()));
   }
+  {
+    absl::MutexLock lock(&mu_);
+    total_bytes_ = total_bytes_ - std::min(total_bytes_, replaced) + data.size();
+  }
+  EvictIfOver(final_path.string());
 }
 
 }  // namespace kiln::cache

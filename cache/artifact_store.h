@@ -10,41 +10,74 @@
 // file in the same directory and are renamed into place, so readers (other
 // daemons on the same directory included) see a whole entry or none.
 //
+// Size cap: entries (their file sizes) are kept under `max_bytes` by
+// deleting the least recently used ones after a Store goes over it. The LRU
+// clock is each entry's mtime, which a successful Load sets to now: several
+// daemons may share the directory, so the recency has to live in the
+// filesystem, and atime is often disabled (noatime/relatime). The running
+// total is kept in memory from one scan at construction plus this store's
+// own writes; other daemons' writes are only seen when that figure says the
+// cap is exceeded and the directory is scanned again before evicting. A scan
+// also removes writers' temporaries older than an hour (left by a crash).
+//
 // Thread-safe. When the directory cannot be created or written, the store
 // disables itself, logs once, and every call becomes a miss / no-op.
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
 
+#include "absl/synchronization/mutex.h"
+
 namespace kiln::cache {
 
 inline constexpr uint32_t kArtifactFormatVersion = 1;
+// Default cap on the total size of entries: 2 GiB.
+inline constexpr uint64_t kDefaultArtifactCacheMaxBytes = uint64_t{2} << 30;
 
 class ArtifactStore {
  public:
-  // An empty `dir` gives a disabled store.
-  explicit ArtifactStore(std::string dir);
+  // An empty `dir` gives a disabled store. `max_bytes` 0 means no cap.
+  explicit ArtifactStore(std::string dir,
+                         uint64_t max_bytes = kDefaultArtifactCacheMaxBytes);
 
   bool enabled() const { return enabled_.load(); }
   const std::string& dir() const { return dir_; }
+  uint64_t max_bytes() const { return max_bytes_; }
 
-  // The payload stored under `key`, or nullopt (miss or bad entry).
+  // The payload stored under `key`, or nullopt (miss or bad entry). A hit
+  // marks the entry most recently used.
   std::optional<std::string> Load(const std::string& key);
-  // Stores `payload` under `key`; failures are logged, not returned: the
-  // cache is an optimization and must never fail a compile.
+  // Stores `payload` under `key`, then evicts least recently used entries
+  // (never this one) if the cap is exceeded. Failures are logged, not
+  // returned: the cache is an optimization and must never fail a compile.
   void Store(const std::string& key, const std::string& payload);
 
   std::string PathFor(const std::string& key) const;
 
+  // Total size of entries as this store last counted it (see above).
+  uint64_t total_bytes() const;
+  // Recounts the directory (other daemons' writes included) and removes
+  // stale temporaries; returns the new total.
+  uint64_t Rescan();
+
  private:
+  struct ScanResult;
+  // Callers hold mu_, so one scan (and its removals) runs at a time.
+  ScanResult Scan() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EvictIfOver(const std::string& keep_path) ABSL_LOCKS_EXCLUDED(mu_);
   void Disable(const std::string& why);
 
   std::string dir_;
+  const uint64_t max_bytes_;
   std::atomic<bool> enabled_{false};
   std::atomic<bool> warned_{false};
+  // Serializes scans and evictions, so two threads never evict together.
+  mutable absl::Mutex mu_;
+  uint64_t total_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace kiln::cache

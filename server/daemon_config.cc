@@ -16,6 +16,14 @@ std::string Env(const char* name) {
   return v == nullptr ? "" : v;
 }
 
+absl::Status ParseMegabytes(const std::string& what, const std::string& text, uint64_t* out) {
+  // The cap is kept in bytes: a count of MiB past 2^44 would overflow it.
+  if (!absl::SimpleAtoi(text, out) || *out > (uint64_t{1} << 44)) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " takes a number of MiB >= 0, not '", text, "'"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string DefaultSocketPath() {
@@ -46,11 +54,15 @@ std::string HelpText() {
       "  --cache-dir DIR    compiled-graph cache (default: $KILN_CACHE_DIR, else\n",
       "                     $XDG_CACHE_HOME/kiln, else ~/.cache/kiln; now: ", DefaultCacheDir(), ").\n",
       "  --no-cache         do not read or write the on-disk cache.\n",
+      "  --cache-max-mb N   cap on the cache's total size in MiB (default: $KILN_CACHE_MAX_MB,\n",
+      "                     else 2048; 0: no cap). Past it, the least recently used entries\n",
+      "                     (by file mtime, which a cache hit updates) are deleted.\n",
       "  --threads N        threads for execution (default 0: all cores): how many runs\n",
       "                     go at once, the size of a graph's thread arena by default,\n",
       "                     and the most a client's config num_threads gets.\n",
-      "  --constant-grace-s N  drop uploaded weights no compiled graph uses after N\n",
-      "                     seconds without use (default 60); clients upload again.\n",
+      "  --constant-grace-s N  keep an uploaded weight no compiled graph holds (a graph\n",
+      "                     holds only what its runs read, not weights it packed) for N\n",
+      "                     seconds after its last use (default 60); clients upload again.\n",
       "  --log-level LEVEL  trace, debug, info, warn, error (default info; env KILN_LOG_LEVEL).\n",
       "  --log-file PATH    append logs to PATH instead of stderr.\n",
       "  --version          print the runtime version and exit.\n",
@@ -64,6 +76,9 @@ absl::StatusOr<DaemonConfig> ParseFlags(int argc, char** argv) {
   config.socket_path = DefaultSocketPath();
   config.cache_dir = DefaultCacheDir();
   if (std::string lvl = Env("KILN_LOG_LEVEL"); !lvl.empty()) config.log_level = lvl;
+  if (std::string mb = Env("KILN_CACHE_MAX_MB"); !mb.empty()) {
+    if (absl::Status s = ParseMegabytes("KILN_CACHE_MAX_MB", mb, &config.cache_max_mb); !s.ok()) return s;
+  }
   for (int i = 1; i < argc; ++i) {
     std::string_view arg = argv[i];
     std::string value;
@@ -93,6 +108,10 @@ absl::StatusOr<DaemonConfig> ParseFlags(int argc, char** argv) {
       s = next(&config.tcp_address);
     } else if (arg == "--cache-dir") {
       s = next(&config.cache_dir);
+    } else if (arg == "--cache-max-mb") {
+      std::string n;
+      s = next(&n);
+      if (s.ok()) s = ParseMegabytes("--cache-max-mb", n, &config.cache_max_mb);
     } else if (arg == "--no-cache") {
       config.cache_dir.clear();
     } else if (arg == "--log-level") {

@@ -1,6 +1,7 @@
 // kilnd's command line: flags, defaults from the environment, --help text.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -11,6 +12,7 @@ struct DaemonConfig {
   std::string socket_path;  // unix socket; empty only when --no-unix
   std::string tcp_address;  // host:port, empty = no TCP
   std::string cache_dir;    // empty = no on-disk cache
+  uint64_t cache_max_mb = 2048;  // cap on the cache's entries, 0 = none
   std::string log_level = "info";
   std::string log_file;
   int threads = 0;  // 0 = all cores

@@ -76,10 +76,10 @@ absl::StatusOr<uint8_t*> ResolveDescriptor(const Session& session,
 
 }  // namespace
 
-KilnService::KilnService(std::string cache_dir, int execution_threads,
+KilnService::KilnService(std::string cache_dir, int execution_threads, uint64_t cache_max_bytes,
                          absl::Duration constant_grace)
     : constant_grace_(constant_grace),
-      artifacts_(std::move(cache_dir)),
+      artifacts_(std::move(cache_dir), cache_max_bytes),
       graphs_(&constants_, &artifacts_),
       channel_slots_(execution_threads > 0 ? execution_threads : runtime::ConfiguredThreads()),
       executions_(execution_threads > 0 ? execution_threads : runtime::ConfiguredThreads()) {

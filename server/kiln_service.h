@@ -33,9 +33,11 @@ namespace kiln::server {
 class KilnService final : public kiln::v1::Kiln::CallbackService {
  public:
   // `execution_threads` (0: runtime::ConfiguredThreads()) bounds how many
-  // executions run at once; more wait in FIFO order. Constants no compiled
-  // graph holds are dropped after `constant_grace` without use.
+  // executions run at once; more wait in FIFO order. `cache_max_bytes` caps
+  // the on-disk cache (0: no cap). Constants no compiled graph holds are
+  // dropped after `constant_grace` without use.
   explicit KilnService(std::string cache_dir, int execution_threads = 0,
+                       uint64_t cache_max_bytes = cache::kDefaultArtifactCacheMaxBytes,
                        absl::Duration constant_grace = absl::Seconds(60));
 
   grpc::ServerUnaryReactor* OpenSession(grpc::CallbackServerContext* ctx,

@@ -11,6 +11,7 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include "absl/strings/str_cat.h"
 #include "runtime/exec/executor.h"
 #include "runtime/exec/profile.h"
 #include "server/daemon_config.h"
@@ -64,7 +65,7 @@ int Run(int argc, char** argv) {
   }
   kiln::runtime::ConfigureThreads(config->threads);
 
-  KilnService service(config->cache_dir, /*execution_threads=*/0,
+  KilnService service(config->cache_dir, /*execution_threads=*/0, config->cache_max_mb << 20,
                       absl::Seconds(config->constant_grace_s));
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
@@ -86,7 +87,10 @@ int Run(int argc, char** argv) {
   spdlog::info("kilnd {} ready on {}{} ({} threads, cache {})", KILN_RUNTIME_VERSION, unix_target,
                config->tcp_address.empty() ? "" : " and " + config->tcp_address,
                kiln::runtime::ConfiguredThreads(),
-               config->cache_dir.empty() ? "off" : config->cache_dir);
+               config->cache_dir.empty() ? "off"
+               : config->cache_max_mb == 0
+                   ? config->cache_dir + ", no size cap"
+                   : absl::StrCat(config->cache_dir, ", cap ", config->cache_max_mb, " MiB"));
 
   int sig = 0;
   sigwait(&signals, &sig);

@@ -1,4 +1,5 @@
-"""The `kiln` command: `kiln status` (daemon stats), `kiln stop`, `kiln start`."""
+"""The `kiln` command: `kiln status` (daemon stats), `kiln stop`, `kiln start`,
+and `kiln cache ...` (the on-disk cache, see cache_cli)."""
 from __future__ import annotations
 
 import argparse
@@ -9,7 +10,7 @@ import time
 
 import grpc
 
-from kiln import daemon
+from kiln import cache_cli, daemon
 from kiln.v1 import kiln_pb2, kiln_pb2_grpc
 
 
@@ -78,14 +79,18 @@ def _start(socket_path: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="kiln", description="Control the kilnd daemon.")
+    parser = argparse.ArgumentParser(prog="kiln",
+                                     description="Control the kilnd daemon and its cache.")
     parser.add_argument("--socket", default=None,
                         help="daemon socket (default: $KILN_SOCKET or the per-user default)")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("status", help="print the daemon's stats")
     sub.add_parser("start", help="start the daemon if it is not running")
     sub.add_parser("stop", help="stop the daemon (SIGTERM)")
+    cache_cli.add_parser(sub)
     ns = parser.parse_args(argv)
+    if ns.command == "cache":
+        return cache_cli.run(ns)
     socket_path = ns.socket or daemon.default_socket_path()
     return {"status": _status, "start": _start, "stop": _stop}[ns.command](socket_path)
 

@@ -1,7 +1,9 @@
 // The on-disk artifact store: round trip, and every kind of bad entry is a
-// miss that removes the file, never a crash or a wrong payload.
+// miss that removes the file, never a crash or a wrong payload; the size cap
+// evicts least recently used entries, counting other daemons' writes.
 #include "cache/artifact_store.h"
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -34,8 +36,16 @@ class ArtifactStoreTest : public ::testing::Test {
     out << data;
   }
 
+  // Sets the LRU clock of `key`'s entry to `seconds_ago` in the past.
+  void Age(const ArtifactStore& store, const std::string& key, int seconds_ago) {
+    fs::last_write_time(store.PathFor(key),
+                        fs::file_time_type::clock::now() - std::chrono::seconds(seconds_ago));
+  }
+  static std::string Key(char c) { return std::string(64, c); }
+
   fs::path dir_;
   const std::string key_ = std::string(64, 'a');
+  const std::string payload_ = std::string(1000, 'p');
 };
 
 TEST_F(ArtifactStoreTest, RoundTripSurvivesANewStoreObject) {
@@ -97,6 +107,99 @@ TEST_F(ArtifactStoreTest, LeavesNoTemporaryFilesBehind) {
   for (const auto& e : fs::recursive_directory_iterator(dir_)) files += e.is_regular_file();
   EXPECT_EQ(files, 1);
   EXPECT_EQ(*store.Load(key_), "v9");
+}
+
+TEST_F(ArtifactStoreTest, EvictionKeepsTheRecentlyLoadedEntryAndRemovesTheOldest) {
+  uint64_t entry = 0;
+  {
+    ArtifactStore uncapped(dir_.string(), 0);
+    for (char c : {'a', 'b', 'c'}) uncapped.Store(Key(c), payload_);
+    entry = fs::file_size(uncapped.PathFor(Key('a')));
+    Age(uncapped, Key('a'), 300);
+    Age(uncapped, Key('b'), 200);
+    Age(uncapped, Key('c'), 100);
+  }
+  // Room for three and a half entries; the scan at construction counts three.
+  ArtifactStore store(dir_.string(), entry * 7 / 2);
+  EXPECT_EQ(store.total_bytes(), 3 * entry);
+  ASSERT_TRUE(store.Load(Key('a')).has_value());  // now the most recent
+  store.Store(Key('d'), payload_);
+  EXPECT_TRUE(fs::exists(store.PathFor(Key('a'))));
+  EXPECT_FALSE(fs::exists(store.PathFor(Key('b'))));
+  EXPECT_TRUE(fs::exists(store.PathFor(Key('c'))));
+  EXPECT_TRUE(fs::exists(store.PathFor(Key('d'))));
+  EXPECT_EQ(store.total_bytes(), 3 * entry);
+}
+
+TEST_F(ArtifactStoreTest, EvictionNeverRemovesTheEntryJustWritten) {
+  ArtifactStore store(dir_.string(), 1);  // smaller than any entry
+  store.Store(Key('a'), payload_);
+  Age(store, Key('a'), 100);
+  store.Store(Key('b'), payload_);
+  EXPECT_FALSE(fs::exists(store.PathFor(Key('a'))));
+  ASSERT_TRUE(store.Load(Key('b')).has_value());
+}
+
+TEST_F(ArtifactStoreTest, ZeroCapMeansUnlimited) {
+  ArtifactStore store(dir_.string(), 0);
+  for (char c = 'a'; c < 'a' + 20; ++c) store.Store(Key(c), payload_);
+  const uint64_t entry = fs::file_size(store.PathFor(Key('a')));
+  for (char c = 'a'; c < 'a' + 20; ++c) EXPECT_TRUE(fs::exists(store.PathFor(Key(c)))) << c;
+  EXPECT_EQ(store.total_bytes(), 20 * entry);
+}
+
+TEST_F(ArtifactStoreTest, ReplacingAnEntryIsNotCountedTwice) {
+  ArtifactStore store(dir_.string(), 0);
+  store.Store(key_, payload_);
+  store.Store(key_, payload_);
+  EXPECT_EQ(store.total_bytes(), fs::file_size(store.PathFor(key_)));
+}
+
+TEST_F(ArtifactStoreTest, EntryWrittenByAnotherDaemonIsCountedAfterARescan) {
+  ArtifactStore probe(dir_.string(), 0);
+  probe.Store(Key('z'), payload_);
+  const uint64_t entry = fs::file_size(probe.PathFor(Key('z')));
+  fs::remove(probe.PathFor(Key('z')));
+
+  // Room for two and a half entries.
+  ArtifactStore ours(dir_.string(), entry * 5 / 2);
+  ArtifactStore theirs(dir_.string(), entry * 5 / 2);
+  ours.Store(Key('a'), payload_);
+  ours.Store(Key('b'), payload_);
+  theirs.Store(Key('c'), payload_);
+  Age(ours, Key('a'), 300);
+  Age(ours, Key('b'), 200);
+  Age(ours, Key('c'), 100);
+  EXPECT_EQ(ours.total_bytes(), 2 * entry);  // does not know about 'c' yet
+  EXPECT_EQ(ours.Rescan(), 3 * entry);
+
+  // Our own figure goes over the cap, the rescan finds four entries, and
+  // the two oldest go (one would be enough by our own count).
+  ours.Store(Key('d'), payload_);
+  EXPECT_FALSE(fs::exists(ours.PathFor(Key('a'))));
+  EXPECT_FALSE(fs::exists(ours.PathFor(Key('b'))));
+  EXPECT_TRUE(fs::exists(ours.PathFor(Key('c'))));
+  EXPECT_TRUE(fs::exists(ours.PathFor(Key('d'))));
+  EXPECT_EQ(ours.total_bytes(), 2 * entry);
+}
+
+TEST_F(ArtifactStoreTest, ScanRemovesStaleTemporariesAndNothingElse) {
+  const fs::path shard = dir_ / "artifacts" / "aa";
+  fs::create_directories(shard);
+  const fs::path stale = shard / (key_ + ".kart.tmp.123.456");
+  const fs::path fresh = shard / (key_ + ".kart.tmp.123.789");
+  const fs::path unrelated = shard / "notes.txt";
+  const fs::path top = dir_ / "other-tool-data";
+  for (const fs::path& p : {stale, fresh, unrelated, top}) WriteFile(p.string(), "x");
+  fs::last_write_time(stale, fs::file_time_type::clock::now() - std::chrono::hours(2));
+  fs::last_write_time(unrelated, fs::file_time_type::clock::now() - std::chrono::hours(2));
+
+  ArtifactStore store(dir_.string(), 0);
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_TRUE(fs::exists(fresh));  // may be another writer's entry in progress
+  EXPECT_TRUE(fs::exists(unrelated));
+  EXPECT_TRUE(fs::exists(top));
+  EXPECT_EQ(store.total_bytes(), 0u);
 }
 
 }  // namespace

@@ -1,0 +1,202 @@
+"""Reading kilnd's on-disk compiled-graph cache directly, without a daemon.
+
+The layout and the entry format are the ones cache/artifact_store.cc writes:
+<dir>/artifacts/<key[0:2]>/<key>.kart holds
+
+    magic b"KILNART\\0" | u32 format version | u32 length + runtime version |
+    u32 length + CPU features | u64 payload size | 64 hex chars SHA-256 of
+    the payload | payload
+
+with integers in the writer's byte order (kilnd runs on little-endian hosts
+only). Writers put a whole entry in `<entry>.tmp.<pid>.<n>` and rename it
+into place. An entry's mtime is its last use: the daemon sets it on every
+cache hit and evicts the least recently used entries past its size cap.
+
+Nothing here deletes a file outside that layout.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+import time
+from dataclasses import dataclass
+
+MAGIC = b"KILNART\0"
+FORMAT_VERSION = 1
+# The reader in artifact_store.cc refuses longer header strings.
+_MAX_HEADER_STRING = 4096
+_MAX_HEADER_BYTES = 8 + 4 + 2 * (4 + _MAX_HEADER_STRING) + 8 + 64
+_TEMPORARY_MARK = ".kart.tmp."
+# As in artifact_store.cc: a temporary this old belongs to a writer that died.
+STALE_TEMPORARY_S = 3600.0
+DEFAULT_MAX_MB = 2048
+
+
+class CacheDirError(RuntimeError):
+    """The cache directory is missing or cannot be read."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One cache entry as found on disk; the header fields are None when
+    `header_error` says why they could not be read."""
+
+    path: str
+    key: str
+    size: int  # bytes of the whole file
+    mtime: float  # last use (the LRU clock)
+    header_error: str | None = None
+    format_version: int | None = None
+    runtime_version: str | None = None
+    cpu_features: str | None = None
+    payload_size: int | None = None
+    checksum: str | None = None
+    header_size: int = 0
+
+
+def _parse_header(path: str, head: bytes, size: int, mtime: float) -> Entry:
+    key = os.path.basename(path)[:-len(".kart")]
+    pos = 0
+
+    def take(n: int) -> bytes | None:
+        nonlocal pos
+        if len(head) - pos < n:
+            return None
+        out = head[pos:pos + n]
+        pos += n
+        return out
+
+    def take_string() -> str | None:
+        raw = take(4)
+        if raw is None:
+            return None
+        (n,) = struct.unpack("<I", raw)
+        if n > _MAX_HEADER_STRING:
+            return None
+        data = take(n)
+        return None if data is None else data.decode("utf-8", errors="replace")
+
+    def bad(reason: str, **fields) -> Entry:
+        return Entry(path, key, size, mtime, header_error=reason, **fields)
+
+    magic = take(8)
+    if magic != MAGIC:
+        return bad("bad magic")
+    raw = take(4)
+    if raw is None:
+        return bad("truncated header")
+    (fmt,) = struct.unpack("<I", raw)
+    if fmt != FORMAT_VERSION:
+        return bad("other format version", format_version=fmt)
+    version = take_string()
+    features = take_string()
+    raw_size = take(8)
+    checksum = take(64)
+    if version is None or features is None or raw_size is None or checksum is None:
+        return bad("truncated header", format_version=fmt, runtime_version=version,
+                   cpu_features=features)
+    (payload_size,) = struct.unpack("<Q", raw_size)
+    return Entry(path, key, size, mtime, format_version=fmt, runtime_version=version,
+                 cpu_features=features, payload_size=payload_size,
+                 checksum=checksum.decode("ascii", errors="replace"), header_size=pos)
+
+
+def read_entry(path: str) -> Entry:
+    """The entry at `path` from its header alone (cheap: no checksum)."""
+    try:
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            head = f.read(_MAX_HEADER_BYTES)
+    except OSError as e:
+        key = os.path.basename(path)[:-len(".kart")]
+        return Entry(path, key, 0, 0.0, header_error=f"unreadable: {e.strerror}")
+    return _parse_header(path, head, st.st_size, st.st_mtime)
+
+
+def check(entry: Entry) -> str | None:
+    """Why the daemon would reject `entry` whatever its runtime version and
+    CPU: the reasons artifact_store.cc logs. None when it is sound."""
+    if entry.header_error is not None:
+        return entry.header_error
+    if entry.size - entry.header_size != entry.payload_size:
+        return "truncated or oversized payload"
+    digest = hashlib.sha256()
+    try:
+        with open(entry.path, "rb") as f:
+            f.seek(entry.header_size)
+            while chunk := f.read(1 << 20):
+                digest.update(chunk)
+    except OSError as e:
+        return f"unreadable: {e.strerror}"
+    if digest.hexdigest() != entry.checksum:
+        return "checksum mismatch"
+    return None
+
+
+def _shards(cache_dir: str) -> list[str]:
+    if not os.path.isdir(cache_dir):
+        raise CacheDirError(f"no cache directory at {cache_dir}")
+    if not os.access(cache_dir, os.R_OK | os.X_OK):
+        raise CacheDirError(f"cannot read the cache directory {cache_dir}")
+    root = os.path.join(cache_dir, "artifacts")
+    try:
+        names = os.listdir(root)
+    except FileNotFoundError:
+        return []  # a cache no daemon has written to yet
+    except OSError as e:
+        raise CacheDirError(f"cannot read {root}: {e.strerror}") from e
+    return [os.path.join(root, n) for n in sorted(names)
+            if len(n) == 2 and os.path.isdir(os.path.join(root, n))]
+
+
+def _files(cache_dir: str):
+    for shard in _shards(cache_dir):
+        try:
+            names = os.listdir(shard)
+        except OSError:
+            continue  # removed under us, or not ours to read
+        for name in names:
+            yield os.path.join(shard, name), name
+
+
+def list_entries(cache_dir: str) -> list[Entry]:
+    """Every entry file in the store's layout, headers read, unordered."""
+    return [read_entry(path) for path, name in _files(cache_dir)
+            if name.endswith(".kart") and os.path.isfile(path)]
+
+
+def temporaries(cache_dir: str, older_than_s: float = 0.0) -> list[str]:
+    """Writers' temporaries whose mtime is at least `older_than_s` ago."""
+    cutoff = time.time() - older_than_s
+    out = []
+    for path, name in _files(cache_dir):
+        if _TEMPORARY_MARK not in name:
+            continue
+        try:
+            if os.stat(path).st_mtime <= cutoff:
+                out.append(path)
+        except OSError:
+            continue
+    return out
+
+
+def remove(path: str) -> bool:
+    """Deletes one file; False if it was already gone or cannot be removed."""
+    try:
+        os.remove(path)
+        return True
+    except OSError:
+        return False
+
+
+def configured_max_mb() -> tuple[int | None, str]:
+    """The cap in MiB (0: none) a daemon started from this environment gets,
+    and where it comes from; None when kilnd would refuse the value. A
+    running daemon may have been given --cache-max-mb instead."""
+    env = os.environ.get("KILN_CACHE_MAX_MB")
+    if not env:
+        return DEFAULT_MAX_MB, "default"
+    if env.isdigit():
+        return int(env), "KILN_CACHE_MAX_MB"
+    return None, f"KILN_CACHE_MAX_MB={env!r} is not a number of MiB; kilnd refuses it"
