@@ -1,6 +1,8 @@
 #include "server/graph_cache.h"
 
+#include <algorithm>
 #include <chrono>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "cache/graph_key.h"
@@ -115,6 +117,27 @@ absl::StatusOr<CompileResult> GraphCache::GetOrCompile(
                runtime::CompileOptionsString(parsed), result.compile_ms,
                disk_hit ? " [disk cache hit]" : "");
   return result;
+}
+
+GraphCache::LiveGraphs GraphCache::Live() {
+  std::vector<std::shared_ptr<const runtime::CompiledGraph>> graphs;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [key, weak] : live_) {
+      if (auto g = weak.lock()) graphs.push_back(std::move(g));
+    }
+  }
+  LiveGraphs live;
+  for (const auto& g : graphs) {
+    size_t arenas;
+    {
+      absl::MutexLock lock(&g->pool_mu);
+      arenas = std::max<size_t>(1, g->pool.size());
+    }
+    live.count++;
+    live.plan_bytes += static_cast<uint64_t>(g->TotalArenaBytes()) * arenas;
+  }
+  return live;
 }
 
 }  // namespace kiln::server

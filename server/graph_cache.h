@@ -52,6 +52,13 @@ class GraphCache {
                                              bool use_disk_cache, bool shape_variant = false);
   const CompileStats& stats() const { return stats_; }
 
+  struct LiveGraphs {
+    uint64_t count = 0;
+    uint64_t plan_bytes = 0;  // TotalArenaBytes x pooled arenas (at least 1)
+  };
+  // The compiled graphs some handle still holds.
+  LiveGraphs Live();
+
  private:
   absl::StatusOr<std::shared_ptr<const runtime::CompiledGraph>> Build(
       const kiln::v1::Graph& graph, const runtime::CompileOptions& options, bool shape_variant);

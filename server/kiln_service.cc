@@ -484,6 +484,17 @@ grpc::ServerUnaryReactor* KilnService::GetStats(grpc::CallbackServerContext* ctx
   resp->set_pid(getpid());
   resp->set_packed_weight_bytes(runtime::PackedConstantBytes());
   resp->set_resident_bytes(ResidentBytes());
+  const GraphCache::LiveGraphs live = graphs_.Live();
+  resp->set_live_graphs(live.count);
+  resp->set_plan_bytes(live.plan_bytes);
+  for (const auto& session : sessions_.All()) {
+    kiln::v1::ClientStats* c = resp->add_clients();
+    c->set_session_id(session->id().substr(0, 8));
+    c->set_pid(session->pid());
+    c->set_client_name(session->client_name());
+    c->set_handles(session->handle_count());
+    c->set_channels(session->channel_count());
+  }
   return Done(ctx, absl::OkStatus());
 }
 

@@ -196,6 +196,13 @@ size_t SessionRegistry::count() const {
   return sessions_.size();
 }
 
+std::vector<std::shared_ptr<Session>> SessionRegistry::All() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::shared_ptr<Session>> all;
+  for (const auto& [id, s] : sessions_) all.push_back(s);
+  return all;
+}
+
 size_t SessionRegistry::handle_count() const {
   absl::MutexLock lock(&mu_);
   size_t n = 0;

@@ -41,6 +41,7 @@ class Session {
 
   const std::string& id() const { return id_; }
   int pid() const { return pid_; }
+  const std::string& client_name() const { return client_name_; }
   // False once the watched client process has exited; true when unwatched.
   bool ClientAlive() const;
 
@@ -104,6 +105,7 @@ class SessionRegistry {
   absl::StatusOr<std::shared_ptr<Session>> Find(const std::string& id) const;
   size_t count() const;
   size_t handle_count() const;
+  std::vector<std::shared_ptr<Session>> All() const;
 
   // Takes over a started channel. RESOURCE_EXHAUSTED (and the channel is
   // stopped) past kMaxChannelsPerSession.

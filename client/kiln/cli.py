@@ -20,19 +20,27 @@ def _stub(socket_path: str) -> tuple[grpc.Channel, kiln_pb2_grpc.KilnStub]:
 
 
 def format_stats(s: kiln_pb2.StatsResponse, socket_path: str) -> str:
-    mib = s.constant_bytes / (1 << 20)
-    return "\n".join([
+    def mib(n: int) -> str:
+        return f"{n / (1 << 20):.1f} MiB"
+
+    requests = s.cache_hits + s.graphs_compiled
+    hit_rate = f"{100.0 * s.cache_hits / requests:.0f}%" if requests else "n/a"
+    lines = [
         f"kilnd {s.runtime_version} (pid {s.pid}) on {socket_path}, up {s.uptime_s:.0f} s",
-        f"  cache dir:       {s.cache_dir}",
+        f"  cache dir:       {s.cache_dir or '(off)'}",
         f"  graphs compiled: {s.graphs_compiled} (cache misses; cache hits {s.cache_hits}: "
-        f"{s.memory_cache_hits} memory, {s.disk_cache_hits} disk)",
+        f"{s.memory_cache_hits} memory, {s.disk_cache_hits} disk; hit rate {hit_rate})",
         f"  dynamic shapes:  {s.dynamic_graphs} templates, {s.specializations} specializations",
         f"  executes:        {s.executes} ({s.execute_errors} errors)",
-        f"  sessions:        {s.sessions}, live handles: {s.live_handles}",
-        f"  constants:       {s.constants} ({mib:.1f} MiB), packed weights "
-        f"{s.packed_weight_bytes / (1 << 20):.1f} MiB",
-        f"  resident memory: {s.resident_bytes / (1 << 20):.1f} MiB",
-    ])
+        f"  memory:          resident {mib(s.resident_bytes)}; uploaded constants "
+        f"{s.constants} ({mib(s.constant_bytes)}); packed weights {mib(s.packed_weight_bytes)}; "
+        f"plans of {s.live_graphs} live graphs {mib(s.plan_bytes)}",
+        f"  clients:         {s.sessions} sessions, {s.live_handles} handles",
+    ]
+    for c in s.clients:
+        lines.append(f"    pid {c.pid} ({c.client_name or 'unnamed'}, session {c.session_id}): "
+                     f"{c.handles} handles, {c.channels} channels")
+    return "\n".join(lines)
 
 
 def _status(socket_path: str) -> int:
