@@ -57,6 +57,11 @@ int Run(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  // Past a file-size limit (RLIMIT_FSIZE) a write raises SIGXFSZ, which
+  // kills by default. Ignored, the write fails with EFBIG instead, and a
+  // full or size-limited cache turns caching off rather than killing the
+  // daemon.
+  signal(SIGXFSZ, SIG_IGN);
 
   auto lock = SocketLock::Acquire(config->socket_path);
   if (!lock.ok()) {

@@ -1,12 +1,18 @@
 // The on-disk artifact store: round trip, and every kind of bad entry is a
 // miss that removes the file, never a crash or a wrong payload; the size cap
-// evicts least recently used entries, counting other daemons' writes.
+// evicts least recently used entries, counting other daemons' writes; two
+// stores on one directory, used from many threads, never see a torn entry.
 #include "cache/artifact_store.h"
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <random>
+#include <set>
 #include <sstream>
+#include <thread>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -200,6 +206,83 @@ TEST_F(ArtifactStoreTest, ScanRemovesStaleTemporariesAndNothingElse) {
   EXPECT_TRUE(fs::exists(unrelated));
   EXPECT_TRUE(fs::exists(top));
   EXPECT_EQ(store.total_bytes(), 0u);
+}
+
+// Two daemons sharing a directory, each compiling on several threads: the
+// same key is written by both at once and read while it is being replaced.
+// A reader must get a whole payload someone stored, and a key stored before
+// a Load started must never be a miss (a miss there means a reader saw a
+// partial file and rejected, i.e. deleted, a good entry).
+TEST_F(ArtifactStoreTest, TwoStoresOnOneDirectoryFromManyThreadsNeverTearAnEntry) {
+  constexpr int kKeys = 6;
+  constexpr int kVariants = 3;  // different payloads written under one key
+  constexpr int kThreadsPerStore = 4;
+  constexpr int kOps = 60;
+  // Payloads of different lengths (tens of KiB, so a write takes a while),
+  // each naming its key and variant so a mixed-up one cannot pass.
+  std::vector<std::vector<std::string>> payloads(kKeys);
+  std::vector<std::set<std::string>> allowed(kKeys);
+  for (int k = 0; k < kKeys; ++k) {
+    for (int v = 0; v < kVariants; ++v) {
+      std::string p = "key " + std::to_string(k) + " variant " + std::to_string(v) + ":";
+      p.append(20000 + 7919 * v + 131 * k, static_cast<char>('a' + (k * kVariants + v) % 26));
+      payloads[k].push_back(p);
+      allowed[k].insert(p);
+    }
+  }
+  auto key_of = [](int k) { return std::string(64, static_cast<char>('a' + k)); };
+
+  ArtifactStore first(dir_.string(), 0);
+  ArtifactStore second(dir_.string(), 0);
+  ASSERT_TRUE(first.enabled() && second.enabled());
+  std::atomic<int> wrong{0}, lost{0}, loads{0}, hits{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2 * kThreadsPerStore; ++t) {
+    threads.emplace_back([&, t] {
+      ArtifactStore& store = t % 2 == 0 ? first : second;
+      std::mt19937 rng(1234 + t);
+      std::vector<bool> stored(kKeys, false);  // by this thread, earlier
+      for (int i = 0; i < kOps; ++i) {
+        // Half the threads stay on keys 0 and 1, so those are contended.
+        const int k = t < kThreadsPerStore ? static_cast<int>(rng() % 2)
+                                           : static_cast<int>(rng() % kKeys);
+        if (rng() % 2 == 0) {
+          store.Store(key_of(k), payloads[k][rng() % kVariants]);
+          stored[k] = true;
+          continue;
+        }
+        ++loads;
+        auto got = store.Load(key_of(k));
+        if (got.has_value()) {
+          ++hits;
+          if (!allowed[k].count(*got)) ++wrong;
+        } else if (stored[k]) {
+          ++lost;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+
+  EXPECT_EQ(wrong.load(), 0) << "loads returning a payload nobody stored under that key";
+  EXPECT_EQ(lost.load(), 0) << "loads missing an entry stored before they began";
+  EXPECT_GT(hits.load(), loads.load() / 2);  // the loads did read entries
+  EXPECT_TRUE(first.enabled());
+  EXPECT_TRUE(second.enabled());
+  int entries = 0, others = 0;
+  for (const auto& e : fs::recursive_directory_iterator(dir_)) {
+    if (!e.is_regular_file()) continue;
+    (e.path().extension() == ".kart" ? entries : others)++;
+  }
+  EXPECT_EQ(others, 0) << "temporaries left behind";
+  // The seeds are fixed, and with them every key gets stored.
+  EXPECT_EQ(entries, kKeys);
+  ArtifactStore reopened(dir_.string(), 0);
+  for (int k = 0; k < kKeys; ++k) {
+    auto got = reopened.Load(key_of(k));
+    ASSERT_TRUE(got.has_value()) << "key " << k;
+    EXPECT_TRUE(allowed[k].count(*got)) << "key " << k;
+  }
 }
 
 }  // namespace
