@@ -138,6 +138,7 @@ def main() -> int:
         "daemon_constant_bytes_after_compile": early.constant_bytes,
         "daemon_constant_bytes": after.constant_bytes,
         "daemon_packed_weight_bytes": after.packed_weight_bytes,
+        "daemon_plan_bytes": after.plan_bytes,
         "kiln_first_call_s": [c["first_s"] for c in clients],
         "kiln_correct": all(c["ok"] for c in clients),
         "eager_rss": [e["rss"] for e in eager],
@@ -154,7 +155,8 @@ def main() -> int:
     print(f"  after the {args.grace} s grace period: {rss1 / MiB:.0f} MiB, growth "
           f"{growth / MiB:.0f} MiB = {growth / weight_bytes:.2f}x the weights "
           f"(uploaded constants {after.constant_bytes / MiB:.0f} MiB, packed weights "
-          f"{after.packed_weight_bytes / MiB:.0f} MiB); resident by kind: "
+          f"{after.packed_weight_bytes / MiB:.0f} MiB, run arenas of {after.live_graphs} graph(s) "
+          f"{after.plan_bytes / MiB:.0f} MiB); resident by kind: "
           + ", ".join(f"{k[3:].lower()} {v / MiB:.0f} MiB" for k, v in split.items()))
     anon_growth = split["RssAnon"] - split0["RssAnon"]
     print(f"  of which data (anonymous memory; the rest is the daemon's code and libraries "
