@@ -481,6 +481,10 @@ grpc::ServerUnaryReactor* KilnService::GetStats(grpc::CallbackServerContext* ctx
   resp->set_uptime_s(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
   resp->set_cache_dir(artifacts_.enabled() ? artifacts_.dir() : "");
+  if (artifacts_.enabled()) {
+    resp->set_cache_bytes(artifacts_.total_bytes());
+    resp->set_cache_max_bytes(artifacts_.max_bytes());
+  }
   resp->set_pid(getpid());
   resp->set_packed_weight_bytes(runtime::PackedConstantBytes());
   resp->set_resident_bytes(ResidentBytes());

@@ -27,7 +27,9 @@ def format_stats(s: kiln_pb2.StatsResponse, socket_path: str) -> str:
     hit_rate = f"{100.0 * s.cache_hits / requests:.0f}%" if requests else "n/a"
     lines = [
         f"kilnd {s.runtime_version} (pid {s.pid}) on {socket_path}, up {s.uptime_s:.0f} s",
-        f"  cache dir:       {s.cache_dir or '(off)'}",
+        f"  cache dir:       {s.cache_dir or '(off)'}"
+        + (f" ({mib(s.cache_bytes)} of "
+           f"{mib(s.cache_max_bytes) if s.cache_max_bytes else 'no'} cap)" if s.cache_dir else ""),
         f"  graphs compiled: {s.graphs_compiled} (cache misses; cache hits {s.cache_hits}: "
         f"{s.memory_cache_hits} memory, {s.disk_cache_hits} disk; hit rate {hit_rate})",
         f"  dynamic shapes:  {s.dynamic_graphs} templates, {s.specializations} specializations",

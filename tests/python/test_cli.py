@@ -25,6 +25,7 @@ def test_status_lists_this_client_and_its_memory(daemon_up, capsys):
     mine = [line for line in out.splitlines() if f"pid {os.getpid()} " in line]
     assert mine and "0 handles" not in mine[0], out
     assert "hit rate" in out and "plans of" in out and "packed weights" in out
+    assert "MiB cap)" in out  # the cache's size against its cap (2048 MiB by default)
 
 
 def test_status_without_daemon_fails_naming_socket(tmp_path, capsys):
