@@ -206,9 +206,9 @@ bool AllInputsConstant(const PassContext& ctx, const Node& node) {
 absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
     Graph graph, const ConstantResolver& resolve, const CompileLimits& limits,
     const CompileHints& hints) {
-  std::vector<ConstantData> resolved;
   auto cg = std::make_unique<CompiledGraph>();
   std::vector<const void*> constant_data(graph.nodes.size(), nullptr);
+  std::vector<ConstantData> resolved;
 
   // 1. Constants: prepare functions and passes read their bytes.
   for (size_t i = 0; i < graph.nodes.size(); ++i) {

@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 
