@@ -96,15 +96,23 @@ ArtifactStore::ArtifactStore(std::string dir, uint64_t max_bytes)
                 max_bytes_ == 0 ? std::string("none") : std::to_string(max_bytes_));
 }
 
-// Walks artifacts/<xx>/ only: the layout PathFor writes, nothing else in
-// the directory is ever counted or touched. Entries and temporaries may
-// vanish under the walk (other daemons evict and rename too), so every
-// error just skips the file.
+// Walks artifacts/<xx>/ and constants/<xx>/ only: the layouts PathFor and
+// ConstantFiles write, nothing else in the directory is ever counted or
+// touched. Entries and temporaries may vanish under the walk (other
+// daemons evict and rename too), so every error just skips the file.
 ArtifactStore::ScanResult ArtifactStore::Scan() {
   ScanResult result;
+  ScanKind("artifacts", ".kart", &result);
+  ScanKind("constants", ".kcst", &result);
+  return result;
+}
+
+void ArtifactStore::ScanKind(const char* subdir, const std::string& suffix, ScanResult* out) {
+  ScanResult& result = *out;
+  const std::string temporary_mark = suffix + ".tmp.";
   const time_t stale_before = std::time(nullptr) - kStaleTemporarySeconds;
   std::error_code ec;
-  for (auto shard = fs::directory_iterator(fs::path(dir_) / "artifacts", ec);
+  for (auto shard = fs::directory_iterator(fs::path(dir_) / subdir, ec);
        !ec && shard != fs::directory_iterator(); shard.increment(ec)) {
     if (shard->path().filename().string().size() != 2) continue;
     std::error_code shard_ec;
@@ -114,18 +122,31 @@ ArtifactStore::ScanResult ArtifactStore::Scan() {
       const std::string name = file->path().filename().string();
       struct stat st;
       if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
-      if (name.find(".kart.tmp.") != std::string::npos) {
+      if (name.find(temporary_mark) != std::string::npos) {
         if (st.st_mtime < stale_before) {
           std::error_code rm_ec;
           fs::remove(path, rm_ec);
         }
-      } else if (name.size() > 5 && name.compare(name.size() - 5, 5, ".kart") == 0) {
+      } else if (name.size() > suffix.size() &&
+                 name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
         result.entries.push_back({path, static_cast<uint64_t>(st.st_size), st.st_mtim});
         result.total += static_cast<uint64_t>(st.st_size);
       }
     }
   }
-  return result;
+}
+
+void ArtifactStore::Added(const std::string& path, uint64_t bytes) {
+  {
+    absl::MutexLock lock(&mu_);
+    total_bytes_ += bytes;
+  }
+  EvictIfOver(path);
+}
+
+void ArtifactStore::Forget(uint64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  total_bytes_ -= std::min(total_bytes_, bytes);
 }
 
 uint64_t ArtifactStore::Rescan() {

@@ -10,7 +10,8 @@
 // file in the same directory and are renamed into place, so readers (other
 // daemons on the same directory included) see a whole entry or none.
 //
-// Size cap: entries (their file sizes) are kept under `max_bytes` by
+// Size cap: entries (their file sizes, and those of the constants saved
+// beside them, constants/<xx>/<name>.kcst) are kept under `max_bytes` by
 // deleting the least recently used ones after a Store goes over it. The LRU
 // clock is each entry's mtime, which a successful Load sets to now: several
 // daemons may share the directory, so the recency has to live in the
@@ -58,6 +59,12 @@ class ArtifactStore {
 
   std::string PathFor(const std::string& key) const;
 
+  // Another file in the cache directory counted against the cap with the
+  // entries (cache/constant_files.h): `bytes` were just written at `path`,
+  // or `bytes` were just removed.
+  void Added(const std::string& path, uint64_t bytes);
+  void Forget(uint64_t bytes);
+
   // Total size of entries as this store last counted it (see above).
   uint64_t total_bytes() const;
   // Recounts the directory (other daemons' writes included) and removes
@@ -68,6 +75,8 @@ class ArtifactStore {
   struct ScanResult;
   // Callers hold mu_, so one scan (and its removals) runs at a time.
   ScanResult Scan() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ScanKind(const char* subdir, const std::string& suffix, ScanResult* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EvictIfOver(const std::string& keep_path) ABSL_LOCKS_EXCLUDED(mu_);
   void Disable(const std::string& why);
 

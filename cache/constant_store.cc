@@ -2,8 +2,10 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "cache/constant_files.h"
 #include "runtime/util/sha256.h"
 
 namespace kiln::cache {
@@ -33,21 +35,37 @@ absl::StatusOr<bool> ConstantStore::Put(const std::string& hash, const void* dat
 }
 
 absl::StatusOr<runtime::ConstantData> ConstantStore::Get(const std::string& hash) const {
-  absl::MutexLock lock(&mu_);
-  auto it = entries_.find(hash);
-  if (it == entries_.end()) {
-    return absl::NotFoundError(absl::StrCat("constant ", hash, " not found"));
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = entries_.find(hash);
+    if (it != entries_.end()) {
+      it->second.touched = absl::Now();
+      return it->second.data;
+    }
   }
+  // Mapped outside the lock: checking a large file takes a while.
+  std::optional<runtime::ConstantData> saved =
+      files_ == nullptr ? std::nullopt : files_->LoadUploaded(hash);
+  if (!saved) return absl::NotFoundError(absl::StrCat("constant ", hash, " not found"));
+  absl::MutexLock lock(&mu_);
+  auto [it, inserted] = entries_.emplace(hash, Entry{*std::move(saved), absl::Now()});
+  if (inserted) bytes_ += it->second.data.size;
   it->second.touched = absl::Now();
   return it->second.data;
 }
 
 bool ConstantStore::Contains(const std::string& hash) const {
-  absl::MutexLock lock(&mu_);
-  auto it = entries_.find(hash);
-  if (it == entries_.end()) return false;
-  it->second.touched = absl::Now();
-  return true;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = entries_.find(hash);
+    if (it != entries_.end()) {
+      it->second.touched = absl::Now();
+      return true;
+    }
+  }
+  // Not verified here: Get checks the file, and a compile that finds it
+  // bad fails as for any missing constant (the client uploads it).
+  return files_ != nullptr && files_->HasUploaded(hash);
 }
 
 ConstantStore::Evicted ConstantStore::EvictUnreferenced(absl::Duration grace, absl::Time now) {

@@ -6,6 +6,10 @@
 // more are dropped by EvictUnreferenced once nobody has asked about them
 // for a grace period, so a long-lived daemon does not keep every model it
 // ever served. Thread-safe.
+//
+// With model caching, the constants of compiled graphs are also saved in
+// the cache directory (SetFiles), and a constant not in memory is looked
+// for there before it counts as missing.
 #pragma once
 
 #include <cstdint>
@@ -20,8 +24,15 @@
 
 namespace kiln::cache {
 
+class ConstantFiles;
+
 class ConstantStore {
  public:
+  // A second tier (cache/constant_files.h): Get and Contains also find
+  // constants saved there by this daemon before a restart, or by another
+  // daemon on the same cache directory. Set once, before use.
+  void SetFiles(ConstantFiles* files) { files_ = files; }
+
   // Copies `size` bytes into the store after checking that their SHA-256 is
   // `hash` (INVALID_ARGUMENT otherwise: a client cannot poison an entry
   // other clients will share). Returns true when newly stored.
@@ -47,10 +58,11 @@ class ConstantStore {
     runtime::ConstantData data;
     absl::Time touched;
   };
+  ConstantFiles* files_ = nullptr;
   mutable absl::Mutex mu_;
   // `touched` changes under the lock in const lookups too.
   mutable absl::flat_hash_map<std::string, Entry> entries_ ABSL_GUARDED_BY(mu_);
-  int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  mutable int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;  // Get may add a saved constant
 };
 
 }  // namespace kiln::cache

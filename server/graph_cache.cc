@@ -16,16 +16,25 @@
 namespace kiln::server {
 
 absl::StatusOr<std::shared_ptr<const runtime::CompiledGraph>> GraphCache::Build(
-    const kiln::v1::Graph& graph, const runtime::CompileOptions& options, bool shape_variant) {
+    const kiln::v1::Graph& graph, const runtime::CompileOptions& options, bool shape_variant,
+    bool persist) {
   KILN_ASSIGN_OR_RETURN(runtime::Graph ir, runtime::GraphFromProto(graph));
   ir.options = options;
-  auto resolve = [this](const std::string& hash) { return constants_->Get(hash); };
+  cache::ConstantFiles* files = persist ? files_ : nullptr;
+  auto resolve = [this, files](const std::string& hash) {
+    auto data = constants_->Get(hash);
+    // Saved with the graph's artifact, so a warm start needs no upload.
+    if (data.ok() && files != nullptr) files->SaveUploaded(hash, *data);
+    return data;
+  };
   // In the arena the graph will run in: oneDNN fixes each primitive's
   // work split for the threads it sees when the primitive is created.
   absl::StatusOr<std::unique_ptr<runtime::CompiledGraph>> compiled;
   runtime::CompileHints hints;
   hints.keep_derived_constants = shape_variant;
   runtime::RunLikeExecution(options, [&] {
+    // Set in here: the arena may run this on one of its own threads.
+    runtime::PersistenceScope scope(files);
     compiled = runtime::Compile(std::move(ir), resolve, runtime::CompileLimits{}, hints);
   });
   if (!compiled.ok()) return compiled.status();
@@ -85,7 +94,7 @@ absl::StatusOr<CompileResult> GraphCache::GetOrCompile(
     }
   }
 
-  auto built = Build(graph, parsed, shape_variant);
+  auto built = Build(graph, parsed, shape_variant, use_disk_cache && artifacts_->enabled());
   if (!built.ok()) {
     finish();
     return built.status();
@@ -116,6 +125,11 @@ absl::StatusOr<CompileResult> GraphCache::GetOrCompile(
                result.graph->steps.size(), result.graph->TotalArenaBytes() / 1024,
                runtime::CompileOptionsString(parsed), result.compile_ms,
                disk_hit ? " [disk cache hit]" : "");
+  const auto& ph = result.graph->phases;
+  spdlog::debug("graph {} compile phases: constants {:.1f} ms, shapes {:.1f}, passes {:.1f}, "
+                "kernels {:.1f}, plan {:.1f}",
+                key.substr(0, 12), ph.constants_ms, ph.shapes_ms, ph.passes_ms, ph.kernels_ms,
+                ph.plan_ms);
   return result;
 }
 

@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "cache/artifact_store.h"
+#include "cache/constant_files.h"
 #include "cache/constant_store.h"
 #include "kiln/v1/kiln.pb.h"
 #include "runtime/compile/compiled_graph.h"
@@ -39,8 +40,11 @@ struct CompileStats {
 
 class GraphCache {
  public:
-  GraphCache(cache::ConstantStore* constants, cache::ArtifactStore* artifacts)
-      : constants_(constants), artifacts_(artifacts) {}
+  // `files` (may be null): where compiles with model caching save the
+  // constants they use and derive, and find those saved before.
+  GraphCache(cache::ConstantStore* constants, cache::ArtifactStore* artifacts,
+             cache::ConstantFiles* files = nullptr)
+      : constants_(constants), artifacts_(artifacts), files_(files) {}
 
   // `options` (CompileRequest.options) must parse as CompileOptions
   // (INVALID_ARGUMENT otherwise); they are part of the key.
@@ -61,10 +65,12 @@ class GraphCache {
 
  private:
   absl::StatusOr<std::shared_ptr<const runtime::CompiledGraph>> Build(
-      const kiln::v1::Graph& graph, const runtime::CompileOptions& options, bool shape_variant);
+      const kiln::v1::Graph& graph, const runtime::CompileOptions& options, bool shape_variant,
+      bool persist);
 
   cache::ConstantStore* constants_;
   cache::ArtifactStore* artifacts_;
+  cache::ConstantFiles* files_;
   CompileStats stats_;
   absl::Mutex mu_;
   // Live compiled graphs by key; weak so releasing every handle frees them.

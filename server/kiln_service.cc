@@ -80,9 +80,11 @@ KilnService::KilnService(std::string cache_dir, int execution_threads, uint64_t 
                          absl::Duration constant_grace)
     : constant_grace_(constant_grace),
       artifacts_(std::move(cache_dir), cache_max_bytes),
-      graphs_(&constants_, &artifacts_),
+      constant_files_(&artifacts_),
+      graphs_(&constants_, &artifacts_, &constant_files_),
       channel_slots_(execution_threads > 0 ? execution_threads : runtime::ConfiguredThreads()),
       executions_(execution_threads > 0 ? execution_threads : runtime::ConfiguredThreads()) {
+  constants_.SetFiles(&constant_files_);
   watcher_ = std::thread([this] { WatchClients(); });
 }
 
@@ -197,6 +199,7 @@ absl::Status KilnService::DoUpload(const kiln::v1::UploadConstantsRequest& req,
     KILN_ASSIGN_OR_RETURN(uint8_t * data, ResolveDescriptor(*session, c.data(), meta, what));
     KILN_ASSIGN_OR_RETURN(bool stored, constants_.Put(c.hash(), data, meta.ByteSize()));
     if (stored) {
+      constant_bytes_uploaded_ += static_cast<uint64_t>(meta.ByteSize());
       resp->set_stored(resp->stored() + 1);
     } else {
       resp->set_already_present(resp->already_present() + 1);
@@ -251,15 +254,24 @@ absl::Status KilnService::DoCompile(const kiln::v1::CompileRequest& req,
       tmpl->num_inputs += node.has_placeholder() ? 1 : 0;
       tmpl->num_sizes += node.has_size() ? 1 : 0;
     }
+    // As the compiler does: every constant looked up, all missing reported.
+    std::string first_missing;
+    int missing = 0;
     for (const auto& node : req.graph().nodes()) {
       if (!node.has_constant()) continue;
       auto data = constants_.Get(node.constant().hash());
       if (!data.ok()) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "node '", node.name(), "': constant ", node.constant().hash(),
-            " is not in the daemon's store (upload it first)"));
+        if (missing++ == 0) {
+          first_missing = absl::StrCat("node '", node.name(), "': constant ", node.constant().hash());
+        }
+        continue;
       }
       tmpl->constants.push_back(*std::move(data));
+    }
+    if (missing > 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          first_missing, missing > 1 ? absl::StrCat(" and ", missing - 1, " more constants") : "",
+          " not in the daemon's store (upload them first)"));
     }
     tmpl->key = cache::GraphKey(tmpl->graph, tmpl->options);
     resp->set_dynamic(true);
@@ -478,6 +490,8 @@ grpc::ServerUnaryReactor* KilnService::GetStats(grpc::CallbackServerContext* ctx
   resp->set_specializations(specializations_.load());
   resp->set_constants(constants_.count());
   resp->set_constant_bytes(constants_.bytes());
+  resp->set_constant_bytes_uploaded(constant_bytes_uploaded_.load());
+  resp->set_constant_bytes_from_cache(constant_files_.loaded_bytes());
   resp->set_uptime_s(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
   resp->set_cache_dir(artifacts_.enabled() ? artifacts_.dir() : "");

@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "cache/artifact_store.h"
+#include "cache/constant_files.h"
 #include "cache/constant_store.h"
 #include "kiln/v1/kiln.grpc.pb.h"
 #include "runtime/exec/work_queue.h"
@@ -111,12 +112,16 @@ class KilnService final : public kiln::v1::Kiln::CallbackService {
   const absl::Duration constant_grace_;
   cache::ConstantStore constants_;
   cache::ArtifactStore artifacts_;
+  // After artifacts_, whose directory and cap it uses; its destructor
+  // finishes the writes still queued.
+  cache::ConstantFiles constant_files_;
   GraphCache graphs_;
   std::atomic<uint64_t> executes_{0};
   std::atomic<uint64_t> execute_errors_{0};
   std::atomic<uint64_t> channel_calls_{0};
   std::atomic<uint64_t> dynamic_graphs_{0};
   std::atomic<uint64_t> specializations_{0};
+  std::atomic<uint64_t> constant_bytes_uploaded_{0};
   std::atomic<bool> shutting_down_{false};
   // Closes the sessions of exited clients every kWatchInterval.
   void WatchClients();

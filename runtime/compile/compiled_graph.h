@@ -81,6 +81,14 @@ struct CompiledGraph {
   // together.
   int64_t scratch_bytes = 0;
 
+  // Where the compile spent its time (ms), for logs: resolving constants,
+  // the shape sweep, passes, kernel preparation (primitives, packing) and
+  // scheduling plus the memory plan.
+  struct Phases {
+    double constants_ms = 0, shapes_ms = 0, passes_ms = 0, kernels_ms = 0, plan_ms = 0;
+  };
+  Phases phases;
+
   // Arenas of finished runs, reused by later ones.
   mutable absl::Mutex pool_mu;
   mutable std::vector<std::unique_ptr<RunArena>> pool;

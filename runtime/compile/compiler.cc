@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <limits>
 #include <vector>
@@ -9,6 +10,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "runtime/compile/constant_persistence.h"
 #include "runtime/compile/shared_constants.h"
 #include "runtime/ops/registry.h"
 #include "runtime/passes/pass_context.h"
@@ -93,10 +95,18 @@ absl::Status FoldNode(PassContext& ctx, int i) {
     node.share_key = key;
     node.outputs = std::move(folded.outputs);
   };
+  ConstantPersistence* persistence = key.empty() ? nullptr : CurrentPersistence();
   if (!key.empty()) {
     if (std::optional<SharedConstant> done = FindShared(key)) {
       use(*std::move(done));
       return absl::OkStatus();
+    }
+    // The shape sweep inferred the output (one, as the caller checked).
+    if (persistence != nullptr) {
+      if (std::optional<ConstantData> saved = persistence->Load(key, node.outputs[0].ByteSize())) {
+        use(PublishShared(key, SharedConstant{*std::move(saved), node.outputs}));
+        return absl::OkStatus();
+      }
     }
   }
   KILN_ASSIGN_OR_RETURN(PreparedOp prepared,
@@ -116,14 +126,17 @@ absl::Status FoldNode(PassContext& ctx, int i) {
                                      prepared.outputs[0].ByteSize()},
                         prepared.outputs};
   buffers[0]->data = nullptr;  // ownership moved to `folded`
+  if (persistence != nullptr) persistence->Save(key, folded.data);
   use(key.empty() ? std::move(folded) : PublishShared(key, std::move(folded)));
   return absl::OkStatus();
 }
 
 // Constants the passes built with a share key (batch-norm folds) become
 // the live ones other compiled graphs built from the same inputs, if any,
-// before any kernel reads them.
+// before any kernel reads them; and are saved for warm starts when the
+// compile persists.
 void ShareDerivedConstants(PassContext& ctx) {
+  ConstantPersistence* persistence = CurrentPersistence();
   absl::flat_hash_map<const void*, ConstantData> owners;
   for (const ConstantData& c : ctx.created) owners.emplace(c.bytes.get(), c);
   for (size_t i = 0; i < ctx.graph.nodes.size(); ++i) {
@@ -134,6 +147,7 @@ void ShareDerivedConstants(PassContext& ctx) {
     }
     auto owner = owners.find(ctx.constant_data[i]);
     if (owner == owners.end()) continue;
+    if (persistence != nullptr) persistence->Save(node.share_key, owner->second);
     SharedConstant shared =
         PublishShared(node.share_key, SharedConstant{owner->second, node.outputs});
     if (shared.data.bytes.get() != ctx.constant_data[i]) {
@@ -207,10 +221,19 @@ absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
     Graph graph, const ConstantResolver& resolve, const CompileLimits& limits,
     const CompileHints& hints) {
   auto cg = std::make_unique<CompiledGraph>();
+  auto lap = [last = std::chrono::steady_clock::now()](double* into) mutable {
+    const auto now = std::chrono::steady_clock::now();
+    *into = std::chrono::duration<double, std::milli>(now - last).count();
+    last = now;
+  };
   std::vector<const void*> constant_data(graph.nodes.size(), nullptr);
   std::vector<ConstantData> resolved;
 
-  // 1. Constants: prepare functions and passes read their bytes.
+  // 1. Constants: prepare functions and passes read their bytes. Every
+  // one is looked up before failing, so the client learns of all the
+  // missing ones at once (a store backed by files drops bad ones on lookup).
+  std::string first_missing;
+  int missing = 0;
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
     Node& node = graph.nodes[i];
     if (node.kind == Node::Kind::kInput) {
@@ -218,9 +241,10 @@ absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
     } else if (node.kind == Node::Kind::kConstant) {
       auto data = resolve(node.constant_hash);
       if (!data.ok()) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "node '", node.name, "': constant ", node.constant_hash,
-            " is not in the daemon's store (upload it first)"));
+        if (missing++ == 0) {
+          first_missing = absl::StrCat("node '", node.name, "': constant ", node.constant_hash);
+        }
+        continue;
       }
       if (data->size != node.outputs[0].ByteSize()) {
         return NodeError(node, absl::StrCat("constant ", node.constant_hash, " has ", data->size,
@@ -232,6 +256,13 @@ absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
       resolved.push_back(*std::move(data));
     }
   }
+
+  if (missing > 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        first_missing, missing > 1 ? absl::StrCat(" and ", missing - 1, " more constants") : "",
+        " not in the daemon's store (upload them first)"));
+  }
+  lap(&cg->phases.constants_ms);
 
   // 2. Shape sweep: every op's output metas, validating the whole graph
   // before any pass looks at it; constant-only ops are folded on the way.
@@ -253,6 +284,8 @@ absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
           src.outputs.size(), " outputs"));
     }
   }
+
+  lap(&cg->phases.shapes_ms);
 
   // 3. Passes.
   KILN_RETURN_IF_ERROR(FoldBatchNorm(ctx));
@@ -280,6 +313,7 @@ absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
   }
 
   ShareDerivedConstants(ctx);
+  lap(&cg->phases.passes_ms);
 
   // 4. Kernels, and where every value lives.
   const int n = static_cast<int>(graph.nodes.size());
@@ -358,6 +392,7 @@ absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
     if (int r = request_of[out.node][out.output]; r >= 0) output_requests.push_back(r);
     cg->output_metas.push_back(graph.MetaOf(out));
   }
+  lap(&cg->phases.kernels_ms);
   // Execution order and waves, and so every value's lifetime.
   ScheduleSteps(graph.options.branches, step_uses, output_requests, cg.get(), &requests);
 
@@ -389,6 +424,7 @@ absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
   for (ConstantData& c : cg->constants) {
     if (!read_at_run.contains(c.bytes.get())) c.bytes.reset();  // would dangle: never read
   }
+  lap(&cg->phases.plan_ms);
   cg->graph = std::move(graph);
   return cg;
 }

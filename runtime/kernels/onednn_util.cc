@@ -4,12 +4,16 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <optional>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "runtime/compile/constant_persistence.h"
 
 namespace kiln::runtime {
 namespace {
@@ -141,6 +145,25 @@ PackedConstant View(const dnnl::memory::desc& dst_md, std::shared_ptr<const void
   return PackedConstant{std::move(m), std::move(bytes)};
 }
 
+// A memory layout as text, for naming a packed weight outside this
+// process; empty for layouts it cannot describe (opaque formats).
+std::string LayoutString(const dnnl::memory::desc& md) {
+  if (md.get_format_kind() != dnnl::memory::format_kind::blocked) return "";
+  auto dims = [](const dnnl::memory::dims& d) { return absl::StrJoin(d, ","); };
+  return absl::StrCat("dt", static_cast<int>(md.get_data_type()), " d", dims(md.get_dims()),
+                      " p", dims(md.get_padded_dims()), " o", dims(md.get_padded_offsets()),
+                      " s", dims(md.get_strides()), " b", dims(md.get_inner_blks()), " i",
+                      dims(md.get_inner_idxs()), " z", md.get_size());
+}
+
+// The persistence key of `key`'s bytes packed from src_md into dst_md.
+std::string PersistKey(const std::string& key, const dnnl::memory::desc& src_md,
+                       const dnnl::memory::desc& dst_md) {
+  const std::string src = LayoutString(src_md), dst = LayoutString(dst_md);
+  if (key.empty() || src.empty() || dst.empty()) return "";
+  return absl::StrCat("pack|", key, "|", src, "|", dst);
+}
+
 }  // namespace
 
 PackedConstant PackConstant(const dnnl::memory::desc& src_md, const void* src,
@@ -160,11 +183,32 @@ PackedConstant PackConstant(const dnnl::memory::desc& src_md, const void* src,
     absl::MutexLock lock(&cache.mu);
     if (auto live = find()) return View(dst_md, std::move(live));
   }
+  const size_t size = std::max<size_t>(dst_md.get_size(), 1);
+  const int64_t counted = static_cast<int64_t>(size);
+  auto publish = [&](std::shared_ptr<const void> bytes) {
+    absl::MutexLock lock(&cache.mu);
+    if (auto live = find()) return View(dst_md, std::move(live));
+    cache.by_key[key].push_back(Packing{src_md, dst_md, bytes});
+    if (cache.by_key.size() >= cache.sweep_at) SweepExpired(cache);
+    return View(dst_md, std::move(bytes));
+  };
+  // Saved by an earlier daemon (a warm start): mapped, not packed again.
+  ConstantPersistence* persistence = CurrentPersistence();
+  const std::string persist_key =
+      persistence == nullptr ? "" : PersistKey(key, src_md, dst_md);
+  if (!persist_key.empty()) {
+    if (std::optional<ConstantData> saved = persistence->Load(persist_key, counted)) {
+      packed_bytes += counted;
+      const void* raw = saved->bytes.get();
+      std::shared_ptr<const void> bytes(raw, [counted, keep = std::move(saved->bytes)](const void*) {
+        packed_bytes -= counted;
+      });
+      return publish(std::move(bytes));
+    }
+  }
   // Packed outside the lock: a large reorder must not hold up other
   // compiles. Two compiles racing on one weight may both pack; the first
   // to publish wins and the other's copy is dropped.
-  const size_t size = std::max<size_t>(dst_md.get_size(), 1);
-  const int64_t counted = static_cast<int64_t>(size);
   std::shared_ptr<const void> bytes(std::aligned_alloc(64, (size + 63) / 64 * 64),
                                     [counted](const void* p) {
                                       packed_bytes -= counted;
@@ -180,11 +224,11 @@ PackedConstant PackConstant(const dnnl::memory::desc& src_md, const void* src,
     stream.wait();
   }
   if (key.empty()) return View(dst_md, std::move(bytes));
-  absl::MutexLock lock(&cache.mu);
-  if (auto live = find()) return View(dst_md, std::move(live));
-  cache.by_key[key].push_back(Packing{src_md, dst_md, bytes});
-  if (cache.by_key.size() >= cache.sweep_at) SweepExpired(cache);
-  return View(dst_md, std::move(bytes));
+  if (!persist_key.empty()) {
+    persistence->Save(persist_key,
+                      ConstantData{std::static_pointer_cast<const uint8_t>(bytes), counted});
+  }
+  return publish(std::move(bytes));
 }
 
 int64_t PackedConstantBytes() { return packed_bytes.load(); }

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/compile/shared_constants.h"
@@ -116,24 +118,37 @@ absl::Status FoldBatchNorm(PassContext& ctx) {
     // threads. In double, then rounded once: matches eager's two roundings
     // within a few ulps.
     const std::string recipe = FoldRecipe(ctx, conv, bn, eps);
-    const auto [wi, w_bytes] = ctx.AddUninitializedConstant(
-        absl::StrCat(conv.name, ".folded_weight"), wmeta,
-        recipe.empty() ? "" : DerivedConstantKey(absl::StrCat(recipe, "|weight")));
-    const auto [bi, b_bytes] = ctx.AddUninitializedConstant(
-        absl::StrCat(conv.name, ".folded_bias"), TensorMeta{DType::kF32, {oc}},
-        recipe.empty() ? "" : DerivedConstantKey(absl::StrCat(recipe, "|bias")));
-    float* new_w = static_cast<float*>(w_bytes);
-    float* new_b = static_cast<float*>(b_bytes);
-    const int64_t grain = std::max<int64_t>(1, kFoldGrainElements / std::max<int64_t>(per_oc, 1));
-    ParallelFor(oc, grain, [&](int64_t begin, int64_t end) {
-      for (int64_t o = begin; o < end; ++o) {
-        const double s = (gamma ? gamma[o] : 1.0) / std::sqrt(static_cast<double>(var[o]) + eps);
-        for (int64_t k = 0; k < per_oc; ++k) {
-          new_w[o * per_oc + k] = static_cast<float>(w[o * per_oc + k] * s);
+    const std::string w_key = recipe.empty() ? "" : DerivedConstantKey(absl::StrCat(recipe, "|weight"));
+    const std::string b_key = recipe.empty() ? "" : DerivedConstantKey(absl::StrCat(recipe, "|bias"));
+    const std::string w_name = absl::StrCat(conv.name, ".folded_weight");
+    const std::string b_name = absl::StrCat(conv.name, ".folded_bias");
+    const TensorMeta bmeta{DType::kF32, {oc}};
+    // Derived before (another graph holds them, or a warm start finds them
+    // saved): nothing to compute.
+    std::optional<ConstantData> found_w = ctx.FindDerived(w_key, wmeta);
+    std::optional<ConstantData> found_b = found_w ? ctx.FindDerived(b_key, bmeta) : std::nullopt;
+    int wi, bi;
+    if (found_w && found_b) {
+      wi = ctx.AddFoundConstant(w_name, wmeta, w_key, *std::move(found_w));
+      bi = ctx.AddFoundConstant(b_name, bmeta, b_key, *std::move(found_b));
+    } else {
+      void* w_bytes;
+      void* b_bytes;
+      std::tie(wi, w_bytes) = ctx.AddUninitializedConstant(w_name, wmeta, w_key);
+      std::tie(bi, b_bytes) = ctx.AddUninitializedConstant(b_name, bmeta, b_key);
+      float* new_w = static_cast<float*>(w_bytes);
+      float* new_b = static_cast<float*>(b_bytes);
+      const int64_t grain = std::max<int64_t>(1, kFoldGrainElements / std::max<int64_t>(per_oc, 1));
+      ParallelFor(oc, grain, [&](int64_t begin, int64_t end) {
+        for (int64_t o = begin; o < end; ++o) {
+          const double s = (gamma ? gamma[o] : 1.0) / std::sqrt(static_cast<double>(var[o]) + eps);
+          for (int64_t k = 0; k < per_oc; ++k) {
+            new_w[o * per_oc + k] = static_cast<float>(w[o * per_oc + k] * s);
+          }
+          new_b[o] = static_cast<float>(((cb ? cb[o] : 0.0) - mean[o]) * s + (beta ? beta[o] : 0.0));
         }
-        new_b[o] = static_cast<float>(((cb ? cb[o] : 0.0) - mean[o]) * s + (beta ? beta[o] : 0.0));
-      }
-    });
+      });
+    }
     Node& c = g.nodes[conv_out.node];
     c.args[1].tensor = {wi, 0};
     c.args[2] = TensorArg({bi, 0});

@@ -4,6 +4,9 @@
 #include <cstring>
 #include <new>
 
+#include "runtime/compile/constant_persistence.h"
+#include "runtime/compile/shared_constants.h"
+
 namespace kiln::runtime {
 namespace {
 
@@ -41,6 +44,32 @@ std::pair<int, void*> PassContext::AddUninitializedConstant(const std::string& n
   graph.nodes.push_back(std::move(node));
   constant_data.push_back(raw);
   return {static_cast<int>(graph.nodes.size()) - 1, raw};
+}
+
+std::optional<ConstantData> PassContext::FindDerived(const std::string& share_key,
+                                                     const TensorMeta& meta) {
+  if (share_key.empty()) return std::nullopt;
+  if (std::optional<SharedConstant> live = FindShared(share_key)) {
+    if (live->data.size == meta.ByteSize()) return std::move(live->data);
+    return std::nullopt;
+  }
+  if (ConstantPersistence* persistence = CurrentPersistence()) {
+    return persistence->Load(share_key, meta.ByteSize());
+  }
+  return std::nullopt;
+}
+
+int PassContext::AddFoundConstant(const std::string& name, const TensorMeta& meta,
+                                  const std::string& share_key, ConstantData data) {
+  Node node;
+  node.kind = Node::Kind::kConstant;
+  node.name = name;
+  node.share_key = share_key;
+  node.outputs.push_back(meta);
+  graph.nodes.push_back(std::move(node));
+  constant_data.push_back(data.bytes.get());
+  created.push_back(std::move(data));
+  return static_cast<int>(graph.nodes.size()) - 1;
 }
 
 Uses ComputeUses(const Graph& graph) {

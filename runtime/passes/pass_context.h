@@ -3,6 +3,7 @@
 // the passes create, which the compiled graph then owns).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -32,6 +33,14 @@ struct PassContext {
   std::pair<int, void*> AddUninitializedConstant(const std::string& name,
                                                  const TensorMeta& meta,
                                                  const std::string& share_key = "");
+  // The bytes of the derived constant `share_key`, meta.ByteSize() of them,
+  // when some compiled graph holds them or the compile's persistence saved
+  // them (compile/constant_persistence.h): a pass need not compute them.
+  std::optional<ConstantData> FindDerived(const std::string& share_key, const TensorMeta& meta);
+  // Appends a constant node holding `data` (from FindDerived); returns its
+  // index.
+  int AddFoundConstant(const std::string& name, const TensorMeta& meta,
+                       const std::string& share_key, ConstantData data);
 };
 
 // Every use of each value: (user node, position in TensorInputsOf(user)),

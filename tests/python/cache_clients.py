@@ -24,6 +24,7 @@ class CnnSpec:
     width: int
     layers: int = 3
     size: int = 16  # input height and width
+    batch_norm: bool = False  # a BatchNorm2d after each convolution (folded by the daemon)
 
 
 def build(spec: CnnSpec):
@@ -34,7 +35,16 @@ def build(spec: CnnSpec):
     blocks: list[nn.Module] = []
     channels = 3
     for _ in range(spec.layers):
-        blocks += [nn.Conv2d(channels, spec.width, 3, padding=1), nn.ReLU()]
+        blocks.append(nn.Conv2d(channels, spec.width, 3, padding=1))
+        if spec.batch_norm:
+            bn = nn.BatchNorm2d(spec.width)
+            with torch.no_grad():  # eval-mode statistics that are not the identity
+                bn.running_mean.uniform_(-0.2, 0.2)
+                bn.running_var.uniform_(0.5, 2.0)
+                bn.weight.uniform_(0.5, 1.5)
+                bn.bias.uniform_(-0.5, 0.5)
+            blocks.append(bn)
+        blocks.append(nn.ReLU())
         channels = spec.width
     model = nn.Sequential(*blocks, nn.Flatten(),
                           nn.Linear(spec.width * spec.size * spec.size, 10)).eval()

@@ -1,0 +1,266 @@
+#include "cache/constant_files.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "cache/checksum.h"
+#include "runtime/compile/shared_constants.h"
+#include "runtime/util/cpu_features.h"
+#include "runtime/util/sha256.h"
+#include "spdlog/spdlog.h"
+
+namespace kiln::cache {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'C', 'S', 'T', '\0'};
+constexpr size_t kKeyOffset = 32;
+constexpr size_t kMaxStoredKey = kConstantFileHeaderBytes - kKeyOffset;
+
+struct Header {
+  char magic[8];
+  uint32_t format;
+  uint32_t key_length;  // of the whole key; at most kMaxStoredKey stored
+  uint64_t payload_size;
+  uint64_t checksum;
+};
+static_assert(sizeof(Header) == kKeyOffset);
+
+bool WriteAll(int fd, const void* data, size_t size) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  while (size > 0) {
+    ssize_t n = ::write(fd, p, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+}  // namespace
+
+ConstantFiles::ConstantFiles(ArtifactStore* store) : store_(store) {
+  writer_ = std::thread([this] {
+    // Behind compiles and runs: a warm start later matters less than the
+    // compile going on now.
+    ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 10);
+    WriterLoop();
+  });
+}
+
+ConstantFiles::~ConstantFiles() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  writer_.join();
+}
+
+bool ConstantFiles::Usable() const { return store_->enabled(); }
+
+std::string ConstantFiles::PathFor(const std::string& key, bool derived) const {
+  // A client's bytes are the same for every runtime; what the compiler
+  // derives may differ between runtime versions and instruction sets.
+  const std::string name =
+      derived ? runtime::Sha256Hex(absl::StrCat(key, "\n", KILN_RUNTIME_VERSION, "\n",
+                                                runtime::CpuFeatureString()))
+              : runtime::Sha256Hex(key);
+  return (fs::path(store_->dir()) / "constants" / name.substr(0, 2) / (name + ".kcst")).string();
+}
+
+std::optional<runtime::ConstantData> ConstantFiles::LoadFile(const std::string& key, bool derived,
+                                                             int64_t size) {
+  if (!Usable()) return std::nullopt;
+  const std::string path = PathFor(key, derived);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    return std::nullopt;
+  }
+  auto reject = [&](const char* why) -> std::optional<runtime::ConstantData> {
+    spdlog::warn("cached constant {} rejected ({}); removing it", path, why);
+    std::error_code ec;
+    if (fs::remove(path, ec)) store_->Forget(static_cast<uint64_t>(st.st_size));
+    return std::nullopt;
+  };
+  const auto file_size = static_cast<uint64_t>(st.st_size);
+  if (file_size < kConstantFileHeaderBytes) {
+    ::close(fd);
+    return reject("truncated header");
+  }
+  // Kernels may read a little past a weight's last byte (vector loads; the
+  // compiler's own buffers have slack for it): the file is mapped at the
+  // start of a reservation one zero page longer. MAP_POPULATE: one call
+  // maps every page (the checksum reads them all).
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t map_size = (file_size + page - 1) / page * page + page;
+  void* base = ::mmap(nullptr, map_size, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (base == MAP_FAILED) {
+    ::close(fd);
+    return std::nullopt;
+  }
+  auto unmap = [base, map_size] { ::munmap(base, map_size); };
+  void* mapped = ::mmap(base, file_size, PROT_READ, MAP_SHARED | MAP_FIXED | MAP_POPULATE, fd, 0);
+  ::close(fd);  // the mapping keeps the file
+  if (mapped == MAP_FAILED) {
+    unmap();
+    return std::nullopt;
+  }
+  Header h;
+  std::memcpy(&h, base, sizeof(h));
+  const auto* payload = static_cast<const uint8_t*>(base) + kConstantFileHeaderBytes;
+  const char* why = nullptr;
+  if (std::memcmp(h.magic, kMagic, sizeof(kMagic)) != 0) {
+    why = "bad magic";
+  } else if (h.format != kConstantFileFormatVersion) {
+    why = "other format version";
+  } else if (h.payload_size != file_size - kConstantFileHeaderBytes) {
+    why = "truncated or oversized payload";
+  } else if (size >= 0 && h.payload_size != static_cast<uint64_t>(size)) {
+    why = "other size than asked for";
+  } else if (h.key_length != key.size() ||
+             std::memcmp(static_cast<const char*>(base) + kKeyOffset, key.data(),
+                         std::min(key.size(), kMaxStoredKey)) != 0) {
+    why = "other key";
+  } else if (Checksum64(payload, h.payload_size) != h.checksum) {
+    why = "checksum mismatch";
+  }
+  if (why != nullptr) {
+    unmap();
+    return reject(why);
+  }
+  // The LRU clock (artifact_store.h); failing to set it only ages the file.
+  ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);
+  {
+    absl::MutexLock lock(&mu_);
+    known_.insert(path);
+  }
+  loaded_bytes_ += h.payload_size;
+  return runtime::ConstantData{
+      std::shared_ptr<const uint8_t>(payload, [unmap](const uint8_t*) { unmap(); }),
+      static_cast<int64_t>(h.payload_size)};
+}
+
+std::optional<runtime::ConstantData> ConstantFiles::Load(const std::string& key, int64_t size) {
+  return LoadFile(key, /*derived=*/true, size);
+}
+
+void ConstantFiles::Save(const std::string& key, runtime::ConstantData data) {
+  Enqueue(key, /*derived=*/true, std::move(data));
+}
+
+std::optional<runtime::ConstantData> ConstantFiles::LoadUploaded(const std::string& hash) {
+  return LoadFile(runtime::StoreConstantKey(hash), /*derived=*/false, -1);
+}
+
+void ConstantFiles::SaveUploaded(const std::string& hash, runtime::ConstantData data) {
+  Enqueue(runtime::StoreConstantKey(hash), /*derived=*/false, std::move(data));
+}
+
+bool ConstantFiles::HasUploaded(const std::string& hash) const {
+  if (!Usable()) return false;
+  struct stat st;
+  return ::stat(PathFor(runtime::StoreConstantKey(hash), false).c_str(), &st) == 0 &&
+         S_ISREG(st.st_mode);
+}
+
+void ConstantFiles::Enqueue(const std::string& key, bool derived, runtime::ConstantData data) {
+  if (!Usable() || data.bytes == nullptr) return;
+  std::string path = PathFor(key, derived);
+  absl::MutexLock lock(&mu_);
+  if (failed_ || stopping_ || !known_.insert(path).second) return;
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0) return;  // saved before (maybe by another daemon)
+  queue_.push_back(Pending{key, std::move(path), std::move(data)});
+}
+
+void ConstantFiles::Flush() {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](ConstantFiles* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu_) {
+        return self->queue_.empty() && !self->writing_;
+      },
+      this));
+}
+
+void ConstantFiles::WriterLoop() {
+  for (;;) {
+    Pending job;
+    {
+      absl::MutexLock lock(&mu_);
+      writing_ = false;
+      mu_.Await(absl::Condition(
+          +[](ConstantFiles* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu_) {
+            return !self->queue_.empty() || self->stopping_;
+          },
+          this));
+      if (queue_.empty()) return;  // stopping, and everything written
+      job = std::move(queue_.front());
+      queue_.pop_front();
+      writing_ = true;
+    }
+    Write(job.key, job.path, job.data);
+  }
+}
+
+void ConstantFiles::Write(const std::string& key, const std::string& path,
+                          const runtime::ConstantData& data) {
+  auto fail = [&](const std::string& why) {
+    absl::MutexLock lock(&mu_);
+    if (!failed_) {
+      spdlog::warn("cannot save constants in the cache directory ({}); compiling without "
+                   "them from now on",
+                   why);
+    }
+    failed_ = true;
+    queue_.clear();
+  };
+  std::error_code ec;
+  fs::create_directories(fs::path(path).parent_path(), ec);
+  if (ec) return fail(absl::StrCat("cannot create ", fs::path(path).parent_path().string()));
+  std::string header(kConstantFileHeaderBytes, '\0');
+  Header h;
+  std::memcpy(h.magic, kMagic, sizeof(kMagic));
+  h.format = kConstantFileFormatVersion;
+  h.key_length = static_cast<uint32_t>(key.size());
+  h.payload_size = static_cast<uint64_t>(data.size);
+  h.checksum = Checksum64(data.bytes.get(), static_cast<size_t>(data.size));
+  std::memcpy(header.data(), &h, sizeof(h));
+  std::memcpy(header.data() + kKeyOffset, key.data(), std::min(key.size(), kMaxStoredKey));
+  // A unique temporary per writer: daemons sharing the directory never
+  // write into each other's.
+  std::random_device rd;
+  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid(), ".", rd());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return fail(absl::StrCat("cannot write ", tmp, ": ", std::strerror(errno)));
+  // No fsync: a torn file after a power cut fails its checksum, and a
+  // rename makes the whole file visible at once to other daemons.
+  const bool ok = WriteAll(fd, header.data(), header.size()) &&
+                  WriteAll(fd, data.bytes.get(), static_cast<size_t>(data.size));
+  const int err = errno;
+  ::close(fd);
+  if (!ok) {
+    fs::remove(tmp, ec);
+    return fail(absl::StrCat("write to ", tmp, " failed: ", std::strerror(err)));
+  }
+  fs::rename(tmp, path, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    return fail(absl::StrCat("cannot rename into ", path));
+  }
+  store_->Added(path, kConstantFileHeaderBytes + static_cast<uint64_t>(data.size));
+}
+
+}  // namespace kiln::cache

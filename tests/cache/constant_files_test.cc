@@ -1,0 +1,330 @@
+// Constants saved in the cache directory: what one daemon saves another
+// maps back byte for byte; a damaged, truncated or other-version file is
+// removed and is a miss; the files count toward the cache's size cap; and
+// a compile with persistence maps the batch-norm-folded and packed weights
+// an earlier compile saved instead of deriving them, with the same result.
+#include "cache/constant_files.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <vector>
+
+#include "cache/constant_store.h"
+#include "gtest/gtest.h"
+#include "runtime/compile/compiler.h"
+#include "runtime/exec/executor.h"
+#include "runtime/ir/from_proto.h"
+#include "runtime/util/sha256.h"
+#include "tests/testing/proto_graph.h"
+
+namespace kiln::cache {
+namespace {
+
+namespace fs = std::filesystem;
+using kiln::testing::Bool;
+using kiln::testing::Float;
+using kiln::testing::GraphBuilder;
+using kiln::testing::Int;
+using kiln::testing::IntList;
+using kiln::testing::Ref;
+
+std::vector<float> Random(size_t n, unsigned seed, float lo = -1.f, float hi = 1.f) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(gen);
+  return v;
+}
+
+runtime::ConstantData Borrow(const std::vector<float>& v) {
+  return runtime::ConstantData{
+      std::shared_ptr<const uint8_t>(reinterpret_cast<const uint8_t*>(v.data()),
+                                     [](const uint8_t*) {}),
+      static_cast<int64_t>(v.size() * sizeof(float))};
+}
+
+std::vector<std::string> Files(const fs::path& dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dir / "constants", ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (it->is_regular_file()) out.push_back(it->path().string());
+  }
+  return out;
+}
+
+// Counts what a compile found saved and what it saved, passing everything
+// to the real files.
+class Counting : public runtime::ConstantPersistence {
+ public:
+  explicit Counting(ConstantFiles* files) : files_(files) {}
+  std::optional<runtime::ConstantData> Load(const std::string& key, int64_t size) override {
+    auto got = files_->Load(key, size);
+    (got ? hits : misses)++;
+    return got;
+  }
+  void Save(const std::string& key, runtime::ConstantData data) override {
+    saves++;
+    files_->Save(key, std::move(data));
+  }
+  int hits = 0, misses = 0, saves = 0;
+
+ private:
+  ConstantFiles* files_;
+};
+
+class ConstantFilesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("kiln-constant-files-test-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Saves `v` under `key` with one "daemon" and returns the file's path.
+  std::string SaveOne(const std::string& key, const std::vector<float>& v) {
+    ArtifactStore store(dir_.string());
+    ConstantFiles files(&store);
+    files.Save(key, Borrow(v));
+    files.Flush();
+    return files.PathFor(key, /*derived=*/true);
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(ConstantFilesTest, AnotherDaemonMapsWhatOneSaved) {
+  const std::vector<float> v = Random(10000, 1);
+  const std::string path = SaveOne("d:weights", v);
+  ASSERT_TRUE(fs::exists(path));
+  EXPECT_EQ(fs::file_size(path), kConstantFileHeaderBytes + v.size() * sizeof(float));
+
+  ArtifactStore store(dir_.string());
+  EXPECT_EQ(store.total_bytes(), fs::file_size(path));  // counted with the entries
+  ConstantFiles files(&store);
+  auto got = files.Load("d:weights", static_cast<int64_t>(v.size() * sizeof(float)));
+  ASSERT_TRUE(got.has_value());
+  ASSERT_EQ(got->size, static_cast<int64_t>(v.size() * sizeof(float)));
+  EXPECT_EQ(std::memcmp(got->bytes.get(), v.data(), got->size), 0);
+  // Page-aligned, as the kernels' own buffers are (at least) 64-aligned.
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(got->bytes.get()) % 4096, 0u);
+  EXPECT_FALSE(files.Load("d:other", got->size).has_value());
+}
+
+TEST_F(ConstantFilesTest, DamagedFilesAreRemovedAndMiss) {
+  const std::vector<float> v = Random(5000, 2);
+  const int64_t size = static_cast<int64_t>(v.size() * sizeof(float));
+  struct Damage {
+    const char* what;
+    void (*apply)(const std::string& path);
+  };
+  const Damage damages[] = {
+      {"flipped payload byte",
+       [](const std::string& p) {
+         std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+         f.seekp(kConstantFileHeaderBytes + 1234);
+         f.put('\x5a');
+       }},
+      {"truncated payload", [](const std::string& p) { fs::resize_file(p, fs::file_size(p) - 100); }},
+      {"truncated header", [](const std::string& p) { fs::resize_file(p, 100); }},
+      {"other format version",
+       [](const std::string& p) {
+         std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+         f.seekp(8);
+         const uint32_t version = kConstantFileFormatVersion + 1;
+         f.write(reinterpret_cast<const char*>(&version), 4);
+       }},
+  };
+  for (const Damage& d : damages) {
+    const std::string path = SaveOne("d:w", v);
+    d.apply(path);
+    ArtifactStore store(dir_.string());
+    ConstantFiles files(&store);
+    EXPECT_FALSE(files.Load("d:w", size).has_value()) << d.what;
+    EXPECT_FALSE(fs::exists(path)) << d.what;
+    EXPECT_EQ(store.total_bytes(), 0u) << d.what;
+  }
+}
+
+TEST_F(ConstantFilesTest, UploadedConstantsComeBackThroughTheStore) {
+  const std::vector<float> v = Random(3000, 3);
+  const std::string hash = runtime::Sha256Hex(v.data(), v.size() * sizeof(float));
+  {
+    ArtifactStore store(dir_.string());
+    ConstantFiles files(&store);
+    files.SaveUploaded(hash, Borrow(v));
+    files.Flush();
+  }
+  // A restarted daemon: the in-memory store is empty, the file is not.
+  ArtifactStore store(dir_.string());
+  ConstantFiles files(&store);
+  ConstantStore constants;
+  EXPECT_FALSE(constants.Contains(hash));
+  constants.SetFiles(&files);
+  EXPECT_TRUE(constants.Contains(hash));
+  auto got = constants.Get(hash);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(std::memcmp(got->bytes.get(), v.data(), v.size() * sizeof(float)), 0);
+  EXPECT_EQ(constants.count(), 1u);
+  // Already there: an upload is not stored twice.
+  auto put = constants.Put(hash, v.data(), static_cast<int64_t>(v.size() * sizeof(float)));
+  ASSERT_TRUE(put.ok());
+  EXPECT_FALSE(*put);
+}
+
+TEST_F(ConstantFilesTest, DisabledStoreSavesAndFindsNothing) {
+  ArtifactStore store("");
+  ConstantFiles files(&store);
+  const std::vector<float> v = Random(100, 4);
+  files.Save("d:x", Borrow(v));
+  files.Flush();
+  EXPECT_FALSE(files.Load("d:x", 400).has_value());
+  EXPECT_FALSE(files.HasUploaded("abc"));
+}
+
+TEST_F(ConstantFilesTest, UnwritableDirectoryStopsSavingQuietly) {
+  fs::create_directories(dir_);
+  std::ofstream(dir_ / "constants") << "a file where the directory should be";
+  ArtifactStore store(dir_.string());
+  ConstantFiles files(&store);
+  const std::vector<float> v = Random(100, 5);
+  files.Save("d:x", Borrow(v));
+  files.Save("d:y", Borrow(v));
+  files.Flush();
+  EXPECT_FALSE(files.Load("d:x", 400).has_value());
+  EXPECT_TRUE(store.enabled());  // compiled graphs are still cached
+}
+
+TEST_F(ConstantFilesTest, FilesAreEvictedUnderTheCacheCap) {
+  const std::vector<float> v = Random(64 * 1024, 6);  // 256 KiB each
+  const uint64_t file = kConstantFileHeaderBytes + v.size() * sizeof(float);
+  ArtifactStore store(dir_.string(), /*max_bytes=*/3 * file);
+  ConstantFiles files(&store);
+  for (int i = 0; i < 5; ++i) {
+    files.Save("d:" + std::to_string(i), Borrow(v));
+    files.Flush();
+  }
+  EXPECT_LE(store.total_bytes(), 3 * file);
+  EXPECT_EQ(Files(dir_).size(), 3u);
+  // The most recent survive.
+  EXPECT_TRUE(files.Load("d:4", static_cast<int64_t>(v.size() * 4)).has_value());
+  EXPECT_FALSE(files.Load("d:0", static_cast<int64_t>(v.size() * 4)).has_value());
+}
+
+// conv -> batch norm -> relu: compiling folds the batch norm into the
+// convolution's weight and bias and packs the folded weight.
+class PersistedCompile : public ConstantFilesTest {
+ protected:
+  static constexpr int64_t kIc = 8, kOc = 16, kHw = 10;
+
+  kiln::v1::Graph Build() {
+    GraphBuilder b;
+    const int x = b.Input({2, kIc, kHw, kHw}, "x");
+    auto constant = [&](std::vector<int64_t> shape, float lo, float hi) {
+      int64_t n = 1;
+      for (int64_t d : shape) n *= d;
+      weights_.push_back(Random(n, static_cast<unsigned>(weights_.size()) + 10, lo, hi));
+      return b.Constant(weights_.back(), shape);
+    };
+    const int conv = b.Call("aten.convolution.default",
+                            {Ref(x), Ref(constant({kOc, kIc, 3, 3}, -0.3f, 0.3f)),
+                             Ref(constant({kOc}, -0.1f, 0.1f)), IntList({1, 1}),
+                             IntList({1, 1}), IntList({1, 1}), Bool(false), IntList({0, 0}),
+                             Int(1)},
+                            "conv");
+    const int bn = b.Call("aten.native_batch_norm.default",
+                          {Ref(conv), Ref(constant({kOc}, 0.5f, 1.5f)),
+                           Ref(constant({kOc}, -0.5f, 0.5f)), Ref(constant({kOc}, -0.2f, 0.2f)),
+                           Ref(constant({kOc}, 0.5f, 2.f)), Bool(false), Float(0.1),
+                           Float(1e-5)},
+                          "bn");
+    b.Output(b.Call("aten.relu.default", {Ref(bn, 0)}, "relu"));
+    return b.graph();
+  }
+
+  runtime::ConstantResolver Resolver() {
+    return [this](const std::string& h) -> absl::StatusOr<runtime::ConstantData> {
+      for (const auto& v : weights_) {
+        if (runtime::Sha256Hex(v.data(), v.size() * 4) == h) return Borrow(v);
+      }
+      return absl::NotFoundError(h);
+    };
+  }
+
+  // Compiles the graph with `persistence` and runs it on a fixed input.
+  std::vector<float> CompileAndRun(runtime::ConstantPersistence* persistence) {
+    auto ir = runtime::GraphFromProto(graph_);
+    EXPECT_TRUE(ir.ok()) << ir.status();
+    absl::StatusOr<std::unique_ptr<runtime::CompiledGraph>> cg;
+    {
+      runtime::PersistenceScope scope(persistence);
+      cg = runtime::Compile(*std::move(ir), Resolver());
+    }
+    EXPECT_TRUE(cg.ok()) << cg.status();
+    if (!cg.ok()) return {};
+    std::vector<float> x = Random(2 * kIc * kHw * kHw, 99), y(2 * kOc * kHw * kHw, 0.f);
+    const void* in[] = {x.data()};
+    void* out[] = {y.data()};
+    EXPECT_TRUE(runtime::Execute(**cg, in, out).ok());
+    return y;  // the compiled graph goes: nothing derived stays alive in memory
+  }
+
+  void SetUp() override {
+    ConstantFilesTest::SetUp();
+    graph_ = Build();
+  }
+
+  std::vector<std::vector<float>> weights_;
+  kiln::v1::Graph graph_;
+};
+
+TEST_F(PersistedCompile, ARestartMapsFoldedAndPackedWeightsAndAnswersTheSame) {
+  const std::vector<float> plain = CompileAndRun(nullptr);
+  std::vector<float> first, warm;
+  {
+    ArtifactStore store(dir_.string());
+    ConstantFiles files(&store);
+    Counting counting(&files);
+    first = CompileAndRun(&counting);
+    files.Flush();
+    EXPECT_EQ(counting.hits, 0);
+    EXPECT_GE(counting.saves, 3);  // folded weight, folded bias, packed weight
+  }
+  EXPECT_EQ(first, plain);
+  EXPECT_GE(Files(dir_).size(), 3u);
+  {
+    ArtifactStore store(dir_.string());
+    ConstantFiles files(&store);
+    Counting counting(&files);
+    warm = CompileAndRun(&counting);
+    EXPECT_GE(counting.hits, 2);  // the folds (both found, not recomputed), the packing
+    EXPECT_EQ(counting.misses, 0);
+  }
+  EXPECT_EQ(warm, plain);
+
+  // Every file damaged: each is dropped, everything derived again, and the
+  // answer is still the same.
+  for (const std::string& path : Files(dir_)) {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(kConstantFileHeaderBytes);
+    f.put('\x7f');
+  }
+  {
+    ArtifactStore store(dir_.string());
+    ConstantFiles files(&store);
+    Counting counting(&files);
+    EXPECT_EQ(CompileAndRun(&counting), plain);
+    EXPECT_EQ(counting.hits, 0);
+    EXPECT_GE(counting.misses, 2);
+  }
+}
+
+}  // namespace
+}  // namespace kiln::cache
