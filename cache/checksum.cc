@@ -1,6 +1,10 @@
 #include "cache/checksum.h"
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
+
+#include "runtime/exec/parallel.h"
 
 namespace kiln::cache {
 namespace {
@@ -43,6 +47,25 @@ uint64_t Checksum64(const void* data, size_t size) {
   for (; i + 8 <= size; i += 8) h = Step(h, Load64(p + i));
   for (; i < size; ++i) h = Step(h, p[i]);
   return Finish(h ^ size);
+}
+
+uint64_t ChunkedChecksum64(const void* data, size_t size, bool parallel) {
+  constexpr size_t kChunk = size_t{1} << 20;
+  const auto* p = static_cast<const uint8_t*>(data);
+  const int64_t chunks = static_cast<int64_t>((size + kChunk - 1) / kChunk);
+  std::vector<uint64_t> sums(static_cast<size_t>(chunks));
+  auto sum = [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c) {
+      const size_t offset = static_cast<size_t>(c) * kChunk;
+      sums[static_cast<size_t>(c)] = Checksum64(p + offset, std::min(kChunk, size - offset));
+    }
+  };
+  if (parallel) {
+    runtime::ParallelFor(chunks, 1, sum);
+  } else {
+    sum(0, chunks);
+  }
+  return Checksum64(sums.data(), sums.size() * sizeof(uint64_t)) ^ size;
 }
 
 }  // namespace kiln::cache

@@ -102,8 +102,8 @@ std::optional<runtime::ConstantData> ConstantFiles::LoadFile(const std::string& 
   }
   // Kernels may read a little past a weight's last byte (vector loads; the
   // compiler's own buffers have slack for it): the file is mapped at the
-  // start of a reservation one zero page longer. MAP_POPULATE: one call
-  // maps every page (the checksum reads them all).
+  // start of a reservation one zero page longer. Its pages are faulted in
+  // by the checksum, in parallel.
   const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
   const uint64_t map_size = (file_size + page - 1) / page * page + page;
   void* base = ::mmap(nullptr, map_size, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -112,7 +112,7 @@ std::optional<runtime::ConstantData> ConstantFiles::LoadFile(const std::string& 
     return std::nullopt;
   }
   auto unmap = [base, map_size] { ::munmap(base, map_size); };
-  void* mapped = ::mmap(base, file_size, PROT_READ, MAP_SHARED | MAP_FIXED | MAP_POPULATE, fd, 0);
+  void* mapped = ::mmap(base, file_size, PROT_READ, MAP_SHARED | MAP_FIXED, fd, 0);
   ::close(fd);  // the mapping keeps the file
   if (mapped == MAP_FAILED) {
     unmap();
@@ -134,7 +134,7 @@ std::optional<runtime::ConstantData> ConstantFiles::LoadFile(const std::string& 
              std::memcmp(static_cast<const char*>(base) + kKeyOffset, key.data(),
                          std::min(key.size(), kMaxStoredKey)) != 0) {
     why = "other key";
-  } else if (Checksum64(payload, h.payload_size) != h.checksum) {
+  } else if (ChunkedChecksum64(payload, h.payload_size) != h.checksum) {
     why = "checksum mismatch";
   }
   if (why != nullptr) {
@@ -236,7 +236,9 @@ void ConstantFiles::Write(const std::string& key, const std::string& path,
   h.format = kConstantFileFormatVersion;
   h.key_length = static_cast<uint32_t>(key.size());
   h.payload_size = static_cast<uint64_t>(data.size);
-  h.checksum = Checksum64(data.bytes.get(), static_cast<size_t>(data.size));
+  // On this (low-priority) thread only: no pool threads taken from compiles.
+  h.checksum = ChunkedChecksum64(data.bytes.get(), static_cast<size_t>(data.size),
+                                 /*parallel=*/false);
   std::memcpy(header.data(), &h, sizeof(h));
   std::memcpy(header.data() + kKeyOffset, key.data(), std::min(key.size(), kMaxStoredKey));
   // A unique temporary per writer: daemons sharing the directory never

@@ -11,7 +11,7 @@
 // (with the runtime version and CPU features for derived constants, whose
 // bytes depend on them) =
 //   4096-byte header: magic "KILNCST\0" | u32 format version | u32 key
-//   length | u64 payload size | u64 Checksum64 of the payload | the key
+//   length | u64 payload size | u64 ChunkedChecksum64 of the payload | the key
 //   (its first 4000 bytes) | zeros
 //   payload (page-aligned, so a mapping of the file serves it directly)
 // Loads map the file shared and read-only: daemons on one host share its

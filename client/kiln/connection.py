@@ -13,12 +13,13 @@ serialised by a lock; each thread gets its own shared-memory arena.
 from __future__ import annotations
 
 import atexit
+import concurrent.futures
 import logging
 import dataclasses
 import os
 import threading
 import time
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 import grpc
 import torch
@@ -70,6 +71,27 @@ def sha256_of(tensor: torch.Tensor) -> str:
         t = t.cpu()
     flat = t.contiguous().reshape(-1).view(torch.uint8)
     return hashlib.sha256(flat.numpy()).hexdigest()
+
+
+# Below this many bytes in all, hashing on one thread is as fast.
+_PARALLEL_HASH_BYTES = 8 << 20
+_hash_pool: concurrent.futures.ThreadPoolExecutor | None = None
+_hash_pool_lock = threading.Lock()
+
+
+def sha256_many(tensors: Sequence[torch.Tensor]) -> list[str]:
+    """sha256_of each tensor. A model's weights (hundreds of MB) are hashed
+    on every core: hashlib releases the GIL while it hashes."""
+    global _hash_pool
+    total = sum(t.numel() * t.element_size() for t in tensors)
+    workers = min(os.cpu_count() or 1, 8)
+    if total < _PARALLEL_HASH_BYTES or workers < 2 or len(tensors) < 2:
+        return [sha256_of(t) for t in tensors]
+    with _hash_pool_lock:
+        if _hash_pool is None:
+            _hash_pool = concurrent.futures.ThreadPoolExecutor(
+                max_workers=workers, thread_name_prefix="kiln-hash")
+    return list(_hash_pool.map(sha256_of, tensors))
 
 
 @dataclasses.dataclass

@@ -125,14 +125,18 @@ class KilnSubgraph(torch.nn.Module):
         rebuild = self._serialized is None
         state: dict[int, tuple[int, int, str]] = {}
         tensors: dict[str, torch.Tensor] = {}
+        stale = [pos for pos in self.constant_positions
+                 if (old := self._constant_state.get(pos)) is None
+                 or old[0] != args[pos].data_ptr() or old[1] != args[pos]._version]
+        digests = dict(zip(stale, connection_mod.sha256_many([args[p] for p in stale])))
         for pos in self.constant_positions:
             t = args[pos]
             old = self._constant_state.get(pos)
-            if old is not None and old[0] == t.data_ptr() and old[1] == t._version:
-                digest = old[2]
-            else:
-                digest = connection_mod.sha256_of(t)
+            if pos in digests:
+                digest = digests[pos]
                 rebuild = rebuild or old is None or old[2] != digest
+            else:
+                digest = old[2]
             state[pos] = (t.data_ptr(), t._version, digest)
             tensors[digest] = t.detach()
         if rebuild:
