@@ -141,13 +141,15 @@ def main() -> int:
             rows["warm"].append(one_phase(binary, args.threads, cache_dir, args.model))
         finally:
             shutil.rmtree(cache_dir, ignore_errors=True)
-        print(f"round {r + 1}/{args.rounds}: backend cold {rows['cold'][-1]['spent']['backend']:.3f} s, "
-              f"warm {rows['warm'][-1]['spent']['backend']:.3f} s", file=sys.stderr)
+        cold, warm = (rows[phase][-1]["spent"]["backend"] for phase in ("cold", "warm"))
+        print(f"round {r + 1}/{args.rounds}: backend cold {cold:.3f} s, warm {warm:.3f} s",
+              file=sys.stderr)
 
     def med(phase: str, get) -> float:
         return statistics.median(get(row) for row in rows[phase])
 
-    labels = list(dict.fromkeys(k for phase in rows.values() for row in phase for k in row["spent"]))
+    labels = list(dict.fromkeys(k for phase in rows.values() for row in phase
+                                for k in row["spent"]))
     print(f"{args.model} batch 1, median of {args.rounds} rounds, {args.threads} threads, "
           f"load average {os.getloadavg()[0]:.2f}")
     print(f"{'':34}{'cold':>9}{'warm':>9}")

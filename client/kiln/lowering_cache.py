@@ -9,12 +9,13 @@ and which inputs are weights. Weights are graph inputs, so their values are
 not in an entry: KilnSubgraph hashes and uploads them as on a miss.
 
 The key (SHA-256) covers everything that decides that result: the Dynamo
-graph's nodes (what its generated code says) and its small get_attr tensors, each example input's shape,
-strides, dtype, device and flags, the weight positions, torch's version,
-the kiln client's own source, the options that shape lowering and
-partitioning, and the daemon's capabilities. Graphs whose result the code
-does not pin down (call_module nodes, call targets outside torch, large
-get_attr tensors) are not cached; neither are graphs after a daemon
+graph's nodes (what its generated code says) and its small get_attr
+tensors, each example input's shape, strides, dtype, device and flags, the
+weight positions, torch's version, the kiln client's own source, the
+options that shape lowering and partitioning, and the daemon's
+capabilities. Graphs whose result those do not pin down (call_module
+nodes, call targets outside torch, large get_attr tensors, arguments with
+no plain-data form) are not cached; neither are graphs after a daemon
 rejection moved nodes to eager, nor the AOTAutograd and symbolic paths.
 
 Entries live in <daemon's cache dir>/lowered/<key>.klow (container format in
@@ -23,10 +24,12 @@ checksum, payload, a graph that does not fit the inputs) is a miss, logged
 at debug, and the entry is deleted. model_caching=False (or
 KILN_MODEL_CACHING=0), or KILN_LOWERING_CACHE=0 alone, turns it off.
 
-The payload is a pickle of plain containers (dicts, lists, tuples, str,
-bytes, numbers): targets, dtypes and devices are stored as names. The
-cache directory is the user's own (0700), and loading refuses every pickle
-global anyway, so an entry cannot run code when read.
+The payload is a pickle. That is acceptable because the directory is the
+user's own (lowered/ is created 0700 and not used if anyone else could
+write to it), and it is a pickle of plain containers only (dicts, lists,
+tuples, str, bytes, numbers; targets, dtypes and devices are stored by
+name) read by an unpickler that refuses every global, so reading an entry
+cannot run code.
 """
 from __future__ import annotations
 
