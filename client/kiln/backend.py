@@ -12,12 +12,13 @@ import logging
 import operator
 import re
 import threading
+import time
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
 import torch.fx as fx
 
-from kiln import aot, lowering, partition
+from kiln import aot, lowering, lowering_cache, partition
 from kiln.connection import Connection, get_connection
 from kiln.options import KilnOptions
 from kiln.subgraph import KilnFallbackError, KilnSubgraph
@@ -34,6 +35,8 @@ class BackendStats:
     fallback_partitions: int = 0   # partitions the daemon rejected (now eager)
     nodes_in_daemon: int = 0       # ATen nodes in live daemon partitions
     nodes_in_eager: int = 0        # ATen (or Dynamo, for eager graphs) nodes left in eager
+    lowering_cache_hits: int = 0   # graphs whose lowering and partitioning came from disk
+    lowering_cache_misses: int = 0  # cacheable graphs lowered and partitioned afresh
 
 
 _stats = BackendStats()
@@ -215,27 +218,40 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any],
                    "(options aot_autograd=True compiles forward and backward graphs)")
         return _eager_graph(gm, "it needs autograd (options aot_autograd=True compiles "
                             "forward and backward graphs)")
-    try:
-        if traced:  # AOTAutograd's graph: functional ATen, decomposed with our table
-            lowered = lowering.LoweredGraph(gm, lowering.tensor_positions(
-                constant_inputs or frozenset(), example_inputs))
-        else:
-            lowered = lowering.lower(gm, example_inputs, extra_decompositions=opts.decompositions,
-                                     constant_inputs=constant_inputs)
-    except lowering.LoweringError as e:
-        if opts.fallback == "error":
-            return _eager_or_raise(opts, gm, str(e))
-        _warn_once(f"lower:{e}", "kiln: running graph in eager: %s", e)
-        return _eager_graph(gm, f"lowering failed: {e}")
+    # A warm compile takes the lowered, partitioned graph from disk instead
+    # (lowering_cache.py); static graphs only.
+    cache = (None if traced or static_only
+             else lowering_cache.for_graph(gm, example_inputs, opts, conn, constant_inputs))
+    started = time.perf_counter()
+    cached = cache.load(example_inputs) if cache is not None else None
+    lowered: lowering.LoweredGraph | None = None
+    if cached is None:
+        lowered = _lower(gm, example_inputs, opts, constant_inputs, traced)
+        if isinstance(lowered, CompiledGraph):
+            return lowered
+    else:
+        _bump(lowering_cache_hits=1)
+        took = time.perf_counter() - started
+        log.debug("lowering cache hit for graph %s: restored in %.1f ms, saving %.2f s",
+                  cache.key[:16], 1e3 * took, cached.cold_s - took)
 
     caps = partition.capabilities_from_proto(conn.capabilities())
     disabled = opts.disabled_ops.matches if opts.disabled_ops else None
     excluded: set[str] = set()
     rejections: dict[str, str] = {}  # for kiln.explain
     for attempt in range(MAX_REPARTITIONS + 1):
-        split = partition.partition(_copy_graph_module(lowered.gm), caps, excluded, disabled,
-                                    opts.min_partition_size)
-        subgraphs = _compile_partitions(split, lowered, example_inputs, opts, conn)
+        if cached is not None and not excluded:
+            split, constants = cached.split, cached.constant_inputs
+        else:
+            if lowered is None:  # the daemon rejected a node of a cached graph
+                lowered = _lower(gm, example_inputs, opts, constant_inputs, traced)
+                if isinstance(lowered, CompiledGraph):
+                    return lowered
+            split = partition.partition(_copy_graph_module(lowered.gm), caps, excluded,
+                                        disabled, opts.min_partition_size)
+            constants = lowered.constant_inputs
+            cold_s = time.perf_counter() - started
+        subgraphs = _compile_partitions(split, constants, example_inputs, opts, conn)
         rejected = {name for name in map(_rejected_node, subgraphs) if name} - excluded
         rejections.update(_rejection_messages(subgraphs))
         if not rejected or attempt == MAX_REPARTITIONS:
@@ -277,9 +293,33 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any],
         sub.on_fallback = _on_fallback
         sub.raise_on_fallback = opts.fallback == "error"
     _bump(partitions=len(subgraphs), nodes_in_eager=eager_nodes)
+    if cache is not None and cached is None:
+        _bump(lowering_cache_misses=1)
+        log.debug("lowering cache miss for graph %s: lowered and partitioned in %.2f s%s",
+                  cache.key[:16], cold_s,
+                  "" if not excluded else " (not stored: the daemon rejected nodes)")
+        if not excluded:
+            cache.store(split, constants, cold_s)
     _record(GraphRecord(gm, split=split, subgraphs=list(subgraphs), capabilities=caps,
                         excluded=frozenset(excluded), disabled=disabled, rejections=rejections))
     return CompiledGraph(gm.forward, split, subgraphs)
+
+
+def _lower(gm: fx.GraphModule, example_inputs: Sequence[Any], opts: KilnOptions,
+           constant_inputs: frozenset[int] | None,
+           traced: bool) -> lowering.LoweredGraph | CompiledGraph:
+    """The functional ATen graph, or (lowering failed) gm run in eager."""
+    try:
+        if traced:  # AOTAutograd's graph: functional ATen, decomposed with our table
+            return lowering.LoweredGraph(gm, lowering.tensor_positions(
+                constant_inputs or frozenset(), example_inputs))
+        return lowering.lower(gm, example_inputs, extra_decompositions=opts.decompositions,
+                              constant_inputs=constant_inputs)
+    except lowering.LoweringError as e:
+        if opts.fallback == "error":
+            return _eager_or_raise(opts, gm, str(e))
+        _warn_once(f"lower:{e}", "kiln: running graph in eager: %s", e)
+        return _eager_graph(gm, f"lowering failed: {e}")
 
 
 def _copy_graph_module(gm: fx.GraphModule) -> fx.GraphModule:
@@ -292,7 +332,7 @@ def _copy_graph_module(gm: fx.GraphModule) -> fx.GraphModule:
     return fx.GraphModule(gm, graph)
 
 
-def _compile_partitions(split: fx.GraphModule, lowered: lowering.LoweredGraph,
+def _compile_partitions(split: fx.GraphModule, constant_inputs: frozenset[int],
                         example_inputs: Sequence[Any], opts: KilnOptions,
                         conn: Connection) -> list[KilnSubgraph]:
     """Replaces each fused submodule of split by a compiled KilnSubgraph."""
@@ -308,7 +348,7 @@ def _compile_partitions(split: fx.GraphModule, lowered: lowering.LoweredGraph,
         constant_positions, constant_args = [], []
         for pos, arg in enumerate(node.args):
             index = placeholder_index.get(arg)
-            if index is not None and index in lowered.constant_inputs:
+            if index is not None and index in constant_inputs:
                 constant_positions.append(pos)
                 constant_args.append(example_inputs[index])
             elif isinstance(arg, fx.Node) and arg.op == "get_attr":

@@ -1,6 +1,11 @@
 """`kiln cache ls|stats|verify|prune|clear`: the daemon's on-disk cache,
 inspected and trimmed through the files themselves (no daemon needed).
 
+The client's lowering entries (lowered/, kiln/lowering_cache.py) are
+counted by stats, listed by `ls --lowerings`, checked by verify, aged out
+and capped by prune (--older-than, --max-mb; they have no runtime version)
+and removed by clear, each reported apart from the daemon's entries.
+
 Safe beside running daemons: they treat a vanished entry as a miss, and
 only temporaries older than an hour are removed, since a younger one may be
 a daemon's write in progress (removing it would fail that daemon's rename).
@@ -15,7 +20,7 @@ import time
 from collections import Counter
 
 from kiln import cache_files, daemon
-from kiln.cache_files import Entry
+from kiln.cache_files import Entry, LoweringEntry
 
 
 def _fmt_bytes(n: int) -> str:
@@ -47,6 +52,8 @@ def _current_runtime_version() -> str:
 
 
 def _ls(ns: argparse.Namespace) -> int:
+    if ns.lowerings:
+        return _ls_lowerings(ns)
     entries = sorted(cache_files.list_entries(ns.cache_dir), key=lambda e: e.mtime, reverse=True)
     if not entries:
         print(f"no entries in {ns.cache_dir}")
@@ -54,6 +61,19 @@ def _ls(ns: argparse.Namespace) -> int:
     print(f"{'key':16}  {'size':>10}  {'last used':19}  runtime")
     for e in entries:
         print(_line(e))
+    return 0
+
+
+def _ls_lowerings(ns: argparse.Namespace) -> int:
+    entries = sorted(cache_files.list_lowerings(ns.cache_dir), key=lambda e: e.mtime,
+                     reverse=True)
+    if not entries:
+        print(f"no lowering entries in {ns.cache_dir}")
+        return 0
+    print(f"{'key':16}  {'size':>10}  {'last used':19}  torch")
+    for e in entries:
+        torch_version = e.torch_version if e.torch_version is not None else f"? ({e.header_error})"
+        print(f"{e.key[:16]}  {_fmt_bytes(e.size):>10}  {_fmt_time(e.mtime)}  {torch_version}")
     return 0
 
 
@@ -71,6 +91,10 @@ def _stats(ns: argparse.Namespace) -> int:
             version_bytes[e.runtime_version or "unreadable header"] += e.size
         for version, n in sorted(per_version.items()):
             lines.append(f"  runtime {version}: {n} entries ({_fmt_bytes(version_bytes[version])})")
+    lowerings = cache_files.list_lowerings(ns.cache_dir)
+    lowering_bytes = sum(e.size for e in lowerings)
+    lines.append(f"lowerings:    {len(lowerings)} ({_fmt_bytes(lowering_bytes)}, "
+                 f"{lowering_bytes} bytes; the client's lowered graphs, not under the cap)")
     cap_mb, source = cache_files.configured_max_mb()
     if cap_mb is None:
         lines.append(f"size cap:     unknown ({source})")
@@ -101,6 +125,19 @@ def _verify(ns: argparse.Namespace) -> int:
             print(f"bad     {e.key[:16]}: {reason} ({e.path})")
     print(f"{len(entries)} entries checked, {bad} bad"
           + (f", {bad - kept} removed" if ns.delete else ""))
+    lowerings = cache_files.list_lowerings(ns.cache_dir)
+    bad_lowerings = 0
+    for e in sorted(lowerings, key=lambda e: e.key):
+        reason = cache_files.check_lowering(e)
+        if reason is None:
+            continue
+        bad_lowerings += 1
+        if ns.delete and cache_files.remove(e.path):
+            print(f"removed lowering {e.key[:16]}: {reason}")
+        else:
+            kept += 1
+            print(f"bad     lowering {e.key[:16]}: {reason} ({e.path})")
+    print(f"{len(lowerings)} lowerings checked, {bad_lowerings} bad")
     return 1 if kept else 0
 
 
@@ -109,25 +146,31 @@ def _prune(ns: argparse.Namespace) -> int:
         print("kiln cache prune: give --max-mb, --older-than and/or --other-versions",
               file=sys.stderr)
         return 2
-    # Oldest first: the order the daemon evicts in.
-    entries = sorted(cache_files.list_entries(ns.cache_dir), key=lambda e: e.mtime)
+    # Oldest first: the order the daemon evicts in. Lowering entries take
+    # part in age and size pruning, never in --other-versions.
+    entries: list[Entry | LoweringEntry] = sorted(
+        cache_files.list_entries(ns.cache_dir) + cache_files.list_lowerings(ns.cache_dir),
+        key=lambda e: e.mtime)
     current = ns.runtime_version or (_current_runtime_version() if ns.other_versions else None)
     cutoff = None if ns.older_than is None else time.time() - ns.older_than * 86400
     removed = 0
     removed_bytes = 0
 
-    def drop(e: Entry, why: str) -> bool:
+    def drop(e: Entry | LoweringEntry, why: str) -> bool:
         nonlocal removed, removed_bytes
         if not cache_files.remove(e.path):
             return False
         removed += 1
         removed_bytes += e.size
-        print(f"removed {e.key[:16]}  {_fmt_bytes(e.size):>10}  {_fmt_time(e.mtime)}  ({why})")
+        kind = "lowering " if isinstance(e, LoweringEntry) else ""
+        print(f"removed {kind}{e.key[:16]}  {_fmt_bytes(e.size):>10}  {_fmt_time(e.mtime)}  "
+              f"({why})")
         return True
 
     remaining = []
     for e in entries:
-        if ns.other_versions and e.runtime_version is not None and e.runtime_version != current:
+        if (ns.other_versions and isinstance(e, Entry) and e.runtime_version is not None
+                and e.runtime_version != current):
             if drop(e, f"runtime {e.runtime_version}, not {current}"):
                 continue
         if cutoff is not None and e.mtime < cutoff:
@@ -160,10 +203,16 @@ def _clear(ns: argparse.Namespace) -> int:
         if cache_files.remove(e.path):
             removed += 1
             removed_bytes += e.size
+    lowerings = 0
+    lowering_bytes = 0
+    for e in cache_files.list_lowerings(ns.cache_dir):
+        if cache_files.remove(e.path):
+            lowerings += 1
+            lowering_bytes += e.size
     for path in cache_files.temporaries(ns.cache_dir, cache_files.STALE_TEMPORARY_S):
         cache_files.remove(path)
     print(f"removed {removed} entries ({_fmt_bytes(removed_bytes)}, {removed_bytes} bytes) "
-          f"from {ns.cache_dir}")
+          f"and {lowerings} lowerings ({_fmt_bytes(lowering_bytes)}) from {ns.cache_dir}")
     return 0
 
 
@@ -188,7 +237,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        help="cache directory (default: $KILN_CACHE_DIR, else "
                             "$XDG_CACHE_HOME/kiln, else ~/.cache/kiln)")
     commands = cache.add_subparsers(dest="cache_command", required=True)
-    commands.add_parser("ls", help="one line per entry, most recently used first")
+    ls = commands.add_parser("ls", help="one line per entry, most recently used first")
+    ls.add_argument("--lowerings", action="store_true",
+                    help="list the client's lowering entries (lowered/) instead")
     commands.add_parser("stats", help="entry count, size, ages, runtime versions, size cap")
     verify = commands.add_parser("verify", help="check every entry's header and checksum")
     verify.add_argument("--delete", action="store_true", help="remove the bad entries")
@@ -202,7 +253,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     prune.add_argument("--runtime-version", default=None,
                        help="the version to keep with --other-versions (default: what "
                             "`kilnd --version` prints)")
-    commands.add_parser("clear", help="remove every entry")
+    commands.add_parser("clear", help="remove every entry (and every lowering entry)")
 
 
 def run(ns: argparse.Namespace) -> int:

@@ -12,7 +12,17 @@ only). Writers put a whole entry in `<entry>.tmp.<pid>.<n>` and rename it
 into place. An entry's mtime is its last use: the daemon sets it on every
 cache hit and evicts the least recently used entries past its size cap.
 
-Nothing here deletes a file outside that layout.
+The client's own entries, lowered and partitioned graphs
+(kiln/lowering_cache.py), live beside them in <dir>/lowered/<key>.klow:
+
+    magic b"KILNLOW\0" | u32 format version | u32 length + torch version |
+    u64 payload size | 64 hex chars SHA-256 of the payload | payload
+
+(little-endian), written the same way (`<entry>.tmp.<pid>.<n>`, then a
+rename); a hit sets the mtime. The torch version is for people reading
+the directory: the key already covers it.
+
+Nothing here deletes a file outside those layouts.
 """
 from __future__ import annotations
 
@@ -31,6 +41,14 @@ _TEMPORARY_MARK = ".kart.tmp."
 # As in artifact_store.cc: a temporary this old belongs to a writer that died.
 STALE_TEMPORARY_S = 3600.0
 DEFAULT_MAX_MB = 2048
+
+
+LOWERING_DIR = "lowered"
+LOWERING_MAGIC = b"KILNLOW\0"
+LOWERING_FORMAT_VERSION = 1
+LOWERING_SUFFIX = ".klow"
+_LOWERING_TEMPORARY_MARK = LOWERING_SUFFIX + ".tmp."
+_LOWERING_HEADER = struct.Struct("<8sII")  # magic, format version, torch version length
 
 
 class CacheDirError(RuntimeError):
@@ -134,11 +152,15 @@ def check(entry: Entry) -> str | None:
     return None
 
 
-def _shards(cache_dir: str) -> list[str]:
+def _check_dir(cache_dir: str) -> None:
     if not os.path.isdir(cache_dir):
         raise CacheDirError(f"no cache directory at {cache_dir}")
     if not os.access(cache_dir, os.R_OK | os.X_OK):
         raise CacheDirError(f"cannot read the cache directory {cache_dir}")
+
+
+def _shards(cache_dir: str) -> list[str]:
+    _check_dir(cache_dir)
     root = os.path.join(cache_dir, "artifacts")
     try:
         names = os.listdir(root)
@@ -167,11 +189,12 @@ def list_entries(cache_dir: str) -> list[Entry]:
 
 
 def temporaries(cache_dir: str, older_than_s: float = 0.0) -> list[str]:
-    """Writers' temporaries whose mtime is at least `older_than_s` ago."""
+    """Writers' temporaries (the daemon's and the lowering cache's) whose
+    mtime is at least `older_than_s` ago."""
     cutoff = time.time() - older_than_s
     out = []
-    for path, name in _files(cache_dir):
-        if _TEMPORARY_MARK not in name:
+    for path, name in list(_files(cache_dir)) + _lowering_files(cache_dir):
+        if _TEMPORARY_MARK not in name and _LOWERING_TEMPORARY_MARK not in name:
             continue
         try:
             if os.stat(path).st_mtime <= cutoff:
@@ -200,3 +223,116 @@ def configured_max_mb() -> tuple[int | None, str]:
     if env.isdigit():
         return int(env), "KILN_CACHE_MAX_MB"
     return None, f"KILN_CACHE_MAX_MB={env!r} is not a number of MiB; kilnd refuses it"
+
+
+# ---- The client's lowering entries (lowered/<key>.klow) ---------------------
+
+
+@dataclass(frozen=True)
+class LoweringEntry:
+    """One lowering-cache entry as found on disk; the header fields are None
+    when `header_error` says why they could not be read."""
+
+    path: str
+    key: str
+    size: int
+    mtime: float
+    header_error: str | None = None
+    format_version: int | None = None
+    torch_version: str | None = None
+    payload_size: int | None = None
+    checksum: str | None = None
+    header_size: int = 0
+
+
+def pack_lowering(payload: bytes, torch_version: str) -> bytes:
+    """A whole lowering entry: header, then `payload`."""
+    version = torch_version.encode()
+    return (_LOWERING_HEADER.pack(LOWERING_MAGIC, LOWERING_FORMAT_VERSION, len(version))
+            + version + struct.pack("<Q", len(payload))
+            + hashlib.sha256(payload).hexdigest().encode("ascii") + payload)
+
+
+def _parse_lowering_header(path: str, head: bytes, size: int, mtime: float) -> LoweringEntry:
+    key = os.path.basename(path)[:-len(LOWERING_SUFFIX)]
+
+    def bad(reason: str, **fields) -> LoweringEntry:
+        return LoweringEntry(path, key, size, mtime, header_error=reason, **fields)
+
+    if len(head) < _LOWERING_HEADER.size:
+        return bad("bad magic" if not LOWERING_MAGIC.startswith(head[:8]) else "truncated header")
+    magic, fmt, n = _LOWERING_HEADER.unpack_from(head)
+    if magic != LOWERING_MAGIC:
+        return bad("bad magic")
+    if fmt != LOWERING_FORMAT_VERSION:
+        return bad("other format version", format_version=fmt)
+    pos = _LOWERING_HEADER.size
+    if n > _MAX_HEADER_STRING or len(head) < pos + n + 8 + 64:
+        return bad("truncated header", format_version=fmt)
+    version = head[pos:pos + n].decode("utf-8", errors="replace")
+    (payload_size,) = struct.unpack_from("<Q", head, pos + n)
+    checksum = head[pos + n + 8:pos + n + 8 + 64].decode("ascii", errors="replace")
+    return LoweringEntry(path, key, size, mtime, format_version=fmt, torch_version=version,
+                         payload_size=payload_size, checksum=checksum,
+                         header_size=pos + n + 8 + 64)
+
+
+def unpack_lowering(path: str, data: bytes) -> bytes:
+    """The payload of a whole lowering entry read from `path`; ValueError
+    saying what is wrong (the same reasons check_lowering gives)."""
+    entry = _parse_lowering_header(path, data[:_LOWERING_HEADER.size + _MAX_HEADER_STRING + 72],
+                                   len(data), 0.0)
+    if entry.header_error is not None:
+        raise ValueError(entry.header_error)
+    payload = data[entry.header_size:]
+    if len(payload) != entry.payload_size:
+        raise ValueError("truncated or oversized payload")
+    if hashlib.sha256(payload).hexdigest() != entry.checksum:
+        raise ValueError("checksum mismatch")
+    return payload
+
+
+def _lowering_files(cache_dir: str) -> list[tuple[str, str]]:
+    root = os.path.join(cache_dir, LOWERING_DIR)
+    try:
+        return [(os.path.join(root, n), n) for n in os.listdir(root)]
+    except OSError:
+        return []  # none written yet, or not ours to read
+
+
+def list_lowerings(cache_dir: str) -> list[LoweringEntry]:
+    """Every lowering entry, headers read, unordered."""
+    _check_dir(cache_dir)
+    out = []
+    for path, name in _lowering_files(cache_dir):
+        if not name.endswith(LOWERING_SUFFIX) or not os.path.isfile(path):
+            continue
+        try:
+            with open(path, "rb") as f:
+                st = os.fstat(f.fileno())
+                head = f.read(_LOWERING_HEADER.size + _MAX_HEADER_STRING + 72)
+        except OSError as e:
+            out.append(LoweringEntry(path, name[:-len(LOWERING_SUFFIX)], 0, 0.0,
+                                     header_error=f"unreadable: {e.strerror}"))
+            continue
+        out.append(_parse_lowering_header(path, head, st.st_size, st.st_mtime))
+    return out
+
+
+def check_lowering(entry: LoweringEntry) -> str | None:
+    """Why the lowering cache would ignore `entry` on its container alone
+    (header, size, checksum); None when it is sound."""
+    if entry.header_error is not None:
+        return entry.header_error
+    if entry.size - entry.header_size != entry.payload_size:
+        return "truncated or oversized payload"
+    try:
+        with open(entry.path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        return f"unreadable: {e.strerror}"
+    try:
+        unpack_lowering(entry.path, data)
+    except ValueError as e:
+        return str(e)
+    return None

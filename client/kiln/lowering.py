@@ -104,6 +104,20 @@ def tensor_positions(positions: frozenset[int], example_inputs: Sequence[object]
     return frozenset(i for i in positions if isinstance(example_inputs[i], torch.Tensor))
 
 
+def constant_positions(gm: fx.GraphModule, example_inputs: Sequence[object],
+                       constant_inputs: frozenset[int] | None = None) -> frozenset[int]:
+    """Positions of the inputs that are weights: `constant_inputs` if the
+    caller knows them, else those whose placeholder is a parameter or buffer
+    (tensors only either way). lower() and the lowering cache's key agree
+    through this one function."""
+    if constant_inputs is not None:
+        return frozenset(i for i in constant_inputs
+                         if isinstance(example_inputs[i], torch.Tensor))
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    return frozenset(i for i, (n, e) in enumerate(zip(placeholders, example_inputs))
+                     if isinstance(e, torch.Tensor) and is_param_or_buffer(n, e))
+
+
 def lower(gm: fx.GraphModule, example_inputs: Sequence[object],
           extra_decompositions: Sequence[str] = (),
           constant_inputs: frozenset[int] | None = None) -> LoweredGraph:
@@ -130,12 +144,7 @@ def lower(gm: fx.GraphModule, example_inputs: Sequence[object],
                                 "not a tensor or int")
         if any(not isinstance(s, int) for s in example.shape):
             raise LoweringError(f"input {node.name!r} has a symbolic shape")
-    if constant_inputs is not None:
-        constants = frozenset(i for i in constant_inputs
-                              if isinstance(example_inputs[i], torch.Tensor))
-    else:
-        constants = frozenset(i for i, (n, e) in enumerate(zip(placeholders, example_inputs))
-                              if isinstance(e, torch.Tensor) and is_param_or_buffer(n, e))
+    constants = constant_positions(gm, example_inputs, constant_inputs)
     table = decomposition_table(extra_decompositions)
 
     fake_mode = torch._guards.detect_fake_mode(example_inputs)
