@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <random>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "cache/checksum.h"
 #include "runtime/compile/shared_constants.h"
@@ -49,7 +50,30 @@ bool WriteAll(int fd, const void* data, size_t size) {
 
 }  // namespace
 
-ConstantFiles::ConstantFiles(ArtifactStore* store) : store_(store) {
+// One mapped file whose checksum has not been checked yet.
+struct PendingCheck {
+  absl::Mutex mu;
+  enum class State { kPending, kGood, kBad } state ABSL_GUARDED_BY(mu) = State::kPending;
+  const uint8_t* data = nullptr;
+  uint64_t size = 0;
+  uint64_t checksum = 0;
+  uint64_t file_size = 0;
+  std::string path;
+};
+
+struct ConstantFiles::Checks {
+  mutable absl::Mutex mu;
+  absl::flat_hash_map<const void*, std::shared_ptr<PendingCheck>> by_data ABSL_GUARDED_BY(mu);
+
+  std::shared_ptr<PendingCheck> Find(const void* data) const {
+    absl::MutexLock lock(&mu);
+    auto it = by_data.find(data);
+    return it == by_data.end() ? nullptr : it->second;
+  }
+};
+
+ConstantFiles::ConstantFiles(ArtifactStore* store)
+    : store_(store), checks_(std::make_shared<Checks>()) {
   writer_ = std::thread([this] {
     // Behind compiles and runs: a warm start later matters less than the
     // compile going on now.
@@ -59,6 +83,7 @@ ConstantFiles::ConstantFiles(ArtifactStore* store) : store_(store) {
 }
 
 ConstantFiles::~ConstantFiles() {
+  if (deferring_.load()) runtime::SetDeferredChecks(nullptr);
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
@@ -67,6 +92,45 @@ ConstantFiles::~ConstantFiles() {
 }
 
 bool ConstantFiles::Usable() const { return store_->enabled(); }
+
+void ConstantFiles::InstallDeferredChecks() {
+  runtime::SetDeferredChecks(this);
+  deferring_ = true;
+}
+
+bool ConstantFiles::CheckBeforeRead(const void* data) {
+  std::shared_ptr<PendingCheck> check = checks_->Find(data);
+  if (check == nullptr) return true;
+  bool good;
+  {
+    // Concurrent readers wait here for the one checking.
+    absl::MutexLock lock(&check->mu);
+    if (check->state == PendingCheck::State::kPending) {
+      checked_bytes_ += check->size;
+      const bool ok = ChunkedChecksum64(check->data, check->size) == check->checksum;
+      check->state = ok ? PendingCheck::State::kGood : PendingCheck::State::kBad;
+      if (!ok) {
+        spdlog::warn("cached constant {} rejected (checksum mismatch); removing it",
+                     check->path);
+        std::error_code ec;
+        if (fs::remove(check->path, ec)) store_->Forget(check->file_size);
+      }
+    }
+    good = check->state == PendingCheck::State::kGood;
+  }
+  if (good) {  // nothing to check any more
+    absl::MutexLock lock(&checks_->mu);
+    checks_->by_data.erase(data);
+  }
+  return good;
+}
+
+bool ConstantFiles::IsBad(const void* data) const {
+  std::shared_ptr<PendingCheck> check = checks_->Find(data);
+  if (check == nullptr) return false;
+  absl::MutexLock lock(&check->mu);
+  return check->state == PendingCheck::State::kBad;
+}
 
 std::string ConstantFiles::PathFor(const std::string& key, bool derived) const {
   // A client's bytes are the same for every runtime; what the compiler
@@ -79,7 +143,8 @@ std::string ConstantFiles::PathFor(const std::string& key, bool derived) const {
 }
 
 std::optional<runtime::ConstantData> ConstantFiles::LoadFile(const std::string& key, bool derived,
-                                                             int64_t size) {
+                                                             int64_t size, bool defer_check) {
+  defer_check = defer_check && deferring_.load();
   if (!Usable()) return std::nullopt;
   const std::string path = PathFor(key, derived);
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -134,7 +199,8 @@ std::optional<runtime::ConstantData> ConstantFiles::LoadFile(const std::string& 
              std::memcmp(static_cast<const char*>(base) + kKeyOffset, key.data(),
                          std::min(key.size(), kMaxStoredKey)) != 0) {
     why = "other key";
-  } else if (ChunkedChecksum64(payload, h.payload_size) != h.checksum) {
+  } else if (!defer_check && (checked_bytes_ += h.payload_size,
+                              ChunkedChecksum64(payload, h.payload_size) != h.checksum)) {
     why = "checksum mismatch";
   }
   if (why != nullptr) {
@@ -142,19 +208,44 @@ std::optional<runtime::ConstantData> ConstantFiles::LoadFile(const std::string& 
     return reject(why);
   }
   // The LRU clock (artifact_store.h); failing to set it only ages the file.
-  ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);
+  // Not when it is recent: a model's files are loaded a hundred at a time,
+  // and an hour is fine resolution for eviction.
+  if (st.st_mtime < ::time(nullptr) - 3600) ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);
   {
     absl::MutexLock lock(&mu_);
     known_.insert(path);
   }
   loaded_bytes_ += h.payload_size;
+  if (!defer_check) {
+    return runtime::ConstantData{
+        std::shared_ptr<const uint8_t>(payload, [unmap](const uint8_t*) { unmap(); }),
+        static_cast<int64_t>(h.payload_size)};
+  }
+  auto check = std::make_shared<PendingCheck>();
+  check->data = payload;
+  check->size = h.payload_size;
+  check->checksum = h.checksum;
+  check->file_size = file_size;
+  check->path = path;
+  {
+    absl::MutexLock lock(&checks_->mu);
+    checks_->by_data[payload] = std::move(check);
+  }
   return runtime::ConstantData{
-      std::shared_ptr<const uint8_t>(payload, [unmap](const uint8_t*) { unmap(); }),
+      std::shared_ptr<const uint8_t>(payload,
+                                     [unmap, checks = checks_](const uint8_t* p) {
+                                       {
+                                         absl::MutexLock lock(&checks->mu);
+                                         checks->by_data.erase(p);
+                                       }
+                                       unmap();
+                                     }),
       static_cast<int64_t>(h.payload_size)};
 }
 
-std::optional<runtime::ConstantData> ConstantFiles::Load(const std::string& key, int64_t size) {
-  return LoadFile(key, /*derived=*/true, size);
+std::optional<runtime::ConstantData> ConstantFiles::Load(const std::string& key, int64_t size,
+                                                         bool defer_check) {
+  return LoadFile(key, /*derived=*/true, size, defer_check);
 }
 
 void ConstantFiles::Save(const std::string& key, runtime::ConstantData data) {
@@ -162,7 +253,7 @@ void ConstantFiles::Save(const std::string& key, runtime::ConstantData data) {
 }
 
 std::optional<runtime::ConstantData> ConstantFiles::LoadUploaded(const std::string& hash) {
-  return LoadFile(runtime::StoreConstantKey(hash), /*derived=*/false, -1);
+  return LoadFile(runtime::StoreConstantKey(hash), /*derived=*/false, -1, /*defer_check=*/true);
 }
 
 void ConstantFiles::SaveUploaded(const std::string& hash, runtime::ConstantData data) {

@@ -28,6 +28,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -43,7 +44,7 @@ namespace kiln::cache {
 inline constexpr uint32_t kConstantFileFormatVersion = 1;
 inline constexpr size_t kConstantFileHeaderBytes = 4096;
 
-class ConstantFiles : public runtime::ConstantPersistence {
+class ConstantFiles : public runtime::ConstantPersistence, public runtime::DeferredChecks {
  public:
   // Files live in store->dir(); nothing is read or written while the store
   // is disabled (no cache directory, or it failed).
@@ -53,11 +54,22 @@ class ConstantFiles : public runtime::ConstantPersistence {
   ConstantFiles(const ConstantFiles&) = delete;
   ConstantFiles& operator=(const ConstantFiles&) = delete;
 
-  // Derived constants (runtime::ConstantPersistence).
-  std::optional<runtime::ConstantData> Load(const std::string& key, int64_t size) override;
-  void Save(const std::string& key, runtime::ConstantData data) override;
+  // Makes this the process's runtime::DeferredChecks (until destroyed):
+  // only then do loads asked to defer their checksum do so; otherwise
+  // every load checks at once.
+  void InstallDeferredChecks();
 
-  // Clients' constants, by content hash.
+  // Derived constants (runtime::ConstantPersistence).
+  std::optional<runtime::ConstantData> Load(const std::string& key, int64_t size,
+                                            bool defer_check) override;
+  void Save(const std::string& key, runtime::ConstantData data) override;
+  // runtime::DeferredChecks: a bad file is deleted (and logged) when found.
+  bool CheckBeforeRead(const void* data) override;
+  // `data` (from a load) failed its deferred check.
+  bool IsBad(const void* data) const;
+
+  // Clients' constants, by content hash; checked when first read (when
+  // deferred checks are installed).
   std::optional<runtime::ConstantData> LoadUploaded(const std::string& hash);
   void SaveUploaded(const std::string& hash, runtime::ConstantData data);
   // A file for it exists (not yet verified: LoadUploaded checks it).
@@ -67,13 +79,16 @@ class ConstantFiles : public runtime::ConstantPersistence {
   void Flush();
   // Payload bytes of the files loaded so far.
   uint64_t loaded_bytes() const { return loaded_bytes_.load(); }
+  // Payload bytes whose checksum was computed on load (at once or deferred).
+  uint64_t checked_bytes() const { return checked_bytes_.load(); }
 
   // Where `key`'s file is; `derived` selects the naming.
   std::string PathFor(const std::string& key, bool derived) const;
 
  private:
   std::optional<runtime::ConstantData> LoadFile(const std::string& key, bool derived,
-                                                int64_t size);
+                                                int64_t size, bool defer_check);
+  struct Checks;  // loads whose checksum is deferred, by their bytes
   void Enqueue(const std::string& key, bool derived, runtime::ConstantData data);
   void WriterLoop();
   void Write(const std::string& key, const std::string& path, const runtime::ConstantData& data);
@@ -93,6 +108,10 @@ class ConstantFiles : public runtime::ConstantPersistence {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool failed_ ABSL_GUARDED_BY(mu_) = false;  // a write failed: stop writing
   std::atomic<uint64_t> loaded_bytes_{0};
+  std::atomic<uint64_t> checked_bytes_{0};
+  std::atomic<bool> deferring_{false};
+  // Shared with the mappings' deleters, which may outlive this object.
+  std::shared_ptr<Checks> checks_;
   std::thread writer_;
 };
 

@@ -68,6 +68,14 @@ bool ConstantStore::Contains(const std::string& hash) const {
   return files_ != nullptr && files_->HasUploaded(hash);
 }
 
+void ConstantStore::Drop(const std::string& hash, const void* bytes) {
+  absl::MutexLock lock(&mu_);
+  auto it = entries_.find(hash);
+  if (it == entries_.end() || it->second.data.bytes.get() != bytes) return;
+  bytes_ -= it->second.data.size;
+  entries_.erase(it);
+}
+
 ConstantStore::Evicted ConstantStore::EvictUnreferenced(absl::Duration grace, absl::Time now) {
   Evicted evicted;
   absl::MutexLock lock(&mu_);

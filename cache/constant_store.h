@@ -39,6 +39,9 @@ class ConstantStore {
   absl::StatusOr<bool> Put(const std::string& hash, const void* data, int64_t size);
   absl::StatusOr<runtime::ConstantData> Get(const std::string& hash) const;
   bool Contains(const std::string& hash) const;
+  // Forgets `hash` if its entry holds these bytes (a copy mapped from the
+  // cache directory that failed its deferred check).
+  void Drop(const std::string& hash, const void* bytes);
 
   size_t count() const;
   int64_t bytes() const;

@@ -18,25 +18,46 @@ namespace kiln::server {
 absl::StatusOr<std::shared_ptr<const runtime::CompiledGraph>> GraphCache::Build(
     const kiln::v1::Graph& graph, const runtime::CompileOptions& options, bool shape_variant,
     bool persist) {
-  KILN_ASSIGN_OR_RETURN(runtime::Graph ir, runtime::GraphFromProto(graph));
-  ir.options = options;
   cache::ConstantFiles* files = persist ? files_ : nullptr;
-  auto resolve = [this, files](const std::string& hash) {
+  bool check_now = false;  // the second attempt's: every weight checked up front
+  auto resolve = [this, &files, &check_now](const std::string& hash) {
     auto data = constants_->Get(hash);
+    // A copy from the cache directory that failed its check: gone from
+    // the store, and from the directory (so: missing, and uploaded again).
+    if (data.ok() && files_ != nullptr &&
+        (check_now ? !files_->CheckBeforeRead(data->bytes.get())
+                   : files_->IsBad(data->bytes.get()))) {
+      constants_->Drop(hash, data->bytes.get());
+      data = constants_->Get(hash);
+    }
     // Saved with the graph's artifact, so a warm start needs no upload.
     if (data.ok() && files != nullptr) files->SaveUploaded(hash, *data);
     return data;
   };
-  // In the arena the graph will run in: oneDNN fixes each primitive's
-  // work split for the threads it sees when the primitive is created.
-  absl::StatusOr<std::unique_ptr<runtime::CompiledGraph>> compiled;
   runtime::CompileHints hints;
   hints.keep_derived_constants = shape_variant;
-  runtime::RunLikeExecution(options, [&] {
-    // Set in here: the arena may run this on one of its own threads.
-    runtime::PersistenceScope scope(files);
-    compiled = runtime::Compile(std::move(ir), resolve, runtime::CompileLimits{}, hints);
-  });
+  absl::StatusOr<std::unique_ptr<runtime::CompiledGraph>> compiled;
+  // DATA_LOSS: a constant mapped from the cache directory failed the check
+  // made before reading it (it is gone). The second attempt derives every
+  // weight again, from client weights checked before use, and reports the
+  // bad ones missing (the client uploads them and compiles again).
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    if (attempt == 1) {
+      files = nullptr;
+      check_now = true;
+    }
+    KILN_ASSIGN_OR_RETURN(runtime::Graph ir, runtime::GraphFromProto(graph));
+    ir.options = options;
+    // In the arena the graph will run in: oneDNN fixes each primitive's
+    // work split for the threads it sees when the primitive is created.
+    runtime::RunLikeExecution(options, [&] {
+      // Set in here: the arena may run this on one of its own threads.
+      runtime::PersistenceScope scope(files);
+      compiled = runtime::Compile(std::move(ir), resolve, runtime::CompileLimits{}, hints);
+    });
+    if (compiled.ok() || compiled.status().code() != absl::StatusCode::kDataLoss) break;
+    spdlog::warn("compile: {}; compiling again", std::string(compiled.status().message()));
+  }
   if (!compiled.ok()) return compiled.status();
   return std::shared_ptr<const runtime::CompiledGraph>(*std::move(compiled));
 }

@@ -85,6 +85,7 @@ KilnService::KilnService(std::string cache_dir, int execution_threads, uint64_t 
       channel_slots_(execution_threads > 0 ? execution_threads : runtime::ConfiguredThreads()),
       executions_(execution_threads > 0 ? execution_threads : runtime::ConfiguredThreads()) {
   constants_.SetFiles(&constant_files_);
+  constant_files_.InstallDeferredChecks();
   watcher_ = std::thread([this] { WatchClients(); });
 }
 

@@ -79,19 +79,26 @@ _hash_pool: concurrent.futures.ThreadPoolExecutor | None = None
 _hash_pool_lock = threading.Lock()
 
 
-def sha256_many(tensors: Sequence[torch.Tensor]) -> list[str]:
-    """sha256_of each tensor. A model's weights (hundreds of MB) are hashed
-    on every core: hashlib releases the GIL while it hashes."""
+def _hash_executor() -> concurrent.futures.ThreadPoolExecutor | None:
     global _hash_pool
-    total = sum(t.numel() * t.element_size() for t in tensors)
     workers = min(os.cpu_count() or 1, 8)
-    if total < _PARALLEL_HASH_BYTES or workers < 2 or len(tensors) < 2:
-        return [sha256_of(t) for t in tensors]
+    if workers < 2:
+        return None
     with _hash_pool_lock:
         if _hash_pool is None:
             _hash_pool = concurrent.futures.ThreadPoolExecutor(
                 max_workers=workers, thread_name_prefix="kiln-hash")
-    return list(_hash_pool.map(sha256_of, tensors))
+        return _hash_pool
+
+
+def sha256_many(tensors: Sequence[torch.Tensor]) -> list[str]:
+    """sha256_of each tensor. A model's weights (hundreds of MB) are hashed
+    on every core: hashlib releases the GIL while it hashes."""
+    total = sum(t.numel() * t.element_size() for t in tensors)
+    pool = _hash_executor() if total >= _PARALLEL_HASH_BYTES and len(tensors) >= 2 else None
+    if pool is None:
+        return [sha256_of(t) for t in tensors]
+    return list(pool.map(sha256_of, tensors))
 
 
 @dataclasses.dataclass

@@ -50,6 +50,7 @@ from typing import Any, Sequence
 
 import torch
 import torch.fx as fx
+from torch.fx._lazy_graph_module import _LazyGraphModule, _make_graph_module
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, is_fake
 
 from kiln import cache_files, daemon
@@ -478,10 +479,13 @@ def _decode_split(payload: dict) -> fx.GraphModule:
     for name in graphs:
         if name:
             root.add_module(name, torch.nn.Module())
-    split = fx.GraphModule(root, decoder.graph(graphs[""]))
+    # Lazy: their Python code is generated on first call, not here (a
+    # fused submodule only runs if its partition falls back to eager).
+    split = _make_graph_module(root, decoder.graph(graphs[""]), graph_module_cls=_LazyGraphModule)
     for name, encoded in graphs.items():
         if name:
-            setattr(split, name, fx.GraphModule(root_of(name), decoder.graph(encoded)))
+            setattr(split, name, _make_graph_module(root_of(name), decoder.graph(encoded),
+                                                    graph_module_cls=_LazyGraphModule))
     return split
 
 

@@ -103,11 +103,15 @@ absl::Status FoldNode(PassContext& ctx, int i) {
     }
     // The shape sweep inferred the output (one, as the caller checked).
     if (persistence != nullptr) {
-      if (std::optional<ConstantData> saved = persistence->Load(key, node.outputs[0].ByteSize())) {
+      if (std::optional<ConstantData> saved =
+              persistence->Load(key, node.outputs[0].ByteSize(), /*defer_check=*/true)) {
         use(PublishShared(key, SharedConstant{*std::move(saved), node.outputs}));
         return absl::OkStatus();
       }
     }
+  }
+  for (const ValueRef& ref : TensorInputsOf(node)) {
+    if (!CheckBeforeRead(ctx.constant_data[ref.node])) return BadSavedConstant(node);
   }
   KILN_ASSIGN_OR_RETURN(PreparedOp prepared,
                         PrepareNode(ctx.graph, node, ctx.constant_data, /*shape_only=*/false));
@@ -206,6 +210,9 @@ void ScheduleSteps(BranchMode branches, const std::vector<StepUse>& uses,
   for (auto& ns : cg->threading.step_ns) ns = std::numeric_limits<int64_t>::max();
 }
 
+constexpr char kBadSavedConstant[] =
+    "a constant saved in the cache directory failed its checksum (removed; compile again)";
+
 bool AllInputsConstant(const PassContext& ctx, const Node& node) {
   std::vector<ValueRef> refs = TensorInputsOf(node);
   if (refs.empty()) return false;
@@ -221,6 +228,8 @@ absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
     Graph graph, const ConstantResolver& resolve, const CompileLimits& limits,
     const CompileHints& hints) {
   auto cg = std::make_unique<CompiledGraph>();
+  CompileReads reads;
+  CompileReadsScope reads_scope(&reads);
   auto lap = [last = std::chrono::steady_clock::now()](double* into) mutable {
     const auto now = std::chrono::steady_clock::now();
     *into = std::chrono::duration<double, std::milli>(now - last).count();
@@ -338,8 +347,9 @@ absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
           node.outputs[0].ByteSize()});
     }
   }
-  // Constant bytes some run reads (not only a kernel's prepare).
-  absl::flat_hash_set<const void*> read_at_run;
+  // Constant bytes some run reads (not only a kernel's prepare), and those
+  // kernels read at prepare time.
+  absl::flat_hash_set<const void*> read_at_run, read_at_prepare;
   auto constant_of = [&](ValueRef ref) -> const void* {
     const ValueSlot& slot = cg->slots[ref.node][ref.output];
     return slot.kind == ValueSlot::Kind::kConstant ? cg->constants[slot.index].bytes.get()
@@ -364,8 +374,17 @@ absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
       if (step_of[ref.node] >= 0) use.after.push_back(step_of[ref.node]);
     }
     std::vector<TensorMeta> expected = node.outputs;
+    const size_t found_before = reads.packed_without_reading.size();
     KILN_ASSIGN_OR_RETURN(PreparedOp prepared,
                           PrepareNode(graph, node, constant_data, /*shape_only=*/false));
+    // What the kernel took at prepare time, bar weights whose packing it
+    // found (their bytes were not read): checked below.
+    const absl::flat_hash_set<const void*> found_packed(
+        reads.packed_without_reading.begin() + static_cast<std::ptrdiff_t>(found_before),
+        reads.packed_without_reading.end());
+    for (const void* c : prepared.consumed_constants) {
+      if (!found_packed.contains(c)) read_at_prepare.insert(c);
+    }
     if (prepared.outputs != expected) {
       return absl::InternalError(absl::StrCat("node '", node.name,
                                               "': outputs changed between shape sweep and prepare"));
@@ -391,6 +410,16 @@ absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
     if (const void* data = constant_of(out)) read_at_run.insert(data);
     if (int r = request_of[out.node][out.output]; r >= 0) output_requests.push_back(r);
     cg->output_metas.push_back(graph.MetaOf(out));
+  }
+  // Constants handed out before their checks (cache files, see
+  // compile/constant_persistence.h): those read here or by runs must pass
+  // now; those nothing read (originals and folds whose packed forms were
+  // found) need not be read at all.
+  if (reads.failed_check) return absl::DataLossError(kBadSavedConstant);
+  for (const auto* set : {&read_at_run, &read_at_prepare}) {
+    for (const void* data : *set) {
+      if (!CheckBeforeRead(data)) return absl::DataLossError(kBadSavedConstant);
+    }
   }
   lap(&cg->phases.kernels_ms);
   // Execution order and waves, and so every value's lifetime.

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "runtime/compile/compiled_graph.h"
 
@@ -23,11 +24,52 @@ class ConstantPersistence {
   virtual ~ConstantPersistence() = default;
   // The bytes saved under `key`, exactly `size` of them, or nullopt (never
   // saved, or the saved copy failed its checks and was dropped).
-  virtual std::optional<ConstantData> Load(const std::string& key, int64_t size) = 0;
+  // `defer_check`: the bytes may be handed out before their checksum is
+  // checked; whoever reads them calls CheckBeforeRead first (below). A
+  // derived constant that only feeds a derivation found saved (a folded
+  // weight whose packed form was saved too) is then never read at all.
+  virtual std::optional<ConstantData> Load(const std::string& key, int64_t size,
+                                           bool defer_check) = 0;
   // Saves `data` under `key` unless already saved. May work in the
   // background (it keeps `data` alive until written) and may give up
   // (full disk): persistence is an optimization, never an error.
   virtual void Save(const std::string& key, ConstantData data) = 0;
+};
+
+// Constant bytes handed out before their checks (a mapped cache file whose
+// checksum is verified on first read). Process-wide: a compile may find
+// such bytes through the tables of shared constants, loaded by another.
+class DeferredChecks {
+ public:
+  virtual ~DeferredChecks() = default;
+  // True when `data` awaits no check or passes it now (once; concurrent
+  // callers wait for the one checking); false when its bytes are bad.
+  virtual bool CheckBeforeRead(const void* data) = 0;
+};
+// Installed once by the daemon before any compile; null: nothing defers.
+void SetDeferredChecks(DeferredChecks* checks);
+// Before reading a constant's bytes at compile time (to fold it, pack it,
+// or in a run): true when they may be read. False means the compile must
+// fail (DATA_LOSS) and be redone; the bad copy is already dropped.
+bool CheckBeforeRead(const void* data);
+
+// What a compile read, for deciding which deferred checks it needs. Set by
+// Compile on its thread; PackConstant reports srcs it did not read (their
+// packing was found) and a failed check of a src it had to read.
+struct CompileReads {
+  std::vector<const void*> packed_without_reading;
+  bool failed_check = false;
+};
+CompileReads* CurrentCompileReads();
+class CompileReadsScope {
+ public:
+  explicit CompileReadsScope(CompileReads* reads);
+  ~CompileReadsScope();
+  CompileReadsScope(const CompileReadsScope&) = delete;
+  CompileReadsScope& operator=(const CompileReadsScope&) = delete;
+
+ private:
+  CompileReads* previous_;
 };
 
 // The persistence of the compile running on this thread; null when none

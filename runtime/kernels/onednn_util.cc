@@ -179,9 +179,16 @@ PackedConstant PackConstant(const dnnl::memory::desc& src_md, const void* src,
     }
     return nullptr;
   };
+  CompileReads* reads = CurrentCompileReads();
+  auto not_read = [&] {
+    if (reads != nullptr) reads->packed_without_reading.push_back(src);
+  };
   if (!key.empty()) {
     absl::MutexLock lock(&cache.mu);
-    if (auto live = find()) return View(dst_md, std::move(live));
+    if (auto live = find()) {
+      not_read();
+      return View(dst_md, std::move(live));
+    }
   }
   const size_t size = std::max<size_t>(dst_md.get_size(), 1);
   const int64_t counted = static_cast<int64_t>(size);
@@ -197,7 +204,10 @@ PackedConstant PackConstant(const dnnl::memory::desc& src_md, const void* src,
   const std::string persist_key =
       persistence == nullptr ? "" : PersistKey(key, src_md, dst_md);
   if (!persist_key.empty()) {
-    if (std::optional<ConstantData> saved = persistence->Load(persist_key, counted)) {
+    // Checked now: kernels read it at every run.
+    if (std::optional<ConstantData> saved =
+            persistence->Load(persist_key, counted, /*defer_check=*/false)) {
+      not_read();
       packed_bytes += counted;
       const void* raw = saved->bytes.get();
       std::shared_ptr<const void> bytes(raw, [counted, keep = std::move(saved->bytes)](const void*) {
@@ -209,6 +219,8 @@ PackedConstant PackConstant(const dnnl::memory::desc& src_md, const void* src,
   // Packed outside the lock: a large reorder must not hold up other
   // compiles. Two compiles racing on one weight may both pack; the first
   // to publish wins and the other's copy is dropped.
+  const bool src_ok = CheckBeforeRead(src);
+  if (!src_ok && reads != nullptr) reads->failed_check = true;
   std::shared_ptr<const void> bytes(std::aligned_alloc(64, (size + 63) / 64 * 64),
                                     [counted](const void* p) {
                                       packed_bytes -= counted;
@@ -223,7 +235,8 @@ PackedConstant PackConstant(const dnnl::memory::desc& src_md, const void* src,
     dnnl::reorder(src_mem, dst_mem).execute(stream, src_mem, dst_mem);
     stream.wait();
   }
-  if (key.empty()) return View(dst_md, std::move(bytes));
+  // Packed from bad bytes: kept private (the compile fails, CompileReads).
+  if (key.empty() || !src_ok) return View(dst_md, std::move(bytes));
   if (!persist_key.empty()) {
     persistence->Save(persist_key,
                       ConstantData{std::static_pointer_cast<const uint8_t>(bytes), counted});

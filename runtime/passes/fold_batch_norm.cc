@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/compile/constant_persistence.h"
 #include "runtime/compile/shared_constants.h"
 #include "runtime/exec/parallel.h"
 #include "runtime/ir/arg_builders.h"
@@ -132,6 +133,9 @@ absl::Status FoldBatchNorm(PassContext& ctx) {
       wi = ctx.AddFoundConstant(w_name, wmeta, w_key, *std::move(found_w));
       bi = ctx.AddFoundConstant(b_name, bmeta, b_key, *std::move(found_b));
     } else {
+      for (const float* p : {w, cb, gamma, beta, mean, var}) {
+        if (!CheckBeforeRead(p)) return BadSavedConstant(conv);
+      }
       void* w_bytes;
       void* b_bytes;
       std::tie(wi, w_bytes) = ctx.AddUninitializedConstant(w_name, wmeta, w_key);

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <new>
 
+#include "absl/strings/str_cat.h"
+
 #include "runtime/compile/constant_persistence.h"
 #include "runtime/compile/shared_constants.h"
 
@@ -54,7 +56,7 @@ std::optional<ConstantData> PassContext::FindDerived(const std::string& share_ke
     return std::nullopt;
   }
   if (ConstantPersistence* persistence = CurrentPersistence()) {
-    return persistence->Load(share_key, meta.ByteSize());
+    return persistence->Load(share_key, meta.ByteSize(), /*defer_check=*/true);
   }
   return std::nullopt;
 }
@@ -70,6 +72,12 @@ int PassContext::AddFoundConstant(const std::string& name, const TensorMeta& met
   constant_data.push_back(data.bytes.get());
   created.push_back(std::move(data));
   return static_cast<int>(graph.nodes.size()) - 1;
+}
+
+absl::Status BadSavedConstant(const Node& node) {
+  return absl::DataLossError(absl::StrCat("node '", node.name,
+                                          "': a constant saved in the cache directory failed its "
+                                          "checksum (removed; compile again)"));
 }
 
 Uses ComputeUses(const Graph& graph) {

@@ -72,6 +72,9 @@ absl::Status PropagateChannelsLast(PassContext& ctx);
 // 1x1 convolution -> 3x3 depthwise convolution pairs, both channels-last
 // (so after PropagateChannelsLast) -> kiln.conv2d_dw, where that pays.
 absl::Status FuseConvDepthwise(PassContext& ctx);
+// DATA_LOSS for a pass that found a constant it must read bad
+// (CheckBeforeRead): the compile is redone without that copy.
+absl::Status BadSavedConstant(const Node& node);
 // Marks op nodes none of whose outputs are used as dead.
 void EliminateDeadNodes(Graph& graph);
 

@@ -63,8 +63,9 @@ std::vector<std::string> Files(const fs::path& dir) {
 class Counting : public runtime::ConstantPersistence {
  public:
   explicit Counting(ConstantFiles* files) : files_(files) {}
-  std::optional<runtime::ConstantData> Load(const std::string& key, int64_t size) override {
-    auto got = files_->Load(key, size);
+  std::optional<runtime::ConstantData> Load(const std::string& key, int64_t size,
+                                            bool defer_check) override {
+    auto got = files_->Load(key, size, defer_check);
     (got ? hits : misses)++;
     return got;
   }
@@ -109,13 +110,13 @@ TEST_F(ConstantFilesTest, AnotherDaemonMapsWhatOneSaved) {
   ArtifactStore store(dir_.string());
   EXPECT_EQ(store.total_bytes(), fs::file_size(path));  // counted with the entries
   ConstantFiles files(&store);
-  auto got = files.Load("d:weights", static_cast<int64_t>(v.size() * sizeof(float)));
+  auto got = files.Load("d:weights", static_cast<int64_t>(v.size() * sizeof(float)), false);
   ASSERT_TRUE(got.has_value());
   ASSERT_EQ(got->size, static_cast<int64_t>(v.size() * sizeof(float)));
   EXPECT_EQ(std::memcmp(got->bytes.get(), v.data(), got->size), 0);
   // Page-aligned, as the kernels' own buffers are (at least) 64-aligned.
   EXPECT_EQ(reinterpret_cast<uintptr_t>(got->bytes.get()) % 4096, 0u);
-  EXPECT_FALSE(files.Load("d:other", got->size).has_value());
+  EXPECT_FALSE(files.Load("d:other", got->size, false).has_value());
 }
 
 TEST_F(ConstantFilesTest, DamagedFilesAreRemovedAndMiss) {
@@ -147,7 +148,7 @@ TEST_F(ConstantFilesTest, DamagedFilesAreRemovedAndMiss) {
     d.apply(path);
     ArtifactStore store(dir_.string());
     ConstantFiles files(&store);
-    EXPECT_FALSE(files.Load("d:w", size).has_value()) << d.what;
+    EXPECT_FALSE(files.Load("d:w", size, false).has_value()) << d.what;
     EXPECT_FALSE(fs::exists(path)) << d.what;
     EXPECT_EQ(store.total_bytes(), 0u) << d.what;
   }
@@ -185,7 +186,7 @@ TEST_F(ConstantFilesTest, DisabledStoreSavesAndFindsNothing) {
   const std::vector<float> v = Random(100, 4);
   files.Save("d:x", Borrow(v));
   files.Flush();
-  EXPECT_FALSE(files.Load("d:x", 400).has_value());
+  EXPECT_FALSE(files.Load("d:x", 400, false).has_value());
   EXPECT_FALSE(files.HasUploaded("abc"));
 }
 
@@ -198,7 +199,7 @@ TEST_F(ConstantFilesTest, UnwritableDirectoryStopsSavingQuietly) {
   files.Save("d:x", Borrow(v));
   files.Save("d:y", Borrow(v));
   files.Flush();
-  EXPECT_FALSE(files.Load("d:x", 400).has_value());
+  EXPECT_FALSE(files.Load("d:x", 400, false).has_value());
   EXPECT_TRUE(store.enabled());  // compiled graphs are still cached
 }
 
@@ -214,8 +215,8 @@ TEST_F(ConstantFilesTest, FilesAreEvictedUnderTheCacheCap) {
   EXPECT_LE(store.total_bytes(), 3 * file);
   EXPECT_EQ(Files(dir_).size(), 3u);
   // The most recent survive.
-  EXPECT_TRUE(files.Load("d:4", static_cast<int64_t>(v.size() * 4)).has_value());
-  EXPECT_FALSE(files.Load("d:0", static_cast<int64_t>(v.size() * 4)).has_value());
+  EXPECT_TRUE(files.Load("d:4", static_cast<int64_t>(v.size() * 4), false).has_value());
+  EXPECT_FALSE(files.Load("d:0", static_cast<int64_t>(v.size() * 4), false).has_value());
 }
 
 // conv -> batch norm -> relu: compiling folds the batch norm into the
@@ -324,6 +325,77 @@ TEST_F(PersistedCompile, ARestartMapsFoldedAndPackedWeightsAndAnswersTheSame) {
     EXPECT_EQ(counting.hits, 0);
     EXPECT_GE(counting.misses, 2);
   }
+}
+
+// The saved files by what their header says they hold: "d:" keys are
+// folds, "pack|" keys packed weights.
+std::vector<std::string> FilesOfKind(const fs::path& dir, const std::string& key_prefix) {
+  std::vector<std::string> out;
+  for (const std::string& path : Files(dir)) {
+    std::ifstream f(path, std::ios::binary);
+    std::string key(64, '\0');
+    f.seekg(32);
+    f.read(key.data(), static_cast<std::streamsize>(key.size()));
+    if (key.compare(0, key_prefix.size(), key_prefix) == 0) out.push_back(path);
+  }
+  return out;
+}
+
+void Damage(const std::string& path) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(kConstantFileHeaderBytes);
+  const char c = static_cast<char>(f.get());
+  f.seekp(kConstantFileHeaderBytes);
+  f.put(static_cast<char>(c ^ 0x5a));
+}
+
+TEST_F(PersistedCompile, DeferredChecksReadOnlyWhatTheCompileUses) {
+  const std::vector<float> plain = CompileAndRun(nullptr);
+  {
+    ArtifactStore store(dir_.string());
+    ConstantFiles files(&store);
+    CompileAndRun(&files);
+    files.Flush();
+  }
+  std::vector<std::string> folds = FilesOfKind(dir_, "d:");
+  const std::vector<std::string> packs = FilesOfKind(dir_, "pack|");
+  ASSERT_EQ(folds.size(), 2u);  // weight and bias
+  ASSERT_GE(packs.size(), 1u);
+  if (fs::file_size(folds[0]) < fs::file_size(folds[1])) std::swap(folds[0], folds[1]);
+  const std::string& folded_weight = folds[0];
+
+  // The folded weight feeds only its packing, which is found: it is mapped
+  // but never read, so never checked, and a damaged copy does no harm.
+  // (The folded bias is read by runs: it is checked.)
+  Damage(folded_weight);
+  {
+    ArtifactStore store(dir_.string());
+    ConstantFiles files(&store);
+    files.InstallDeferredChecks();
+    EXPECT_EQ(CompileAndRun(&files), plain);
+    EXPECT_GT(files.loaded_bytes(), files.checked_bytes());
+    EXPECT_TRUE(fs::exists(folded_weight));
+  }
+
+  // The packing damaged too: it is checked on load (runs read it), found
+  // bad, and packing again must read the folded weight, whose check fails:
+  // the compile fails with DATA_LOSS, and the next one derives everything
+  // again from the client's weights.
+  for (const std::string& p : packs) Damage(p);
+  ArtifactStore store(dir_.string());
+  ConstantFiles files(&store);
+  files.InstallDeferredChecks();
+  auto ir = runtime::GraphFromProto(graph_);
+  ASSERT_TRUE(ir.ok());
+  absl::StatusOr<std::unique_ptr<runtime::CompiledGraph>> failed;
+  {
+    runtime::PersistenceScope scope(&files);
+    failed = runtime::Compile(*std::move(ir), Resolver());
+  }
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kDataLoss) << failed.status();
+  failed = absl::UnknownError("dropped");  // lets the bad mappings go
+  EXPECT_FALSE(fs::exists(folded_weight));
+  EXPECT_EQ(CompileAndRun(&files), plain);
 }
 
 }  // namespace
