@@ -18,6 +18,7 @@ releases N client processes together, and reports
 
     .venv/bin/python bench/cache/shared_compile.py                # resnet50, 4 processes
     .venv/bin/python bench/cache/shared_compile.py --model resnet18 --procs 2
+    .venv/bin/python bench/cache/shared_compile.py --warm-up resnet18  # a daemon that served before
 """
 from __future__ import annotations
 
@@ -96,6 +97,11 @@ def main() -> int:
                     help="the daemon's --constant-grace-s: how long it keeps uploaded "
                          "weights no compiled graph holds (default here 2 s; kilnd's own "
                          "default is 60)")
+    ap.add_argument("--warm-up", metavar="MODEL",
+                    help="first compile and run MODEL (another model) in one client that "
+                         "then exits, and count the growth from there: what the model costs "
+                         "a daemon that has served before (its libraries' code already paged "
+                         "in), rather than a fresh one")
     ap.add_argument("--json", help="also write the figures here")
     args = ap.parse_args()
 
@@ -118,6 +124,13 @@ def main() -> int:
     split: dict[str, int] = {}
 
     try:
+        if args.warm_up:
+            run_group(1, kilnd.socket, args.warm_up)
+            # Its session closes (about 1 s), its graph goes, then its weights.
+            time.sleep(args.grace + 2.5)
+            warm = kilnd.stats()
+            print(f"warm-up with {args.warm_up}: daemon resident {resident_bytes(kilnd.proc.pid) / MiB:.0f} "
+                  f"MiB, {warm.live_graphs} live graphs, {warm.constant_bytes / MiB:.0f} MiB constants")
         before = kilnd.stats()
         rss0 = resident_bytes(kilnd.proc.pid)
         split0 = resident_split(kilnd.proc.pid)
@@ -131,7 +144,7 @@ def main() -> int:
     growth = rss1 - rss0
     out = {
         "model": args.model, "procs": args.procs, "weight_bytes": weight_bytes,
-        "daemon_compiles": compiles,
+        "warm_up": args.warm_up, "daemon_compiles": compiles,
         "daemon_cache_hits": after.cache_hits - before.cache_hits,
         "daemon_rss_before": rss0, "daemon_rss_after_compile": rss_early,
         "daemon_rss_after_grace": rss1, "grace_s": args.grace,
