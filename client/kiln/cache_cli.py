@@ -20,7 +20,7 @@ import time
 from collections import Counter
 
 from kiln import cache_files, daemon
-from kiln.cache_files import Entry, LoweringEntry
+from kiln.cache_files import ConstantFile, Entry, LoweringEntry
 
 
 def _fmt_bytes(n: int) -> str:
@@ -95,6 +95,10 @@ def _stats(ns: argparse.Namespace) -> int:
     lowering_bytes = sum(e.size for e in lowerings)
     lines.append(f"lowerings:    {len(lowerings)} ({_fmt_bytes(lowering_bytes)}, "
                  f"{lowering_bytes} bytes; the client's lowered graphs, not under the cap)")
+    saved = cache_files.list_constants(ns.cache_dir)
+    saved_bytes = sum(c.size for c in saved)
+    lines.append(f"constants:    {len(saved)} ({_fmt_bytes(saved_bytes)}, {saved_bytes} bytes; "
+                 "weights the daemon saved, under the cap)")
     cap_mb, source = cache_files.configured_max_mb()
     if cap_mb is None:
         lines.append(f"size cap:     unknown ({source})")
@@ -138,6 +142,19 @@ def _verify(ns: argparse.Namespace) -> int:
             kept += 1
             print(f"bad     lowering {e.key[:16]}: {reason} ({e.path})")
     print(f"{len(lowerings)} lowerings checked, {bad_lowerings} bad")
+    saved = cache_files.list_constants(ns.cache_dir)
+    bad_constants = 0
+    for c in sorted(saved, key=lambda c: c.path):
+        if c.header_error is None:
+            continue
+        bad_constants += 1
+        if ns.delete and cache_files.remove(c.path):
+            print(f"removed constant {c.path}: {c.header_error}")
+        else:
+            kept += 1
+            print(f"bad     constant {c.path}: {c.header_error}")
+    print(f"{len(saved)} constants checked (headers and sizes; the daemon checks their "
+          f"contents when it reads them), {bad_constants} bad")
     return 1 if kept else 0
 
 
@@ -148,21 +165,23 @@ def _prune(ns: argparse.Namespace) -> int:
         return 2
     # Oldest first: the order the daemon evicts in. Lowering entries take
     # part in age and size pruning, never in --other-versions.
-    entries: list[Entry | LoweringEntry] = sorted(
-        cache_files.list_entries(ns.cache_dir) + cache_files.list_lowerings(ns.cache_dir),
+    entries: list[Entry | LoweringEntry | ConstantFile] = sorted(
+        cache_files.list_entries(ns.cache_dir) + cache_files.list_lowerings(ns.cache_dir)
+        + cache_files.list_constants(ns.cache_dir),
         key=lambda e: e.mtime)
     current = ns.runtime_version or (_current_runtime_version() if ns.other_versions else None)
     cutoff = None if ns.older_than is None else time.time() - ns.older_than * 86400
     removed = 0
     removed_bytes = 0
 
-    def drop(e: Entry | LoweringEntry, why: str) -> bool:
+    def drop(e: Entry | LoweringEntry | ConstantFile, why: str) -> bool:
         nonlocal removed, removed_bytes
         if not cache_files.remove(e.path):
             return False
         removed += 1
         removed_bytes += e.size
-        kind = "lowering " if isinstance(e, LoweringEntry) else ""
+        kind = ("lowering " if isinstance(e, LoweringEntry)
+                else "constant " if isinstance(e, ConstantFile) else "")
         print(f"removed {kind}{e.key[:16]}  {_fmt_bytes(e.size):>10}  {_fmt_time(e.mtime)}  "
               f"({why})")
         return True
@@ -209,10 +228,17 @@ def _clear(ns: argparse.Namespace) -> int:
         if cache_files.remove(e.path):
             lowerings += 1
             lowering_bytes += e.size
+    constants = 0
+    constant_bytes = 0
+    for c in cache_files.list_constants(ns.cache_dir):
+        if cache_files.remove(c.path):
+            constants += 1
+            constant_bytes += c.size
     for path in cache_files.temporaries(ns.cache_dir, cache_files.STALE_TEMPORARY_S):
         cache_files.remove(path)
-    print(f"removed {removed} entries ({_fmt_bytes(removed_bytes)}, {removed_bytes} bytes) "
-          f"and {lowerings} lowerings ({_fmt_bytes(lowering_bytes)}) from {ns.cache_dir}")
+    print(f"removed {removed} entries ({_fmt_bytes(removed_bytes)}, {removed_bytes} bytes), "
+          f"{lowerings} lowerings ({_fmt_bytes(lowering_bytes)}) and {constants} constants "
+          f"({_fmt_bytes(constant_bytes)}) from {ns.cache_dir}")
     return 0
 
 

@@ -336,3 +336,75 @@ def check_lowering(entry: LoweringEntry) -> str | None:
     except ValueError as e:
         return str(e)
     return None
+
+
+# ---- Weights the daemon saved (constants/<xx>/<name>.kcst) --------------------
+# Layout and header as cache/constant_files.h writes them: a 4096-byte
+# header (magic, u32 format version, u32 key length, u64 payload size, u64
+# checksum, the key) then the payload. The checksum is the daemon's own
+# (cache/checksum.h), recomputed by the daemon when it reads the bytes; this
+# module checks the container only.
+
+CONSTANT_DIR = "constants"
+CONSTANT_MAGIC = b"KILNCST\0"
+CONSTANT_FORMAT_VERSION = 1
+CONSTANT_SUFFIX = ".kcst"
+CONSTANT_HEADER_BYTES = 4096
+_CONSTANT_HEADER = struct.Struct("<8sIIQQ")
+
+
+@dataclass(frozen=True)
+class ConstantFile:
+    """One saved weight: what its header says (None fields: see header_error)."""
+
+    path: str
+    key: str  # the weight's key as the daemon named it ("h:<sha256>", a fold, a packing)
+    size: int
+    mtime: float
+    header_error: str | None = None
+    payload_size: int | None = None
+
+
+def list_constants(cache_dir: str) -> list[ConstantFile]:
+    """Every saved weight, headers read, unordered."""
+    _check_dir(cache_dir)
+    root = os.path.join(cache_dir, CONSTANT_DIR)
+    out = []
+    try:
+        shards = [os.path.join(root, s) for s in os.listdir(root) if len(s) == 2]
+    except OSError:
+        return out
+    for shard in shards:
+        try:
+            names = os.listdir(shard)
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(shard, name)
+            if not name.endswith(CONSTANT_SUFFIX) or not os.path.isfile(path):
+                continue
+            try:
+                with open(path, "rb") as f:
+                    st = os.fstat(f.fileno())
+                    head = f.read(CONSTANT_HEADER_BYTES)
+            except OSError as e:
+                out.append(ConstantFile(path, "", 0, 0.0, header_error=f"unreadable: {e.strerror}"))
+                continue
+            out.append(_parse_constant_header(path, head, st.st_size, st.st_mtime))
+    return out
+
+
+def _parse_constant_header(path: str, head: bytes, size: int, mtime: float) -> ConstantFile:
+    if len(head) < CONSTANT_HEADER_BYTES:
+        return ConstantFile(path, "", size, mtime, header_error="truncated header")
+    magic, fmt, key_length, payload_size, _checksum = _CONSTANT_HEADER.unpack_from(head)
+    if magic != CONSTANT_MAGIC:
+        return ConstantFile(path, "", size, mtime, header_error="bad magic")
+    if fmt != CONSTANT_FORMAT_VERSION:
+        return ConstantFile(path, "", size, mtime, header_error="other format version")
+    stored = head[_CONSTANT_HEADER.size:_CONSTANT_HEADER.size + min(key_length, 4000)]
+    key = stored.decode("utf-8", errors="replace")
+    if size - CONSTANT_HEADER_BYTES != payload_size:
+        return ConstantFile(path, key, size, mtime, header_error="truncated or oversized payload",
+                            payload_size=payload_size)
+    return ConstantFile(path, key, size, mtime, payload_size=payload_size)

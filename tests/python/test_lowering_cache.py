@@ -313,5 +313,5 @@ def test_kiln_cache_commands_cover_lowering_entries(lowered_dir, capsys):
 
     path = _stored_entry(lowered_dir, build_model(18), example())
     code, out = _cli(capsys, cache_dir, "clear")
-    assert code == 0 and "and 1 lowerings" in out
+    assert code == 0 and ", 1 lowerings" in out
     assert entries(lowered_dir) == [] and cache_files.list_lowerings(cache_dir) == []

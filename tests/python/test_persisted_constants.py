@@ -20,7 +20,7 @@ import pytest
 
 from cache_clients import CnnSpec, run_client
 from conftest import Kilnd, find_kilnd
-from kiln import daemon
+from kiln import cli, daemon
 from kiln.v1 import kiln_pb2, kiln_pb2_grpc
 
 SPEC = CnnSpec(seed=8100, width=24, layers=3, size=12, batch_norm=True)
@@ -127,4 +127,24 @@ def test_model_caching_off_saves_no_weights(private_kilnd):
     d.start()
     _compile_in_child(d.socket, SPEC, env={"KILN_MODEL_CACHING": "0"})
     d.stop()
+    assert _constant_files(d.cache_dir) == []
+
+
+def test_kiln_cache_counts_verifies_and_clears_saved_weights(private_kilnd, capsys):
+    d = private_kilnd
+    d.start()
+    _compile_in_child(d.socket, SPEC)
+    d.stop()
+    saved = _constant_files(d.cache_dir)
+    assert saved
+    capsys.readouterr()
+    assert cli.main(["cache", "--cache-dir", d.cache_dir, "stats"]) == 0
+    assert f"constants:    {len(saved)} " in capsys.readouterr().out
+    assert cli.main(["cache", "--cache-dir", d.cache_dir, "verify"]) == 0
+    with open(saved[0], "r+b") as f:  # cut into the payload
+        f.truncate(4096 + 8)
+    assert cli.main(["cache", "--cache-dir", d.cache_dir, "verify"]) == 1
+    assert "truncated or oversized payload" in capsys.readouterr().out
+    assert cli.main(["cache", "--cache-dir", d.cache_dir, "clear"]) == 0
+    assert f"and {len(saved)} constants" in capsys.readouterr().out
     assert _constant_files(d.cache_dir) == []
