@@ -1,8 +1,8 @@
 // Integer and bool arithmetic with broadcasting and type promotion
 // (typed_elementwise.h): aten.bitwise_and.Tensor, and the uses of
-// aten.add.Tensor that involve i64 (position ids, cache offsets); f32
-// tensor + f32 tensor/number keeps elementwise.cc's kernel, which compile
-// passes know how to fuse.
+// aten.add.Tensor and aten.sub.Tensor that involve i64 (position ids, cache
+// offsets, mask arithmetic); f32 tensor +/- f32 tensor/number keeps
+// elementwise.cc's kernels, which compile passes know how to fuse.
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -13,13 +13,15 @@
 
 namespace kiln::runtime {
 
-// elementwise.cc: the f32 add kernel (not in ops.def itself: aten.add.Tensor
-// is registered to PrepareAddTensor below, which forwards f32 to it).
+// elementwise.cc: the f32 add and sub kernels (not in ops.def themselves:
+// aten.add.Tensor and aten.sub.Tensor are registered to PrepareAddTensor
+// and PrepareSubTensor below, which forward f32 to them).
 absl::StatusOr<PreparedOp> PrepareAdd(const NodeArgs& args);
+absl::StatusOr<PreparedOp> PrepareSub(const NodeArgs& args);
 
 namespace {
 
-enum class Arith { kAdd, kBitAnd };
+enum class Arith { kAdd, kSub, kBitAnd };
 
 template <typename C>
 std::unique_ptr<Kernel> ArithKernel(Arith kind, const Operand& a,
@@ -34,6 +36,13 @@ std::unique_ptr<Kernel> ArithKernel(Arith kind, const Operand& a,
       }
       return MakeBinaryKernel<C, C>(
           a, b, out, compute, [alpha](C x, C y) { return C(x + alpha * y); });
+    case Arith::kSub:
+      if constexpr (std::is_same_v<C, bool>) {
+        return nullptr;  // refused at prepare time
+      } else {
+        return MakeBinaryKernel<C, C>(
+            a, b, out, compute, [alpha](C x, C y) { return C(x - alpha * y); });
+      }
     case Arith::kBitAnd:
       if constexpr (std::is_floating_point_v<C>) {
         return nullptr;  // refused at prepare time
@@ -51,7 +60,7 @@ absl::StatusOr<PreparedOp> PrepareArith(const NodeArgs& args, Arith kind) {
   KILN_ASSIGN_OR_RETURN(Operand b, ReadOperand(args, 1, "other"));
   DType compute = PromoteTypes(a.dtype, b.dtype);
   double alpha = 1.0;
-  if (kind == Arith::kAdd) {
+  if (kind == Arith::kAdd || kind == Arith::kSub) {
     const Arg* alpha_arg = args.Find(2, "alpha");
     if (alpha_arg != nullptr) {
       KILN_ASSIGN_OR_RETURN(alpha, args.Float(2, "alpha", 1.0));
@@ -60,8 +69,10 @@ absl::StatusOr<PreparedOp> PrepareArith(const NodeArgs& args, Arith kind) {
       }
     }
     if (compute == DType::kBool) {
-      // bool + bool is logical or in ATen; not needed by any model yet.
-      return args.Unimplemented("add of two bool operands is not supported");
+      // bool + bool is logical or in ATen, bool - bool an error; neither
+      // is needed by any model yet.
+      return args.Unimplemented(kind == Arith::kAdd ? "add of two bool operands is not supported"
+                                                    : "subtraction of two bool operands is not supported");
     }
   }
   if (kind == Arith::kBitAnd && compute == DType::kF32) {
@@ -100,6 +111,16 @@ absl::StatusOr<PreparedOp> PrepareAddTensor(const NodeArgs& args) {
     return PrepareAdd(args);
   }
   return PrepareArith(args, Arith::kAdd);
+}
+
+absl::StatusOr<PreparedOp> PrepareSubTensor(const NodeArgs& args) {
+  KILN_ASSIGN_OR_RETURN(Operand a, ReadOperand(args, 0, "self"));
+  KILN_ASSIGN_OR_RETURN(Operand b, ReadOperand(args, 1, "other"));
+  if (a.is_tensor && a.dtype == DType::kF32 &&
+      (!b.is_tensor || b.dtype == DType::kF32)) {
+    return PrepareSub(args);
+  }
+  return PrepareArith(args, Arith::kSub);
 }
 
 absl::StatusOr<PreparedOp> PrepareBitwiseAnd(const NodeArgs& args) {

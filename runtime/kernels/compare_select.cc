@@ -157,6 +157,21 @@ absl::StatusOr<PreparedOp> PrepareGtScalar(const NodeArgs& args) {
 absl::StatusOr<PreparedOp> PrepareGeScalar(const NodeArgs& args) {
   return PrepareCompare(args, Cmp::kGe);
 }
+absl::StatusOr<PreparedOp> PrepareNeTensor(const NodeArgs& args) {
+  return PrepareCompare(args, Cmp::kNe);
+}
+absl::StatusOr<PreparedOp> PrepareLtTensor(const NodeArgs& args) {
+  return PrepareCompare(args, Cmp::kLt);
+}
+absl::StatusOr<PreparedOp> PrepareLeTensor(const NodeArgs& args) {
+  return PrepareCompare(args, Cmp::kLe);
+}
+absl::StatusOr<PreparedOp> PrepareGtTensor(const NodeArgs& args) {
+  return PrepareCompare(args, Cmp::kGt);
+}
+absl::StatusOr<PreparedOp> PrepareGeTensor(const NodeArgs& args) {
+  return PrepareCompare(args, Cmp::kGe);
+}
 
 absl::StatusOr<PreparedOp> PrepareLogicalNot(const NodeArgs& args) {
   KILN_ASSIGN_OR_RETURN(Operand a, ReadOperand(args, 0, "self"));

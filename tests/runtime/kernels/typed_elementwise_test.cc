@@ -55,6 +55,62 @@ TEST(AddTensorTest, RejectsFloatAlphaForIntegers) {
   EXPECT_TRUE(IsInvalidArgument(t.Prepare(), "float alpha"));
 }
 
+TEST(SubTensorTest, I64MinusI64WithAlphaBroadcasts) {
+  // Mask arithmetic: positions - offsets.
+  OpTester t("aten.sub.Tensor");
+  t.AddArg(I64Input(t, {2, 1}, {10, 20}));
+  t.AddArg(I64Input(t, {3}, {1, 2, 3}));
+  t.AddKwarg("alpha", IntArg(2));
+  ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+  EXPECT_EQ(t.output_metas()[0], I64({2, 3}));
+  ASSERT_TRUE(t.Run().ok());
+  EXPECT_EQ(t.OutputI64(0), (std::vector<int64_t>{8, 6, 4, 18, 16, 14}));
+}
+
+TEST(SubTensorTest, I64MinusFloatScalarPromotesAndBoolIsRefused) {
+  OpTester t("aten.sub.Tensor");
+  t.AddArg(I64Input(t, {2}, {1, 2}));
+  t.AddArg(FloatArg(0.5));
+  ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+  EXPECT_EQ(t.output_metas()[0], F32({2}));
+  ASSERT_TRUE(t.Run().ok());
+  EXPECT_TRUE(AllClose(t.OutputF32(0), {0.5, 1.5}, 0, 0));
+  OpTester u("aten.sub.Tensor");
+  u.AddArg(BoolInput(u, {2}, {1, 0}));
+  u.AddArg(BoolInput(u, {2}, {1, 1}));
+  EXPECT_EQ(u.Prepare().code(), absl::StatusCode::kUnimplemented);
+}
+
+TEST(CompareTensorTest, I64TensorsBroadcast) {
+  // aten.le.Tensor and friends on i64: causal masks from position ids.
+  const std::vector<int64_t> a = {0, 1, 2}, b = {1, 2};
+  struct Case {
+    const char* op;
+    bool (*want)(int64_t, int64_t);
+  };
+  const Case cases[] = {
+      {"aten.le.Tensor", [](int64_t x, int64_t y) { return x <= y; }},
+      {"aten.lt.Tensor", [](int64_t x, int64_t y) { return x < y; }},
+      {"aten.ge.Tensor", [](int64_t x, int64_t y) { return x >= y; }},
+      {"aten.gt.Tensor", [](int64_t x, int64_t y) { return x > y; }},
+      {"aten.ne.Tensor", [](int64_t x, int64_t y) { return x != y; }},
+  };
+  for (const Case& c : cases) {
+    OpTester t(c.op);
+    t.AddArg(I64Input(t, {3, 1}, a));
+    t.AddArg(I64Input(t, {2}, b));
+    ASSERT_TRUE(t.Prepare().ok()) << c.op << ": " << t.Prepare();
+    EXPECT_EQ(t.output_metas()[0], Bool({3, 2})) << c.op;
+    Outputs out(t);
+    ASSERT_TRUE(out.Run(t).ok()) << c.op;
+    std::vector<int> want;
+    for (int64_t x : a) {
+      for (int64_t y : b) want.push_back(c.want(x, y) ? 1 : 0);
+    }
+    EXPECT_EQ(out.Bools(0), want) << c.op;
+  }
+}
+
 TEST(BitwiseAndTest, BoolMasksBroadcast) {
   OpTester t("aten.bitwise_and.Tensor");
   t.AddArg(BoolInput(t, {2, 1}, {1, 0}));

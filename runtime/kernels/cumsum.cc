@@ -1,0 +1,91 @@
+// aten.cumsum.default: running sums along one dim. The result type is the
+// dtype argument if given, else i64 for integer and bool inputs (as in
+// ATen: position ids from masks), else the input's; each element is
+// converted to it before it is added.
+//
+// Lines along the dim are independent: split across threads by (outer,
+// inner) pairs, each summed sequentially so the order of additions (and so
+// f32 rounding) is ATen's.
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+
+#include "runtime/exec/parallel.h"
+#include "runtime/kernels/kernel_util.h"
+#include "runtime/kernels/typed_elementwise.h"
+#include "runtime/ops/prepare_fns.h"
+#include "runtime/util/status_macros.h"
+
+namespace kiln::runtime {
+namespace {
+
+template <typename In, typename Out>
+class CumsumKernel final : public Kernel {
+ public:
+  CumsumKernel(int64_t outer, int64_t n, int64_t inner) : outer_(outer), n_(n), inner_(inner) {}
+
+  absl::Status Run(const KernelContext& ctx) const override {
+    const In* x = ctx.inputs[0].as<const In>();
+    Out* y = ctx.outputs[0].as<Out>();
+    const int64_t lines = outer_ * inner_;
+    ParallelFor(lines, std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(n_, 1)),
+                [&](int64_t begin, int64_t end) {
+                  for (int64_t line = begin; line < end; ++line) {
+                    const int64_t o = line / inner_, i = line % inner_;
+                    const int64_t base = o * n_ * inner_ + i;
+                    Out sum = Out(0);
+                    for (int64_t k = 0; k < n_; ++k) {
+                      sum = Out(sum + static_cast<Out>(x[base + k * inner_]));
+                      y[base + k * inner_] = sum;
+                    }
+                  }
+                });
+    return absl::OkStatus();
+  }
+
+ private:
+  int64_t outer_, n_, inner_;
+};
+
+template <typename Out>
+std::unique_ptr<Kernel> MakeCumsum(DType in, int64_t outer, int64_t n, int64_t inner) {
+  switch (in) {
+    case DType::kF32:
+      return std::make_unique<CumsumKernel<float, Out>>(outer, n, inner);
+    case DType::kI64:
+      return std::make_unique<CumsumKernel<int64_t, Out>>(outer, n, inner);
+    case DType::kBool:
+      return std::make_unique<CumsumKernel<bool, Out>>(outer, n, inner);
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<PreparedOp> PrepareCumsum(const NodeArgs& args) {
+  // (self, dim, *, dtype=None)
+  KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
+  KILN_ASSIGN_OR_RETURN(int64_t dim_arg, args.Int(1, "dim"));
+  const DType natural = self.dtype == DType::kF32 ? DType::kF32 : DType::kI64;
+  KILN_ASSIGN_OR_RETURN(DType out_dtype, DTypeArgOr(args, 2, "dtype", natural));
+  if (out_dtype == DType::kBool) return args.Unimplemented("cumsum into bool is not supported");
+  if (self.dtype != DType::kF32 && self.dtype != DType::kI64 && self.dtype != DType::kBool) {
+    return args.Unimplemented("cumsum of this dtype is not supported");
+  }
+  // A 0-dim tensor is its own running sum, along dim 0 or -1.
+  const int rank = std::max(self.rank(), 1);
+  KILN_ASSIGN_OR_RETURN(int dim, WrapDim(args, dim_arg, rank));
+  const std::vector<int64_t> shape = self.rank() == 0 ? std::vector<int64_t>{1} : self.shape;
+  const int64_t outer = Product(shape, 0, dim);
+  const int64_t n = shape[dim];
+  const int64_t inner = Product(shape, dim + 1, rank);
+  PreparedOp op;
+  op.outputs.push_back(TensorMeta{out_dtype, self.shape});
+  KILN_RETURN_IF_ERROR(ValidateMeta(op.outputs[0]));
+  op.kernel = out_dtype == DType::kF32 ? MakeCumsum<float>(self.dtype, outer, n, inner)
+                                       : MakeCumsum<int64_t>(self.dtype, outer, n, inner);
+  return op;
+}
+
+}  // namespace kiln::runtime

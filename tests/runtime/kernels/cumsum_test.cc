@@ -1,0 +1,78 @@
+// Tests aten.cumsum.default (cumsum.cc) against running sums done here:
+// result dtypes as in ATen, any dim, and sums in ATen's order.
+#include "tests/runtime/kernels/typed_test_util.h"
+
+namespace kiln::runtime::testing {
+namespace {
+
+TEST(CumsumTest, BoolMaskAlongLastDimGivesI64Positions) {
+  // Position ids from an attention mask: mask.cumsum(-1).
+  OpTester t("aten.cumsum.default");
+  t.AddArg(BoolInput(t, {2, 4}, {1, 1, 0, 1, 0, 1, 1, 1}));
+  t.AddArg(IntArg(-1));
+  ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+  EXPECT_EQ(t.output_metas()[0], I64({2, 4}));
+  ASSERT_TRUE(t.Run().ok());
+  EXPECT_EQ(t.OutputI64(0), (std::vector<int64_t>{1, 2, 2, 3, 0, 1, 2, 3}));
+}
+
+TEST(CumsumTest, I64AlongAMiddleDim) {
+  OpTester t("aten.cumsum.default");
+  std::vector<int64_t> x(2 * 3 * 2);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<int64_t>(i) - 5;
+  t.AddArg(I64Input(t, {2, 3, 2}, x));
+  t.AddArg(IntArg(1));
+  ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+  ASSERT_TRUE(t.Run().ok());
+  std::vector<int64_t> want(x.size());
+  for (int o = 0; o < 2; ++o) {
+    for (int i = 0; i < 2; ++i) {
+      int64_t sum = 0;
+      for (int k = 0; k < 3; ++k) {
+        sum += x[o * 6 + k * 2 + i];
+        want[o * 6 + k * 2 + i] = sum;
+      }
+    }
+  }
+  EXPECT_EQ(t.OutputI64(0), want);
+}
+
+TEST(CumsumTest, F32SumsInOrderAndDTypeArgumentConverts) {
+  const auto x = RandomFloats(3 * 50, 4);
+  OpTester t("aten.cumsum.default");
+  t.AddArg(t.Input(F32({3, 50}), x));
+  t.AddArg(IntArg(1));
+  ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+  EXPECT_EQ(t.output_metas()[0], F32({3, 50}));
+  ASSERT_TRUE(t.Run().ok());
+  std::vector<double> want(x.size());
+  for (int r = 0; r < 3; ++r) {
+    float sum = 0;
+    for (int k = 0; k < 50; ++k) want[r * 50 + k] = sum += x[r * 50 + k];
+  }
+  EXPECT_TRUE(AllClose(t.OutputF32(0), want, 0, 0));  // same order: bit-exact
+
+  OpTester u("aten.cumsum.default");
+  u.AddArg(I64Input(u, {3}, {1, 2, 3}));
+  u.AddArg(IntArg(0));
+  u.AddKwarg("dtype", DTypeArg(DType::kF32));
+  ASSERT_TRUE(u.Prepare().ok()) << u.Prepare();
+  EXPECT_EQ(u.output_metas()[0], F32({3}));
+  ASSERT_TRUE(u.Run().ok());
+  EXPECT_TRUE(AllClose(u.OutputF32(0), {1, 3, 6}, 0, 0));
+}
+
+TEST(CumsumTest, RejectsABadDimAndBoolResults) {
+  OpTester t("aten.cumsum.default");
+  t.AddArg(I64Input(t, {2}, {1, 2}));
+  t.AddArg(IntArg(3));
+  EXPECT_FALSE(t.Prepare().ok());
+  OpTester u("aten.cumsum.default");
+  u.AddArg(I64Input(u, {2}, {1, 2}));
+  u.AddArg(IntArg(0));
+  u.AddKwarg("dtype", DTypeArg(DType::kBool));
+  EXPECT_EQ(u.Prepare().code(), absl::StatusCode::kUnimplemented);
+}
+
+}  // namespace
+}  // namespace kiln::runtime::testing
