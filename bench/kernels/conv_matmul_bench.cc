@@ -106,6 +106,10 @@ BENCHMARK(BM_Linear)
     ->Args({1, 512, 1000, 1})  // resnet18 fc
     ->Args({64, 784, 128, 1})  // MLP
     ->Args({64, 784, 128, 0})
+    // BERT-base at batch 1 x 128 tokens (QKV, FFN up, FFN down).
+    ->Args({128, 768, 768, 1})
+    ->Args({128, 768, 3072, 1})
+    ->Args({128, 3072, 768, 1})
     // Large: BERT-base at batch 8 x 128 tokens (QKV, FFN up, FFN down).
     ->Args({1024, 768, 768, 1})
     ->Args({1024, 768, 3072, 1})
