@@ -116,6 +116,7 @@ INSTANTIATE_TEST_SUITE_P(
         // nn.Linear lowered: bias [N], permuted (non-constant) weight.
         AddmmCase{4, 784, 128, {128}, 1.0, 1.0, false},
         AddmmCase{1, 512, 1000, {1000}, 1.0, 1.0, true},
+        AddmmCase{40, 32, 72, {72}, 1.0, 1.0, true},  // weight kept [N, K] (no brgemm)
         AddmmCase{5, 6, 7, {5, 7}, 1.0, 1.0, false},
         AddmmCase{5, 6, 7, {5, 1}, 1.0, 1.0, true},
         AddmmCase{5, 6, 7, {}, 1.0, 1.0, false},
@@ -189,7 +190,11 @@ INSTANTIATE_TEST_SUITE_P(
                       LinearCase{{2, 3, 16}, 5, true, true},  // batch dims
                       LinearCase{{16}, 5, true, true},        // rank 1
                       LinearCase{{4, 9}, 6, false, true},
-                      LinearCase{{4, 9}, 6, false, false}));
+                      LinearCase{{4, 9}, 6, false, false},
+                      // 16+ rows, output at least as wide as the input: the
+                      // weight stays [N, K] on CPUs without brgemm.
+                      LinearCase{{2, 24, 48}, 96, true, true},
+                      LinearCase{{32, 64}, 64, true, false}));
 
 TEST(LinearTest, LinearRejectsFeatureMismatch) {
   OpTester t("aten.linear.default");
