@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cache/graph_key.h"
+#include "runtime/compile/compiler.h"
 #include "runtime/compile/dump.h"
 #include "runtime/exec/executor.h"
 #include "runtime/ir/from_proto.h"
@@ -269,11 +270,7 @@ absl::Status KilnService::DoCompile(const kiln::v1::CompileRequest& req,
       }
       tmpl->constants.push_back(*std::move(data));
     }
-    if (missing > 0) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          first_missing, missing > 1 ? absl::StrCat(" and ", missing - 1, " more constants") : "",
-          " not in the daemon's store (upload them first)"));
-    }
+    if (missing > 0) return runtime::MissingConstantsError(first_missing, missing);
     tmpl->key = cache::GraphKey(tmpl->graph, tmpl->options);
     resp->set_dynamic(true);
     resp->set_graph_key(tmpl->key);

@@ -224,6 +224,12 @@ bool AllInputsConstant(const PassContext& ctx, const Node& node) {
 
 }  // namespace
 
+absl::Status MissingConstantsError(const std::string& first, int count) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      first, count > 1 ? absl::StrCat(" and ", count - 1, " more constants") : "",
+      " not in the daemon's store (upload them first)"));
+}
+
 absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
     Graph graph, const ConstantResolver& resolve, const CompileLimits& limits,
     const CompileHints& hints) {
@@ -266,11 +272,7 @@ absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
     }
   }
 
-  if (missing > 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        first_missing, missing > 1 ? absl::StrCat(" and ", missing - 1, " more constants") : "",
-        " not in the daemon's store (upload them first)"));
-  }
+  if (missing > 0) return MissingConstantsError(first_missing, missing);
   lap(&cg->phases.constants_ms);
 
   // 2. Shape sweep: every op's output metas, validating the whole graph

@@ -28,6 +28,11 @@ struct CompileHints {
   bool keep_derived_constants = false;
 };
 
+// FAILED_PRECONDITION for constants a graph names that the daemon's store
+// lacks: `first` describes one ("node 'x': constant <hash>"), `count` says
+// how many there are in all (the client uploads them and compiles again).
+absl::Status MissingConstantsError(const std::string& first, int count);
+
 // INVALID_ARGUMENT / UNIMPLEMENTED naming the node for bad or unsupported
 // input; FAILED_PRECONDITION when a constant was not uploaded.
 absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(

@@ -35,17 +35,10 @@ std::pair<int, void*> PassContext::AddUninitializedConstant(const std::string& n
   const size_t size = static_cast<size_t>(meta.ByteSize());
   auto* raw = static_cast<uint8_t*>(std::aligned_alloc(64, (size + 127) / 64 * 64));
   if (raw == nullptr) throw std::bad_alloc();
-  created.push_back(ConstantData{
+  ConstantData data{
       std::shared_ptr<const uint8_t>(raw, [](const uint8_t* p) { std::free(const_cast<uint8_t*>(p)); }),
-      static_cast<int64_t>(size)});
-  Node node;
-  node.kind = Node::Kind::kConstant;
-  node.name = name;
-  node.share_key = share_key;
-  node.outputs.push_back(meta);
-  graph.nodes.push_back(std::move(node));
-  constant_data.push_back(raw);
-  return {static_cast<int>(graph.nodes.size()) - 1, raw};
+      static_cast<int64_t>(size)};
+  return {AddFoundConstant(name, meta, share_key, std::move(data)), raw};
 }
 
 std::optional<ConstantData> PassContext::FindDerived(const std::string& share_key,
