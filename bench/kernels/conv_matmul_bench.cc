@@ -101,6 +101,9 @@ void BM_Linear(benchmark::State& state) {
       if (!n.Run(state)) break;
     }
   });
+  // Few rows: the weight's bytes, read once per run, bound the time.
+  state.counters["weight_GBps"] = benchmark::Counter(
+      4.0 * k * nn * state.iterations(), benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
 BENCHMARK(BM_Linear)
     ->Args({1, 512, 1000, 1})  // resnet18 fc
@@ -118,6 +121,13 @@ BENCHMARK(BM_Linear)
     ->Args({1024, 768, 3072, 1})
     ->Args({1024, 3072, 768, 1})
     ->Args({1024, 768, 3072, 0})
+    // Few rows, large weights (memory-bound): alexnet / vgg16 classifiers
+    // at batch 1 and 8, a Llama decode step's projections and LM head.
+    ->Args({1, 9216, 4096, 1})->Args({2, 9216, 4096, 1})->Args({4, 9216, 4096, 1})
+    ->Args({8, 9216, 4096, 1})
+    ->Args({1, 4096, 4096, 1})->Args({1, 25088, 4096, 1})
+    ->Args({1, 512, 1536, 1})->Args({8, 512, 1536, 1})
+    ->Args({1, 512, 32000, 1})->Args({4, 512, 32000, 1})->Args({8, 512, 32000, 1})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 

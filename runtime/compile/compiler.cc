@@ -300,6 +300,7 @@ absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
 
   // 3. Passes.
   KILN_RETURN_IF_ERROR(FoldBatchNorm(ctx));
+  KILN_RETURN_IF_ERROR(AbsorbWeightTranspose(ctx));
   EliminateDeadNodes(graph);
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
     Node& node = graph.nodes[i];

@@ -24,6 +24,7 @@
 #include "runtime/kernels/onednn_util.h"
 #include "runtime/ops/prepare_fns.h"
 #include "runtime/kernels/post_ops.h"
+#include "runtime/kernels/skinny_matmul.h"
 #include "runtime/util/status_macros.h"
 
 namespace kiln::runtime {
@@ -74,6 +75,8 @@ class MatmulKernel final : public Kernel {
     std::optional<PackedConstant> packed_b;
     std::optional<memory> bias;  // constant bias, copied
     BroadcastPlan addend_plan;   // kScaled: over [M, N] x addend
+    // Few rows and a constant B: Kiln's own loops instead of oneDNN.
+    std::optional<SkinnyMatmul> skinny;
   };
 
   explicit MatmulKernel(Config c) : c_(std::move(c)) {}
@@ -85,6 +88,12 @@ class MatmulKernel final : public Kernel {
     float* out = ctx.outputs[0].as<float>();
     const int64_t total = s.m * s.n;
     if (total == 0) return absl::OkStatus();
+    if (c_.skinny) {
+      c_.skinny->Run(ctx.inputs[s.a_index].as<const float>(),
+                     s.addend_index >= 0 ? ctx.inputs[s.addend_index].as<const float>() : nullptr,
+                     out);
+      return absl::OkStatus();
+    }
     if (!c_.use_dnnl) {
       // K == 0: the product is all zeros.
       std::memset(out, 0, total * sizeof(float));
@@ -238,7 +247,23 @@ absl::StatusOr<PreparedOp> BuildMatmul(const NodeArgs& args, MatmulSpec s,
     c.addend_plan = MakeBroadcastPlan({s.m, s.n}, {s.m, s.n}, s.addend_shape);
   }
   c.use_dnnl = s.m > 0 && s.n > 0 && s.k > 0;
-  if (c.use_dnnl) {
+  const bool skinny = c.use_dnnl && s.b_constant != nullptr &&
+                      ComputeType(args.options()) == dt::f32 &&
+                      c.epilogue != MatmulKernel::Epilogue::kScaled &&
+                      SkinnyMatmul::Applies(s.m, s.k, s.n, s.activations);
+  if (skinny) {
+    const memory::desc b_md({s.k, s.n}, dt::f32, s.b_is_nk ? tag::ba : tag::ab);
+    c.skinny = SkinnyMatmul::Make(s.m, s.k, s.n, b_md, s.b_constant, s.b_key);
+    c.skinny->activations = s.activations;
+    if (s.addend_index >= 0) {
+      const memory::dims addend = Addend2d(s.addend_shape);
+      c.skinny->has_addend = true;
+      c.skinny->addend_row_stride = addend[0] == 1 ? 0 : addend[1];
+      c.skinny->addend_col_stride = addend[1] == 1 ? 0 : 1;
+    }
+    c.use_dnnl = false;
+    op.consumed_constants.push_back(s.b_constant);
+  } else if (c.use_dnnl) {
     // bf16 first when asked for; should oneDNN have no bf16 kernel for
     // this combination of bias and post-ops, f32 still gives an answer.
     const dt compute = ComputeType(args.options());
@@ -266,20 +291,24 @@ absl::Status RequireMatrix(const NodeArgs& args, const TensorMeta& t,
 // The product mat1 (arg 1) @ mat2 (arg 2) plus an optional addend `self`
 // (arg 0) broadcast to [M, N]: the checks and spec aten.addmm and
 // kiln.addmm share (unit scales; callers set alpha, beta, activations).
-absl::StatusOr<MatmulSpec> AddmmSpec(const NodeArgs& args, const std::optional<TensorMeta>& self) {
+// `b_is_nk`: mat2 is given transposed, as [N, K].
+absl::StatusOr<MatmulSpec> AddmmSpec(const NodeArgs& args, const std::optional<TensorMeta>& self,
+                                     bool b_is_nk = false) {
   KILN_ASSIGN_OR_RETURN(TensorMeta a, args.Tensor(1, "mat1"));
   KILN_ASSIGN_OR_RETURN(TensorMeta b, args.Tensor(2, "mat2"));
   if (self) KILN_RETURN_IF_ERROR(RequireDType(args, *self, "self"));
   KILN_RETURN_IF_ERROR(RequireMatrix(args, a, "mat1"));
   KILN_RETURN_IF_ERROR(RequireMatrix(args, b, "mat2"));
-  if (a.shape[1] != b.shape[0]) {
+  const int64_t b_k = b.shape[b_is_nk ? 1 : 0];
+  if (a.shape[1] != b_k) {
     return args.Error(absl::StrCat("cannot multiply ", a.ToString(), " by ", b.ToString(),
-                                   ": inner sizes differ"));
+                                   b_is_nk ? " transposed" : "", ": inner sizes differ"));
   }
   MatmulSpec s;
   s.m = a.shape[0];
   s.k = a.shape[1];
-  s.n = b.shape[1];
+  s.n = b.shape[b_is_nk ? 0 : 1];
+  s.b_is_nk = b_is_nk;
   s.a_index = InputIndex(args, 1, "mat1");
   s.b_index = InputIndex(args, 2, "mat2");
   s.b_constant = args.ConstantData(2, "mat2");
@@ -337,14 +366,16 @@ absl::StatusOr<PreparedOp> PrepareAddmm(const NodeArgs& args) {
 }
 
 absl::StatusOr<PreparedOp> PrepareFusedAddmm(const NodeArgs& args) {
-  // (self?, mat1, mat2, post_ops): self + mat1 @ mat2, then the post-ops
+  // (self?, mat1, mat2, post_ops, mat2_transposed=False): self + mat1 @
+  // mat2 (mat2 given as [N, K] when transposed), then the post-ops
   // (activations only), with unit scales.
   KILN_ASSIGN_OR_RETURN(std::optional<TensorMeta> self, args.OptionalTensor(0, "self"));
   KILN_ASSIGN_OR_RETURN(std::vector<PostOp> post_ops, ParsePostOps(args, 3, "post_ops"));
+  KILN_ASSIGN_OR_RETURN(bool transposed, args.Bool(4, "mat2_transposed", false));
   for (const PostOp& p : post_ops) {
     if (p.kind != PostOp::Kind::kEltwise) return args.Error("only activations may follow");
   }
-  KILN_ASSIGN_OR_RETURN(MatmulSpec s, AddmmSpec(args, self));
+  KILN_ASSIGN_OR_RETURN(MatmulSpec s, AddmmSpec(args, self, transposed));
   s.activations = std::move(post_ops);
   std::vector<int64_t> out = {s.m, s.n};
   return BuildMatmul(args, std::move(s), std::move(out));

@@ -61,6 +61,9 @@ void ReplaceAllUses(Graph& graph, ValueRef from, ValueRef to);
 // The passes, in the order the compiler runs them. Each keeps the graph
 // valid (metas inferred, references pointing at live nodes).
 absl::Status FoldBatchNorm(PassContext& ctx);
+// mm / addmm of a transposed constant -> kiln.addmm reading the constant as
+// it is (before folding, which would otherwise copy it transposed).
+absl::Status AbsorbWeightTranspose(PassContext& ctx);
 absl::Status FuseConvPostOps(PassContext& ctx);
 absl::Status FuseMatmulPostOps(PassContext& ctx);
 // Chains and trees of f32 elementwise ops -> kiln.elementwise (after the

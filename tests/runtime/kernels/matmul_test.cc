@@ -1,6 +1,9 @@
 // Tests aten.mm, aten.addmm and aten.linear against double-precision
 // matrix products computed here, with constant (prepacked) and computed
 // right-hand matrices.
+#include <cmath>
+#include <string>
+
 #include "runtime/kernels/onednn_util.h"
 #include "tests/runtime/kernels/kernel_test_util.h"
 
@@ -307,6 +310,99 @@ TEST(MatmulBf16Test, F32OptionsGiveTheDefaultKernel) {
     outs[i] = t.OutputF32(0);
   }
   EXPECT_EQ(outs[0], outs[1]);
+}
+
+// ---- kiln.addmm: fused activations, transposed constant weights ----
+//
+// Few rows and a constant weight take the skinny kernel
+// (kernels/skinny_matmul.h); more rows or a computed weight stay on oneDNN.
+// Both must give the product, the addend and the activations in order.
+
+double ApplyReference(const std::string& op, double x) {
+  if (op == "relu") return std::max(x, 0.0);
+  if (op == "sigmoid") return 1.0 / (1.0 + std::exp(-x));
+  if (op == "silu") return x / (1.0 + std::exp(-x));
+  if (op == "gelu_erf") return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
+  if (op == "gelu_tanh") {
+    return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+  }
+  if (op == "hardswish") return x * std::min(std::max(x + 3.0, 0.0), 6.0) / 6.0;
+  if (op == "hardsigmoid") return std::min(std::max(x + 3.0, 0.0), 6.0) / 6.0;
+  if (op == "clip:-0.5:0.25") return std::min(std::max(x, -0.5), 0.25);
+  ADD_FAILURE() << "no reference for " << op;
+  return x;
+}
+
+struct FusedAddmmCase {
+  const char* name;
+  int64_t m, k, n;
+  std::vector<int64_t> self_shape;  // empty list and has_self false: no self
+  bool has_self;
+  bool transposed;  // mat2 given as [N, K]
+  bool constant_b;
+  std::vector<std::string> post_ops;
+};
+
+class FusedAddmmTest : public ::testing::TestWithParam<FusedAddmmCase> {};
+
+TEST_P(FusedAddmmTest, MatchesReference) {
+  const FusedAddmmCase& c = GetParam();
+  const auto self = RandomFloats(std::max<int64_t>(NumElements(c.self_shape), 1), 31);
+  const auto a = RandomFloats(c.m * c.k, 32);
+  const auto b = RandomFloats(c.k * c.n, 33);
+  const TensorMeta b_meta = c.transposed ? F32({c.n, c.k}) : F32({c.k, c.n});
+  OpTester t("kiln.addmm");
+  t.AddArg(c.has_self ? t.Input(F32(c.self_shape), self) : NoneArg());
+  t.AddArg(t.Input(F32({c.m, c.k}), a));
+  t.AddArg(c.constant_b ? t.Constant(b_meta, b) : t.Input(b_meta, b));
+  std::vector<Arg> ops;
+  for (const std::string& op : c.post_ops) ops.push_back(StringArg(op));
+  t.AddArg(ListArg(ops));
+  t.AddArg(BoolArg(c.transposed));
+  ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+  EXPECT_EQ(t.output_metas()[0], F32({c.m, c.n}));
+  ASSERT_TRUE(t.Run().ok());
+  std::vector<double> expected = ReferenceMm(c.m, c.k, c.n, a, b, c.transposed);
+  std::vector<int64_t> s = c.self_shape;
+  while (s.size() < 2) s.insert(s.begin(), 1);
+  for (int64_t i = 0; i < c.m; ++i) {
+    for (int64_t j = 0; j < c.n; ++j) {
+      double& e = expected[i * c.n + j];
+      if (c.has_self) e += self[(s[0] == 1 ? 0 : i) * s[1] + (s[1] == 1 ? 0 : j)];
+      for (const std::string& op : c.post_ops) e = ApplyReference(op, e);
+    }
+  }
+  EXPECT_TRUE(AllClose(t.OutputF32(0), expected, kTol, kTol));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, FusedAddmmTest,
+    ::testing::Values(
+        // One row, a classifier head: bias, K and N not multiples of 16.
+        FusedAddmmCase{"row_bias_relu", 1, 300, 1000, {1000}, true, true, true, {"relu"}},
+        FusedAddmmCase{"row_no_self", 1, 512, 45, {}, false, false, true, {}},
+        FusedAddmmCase{"two_rows_full_self", 2, 37, 130, {2, 130}, true, true, true,
+                       {"gelu_erf"}},
+        FusedAddmmCase{"two_rows_column_self", 2, 64, 80, {2, 1}, true, false, true,
+                       {"silu", "clip:-0.5:0.25"}},
+        FusedAddmmCase{"row_scalar_self", 1, 129, 64, {}, true, true, true,
+                       {"hardswish"}},
+        FusedAddmmCase{"row_sigmoid_family", 1, 96, 100, {100}, true, true, true,
+                       {"sigmoid", "hardsigmoid", "gelu_tanh"}},
+        // oneDNN: more rows, or a computed weight.
+        FusedAddmmCase{"rows_on_onednn", 24, 40, 72, {72}, true, true, true, {"relu"}},
+        FusedAddmmCase{"computed_transposed", 2, 40, 72, {72}, true, true, false,
+                       {"gelu_erf"}}),
+    [](const ::testing::TestParamInfo<FusedAddmmCase>& info) { return info.param.name; });
+
+TEST(FusedAddmmTest, TransposedRejectsInnerSizeMismatch) {
+  OpTester t("kiln.addmm");
+  t.AddArg(NoneArg());
+  t.AddArg(t.Input(F32({1, 8}), RandomFloats(8, 1)));
+  t.AddArg(t.Constant(F32({8, 5}), RandomFloats(40, 2)));  // [N, K] with K = 5
+  t.AddArg(ListArg({}));
+  t.AddArg(BoolArg(true));
+  EXPECT_TRUE(IsInvalidArgument(t.Prepare(), "transposed: inner sizes differ"));
 }
 
 }  // namespace

@@ -1,0 +1,80 @@
+#include "runtime/kernels/post_op_loops.h"
+
+#include <immintrin.h>
+
+#include "runtime/kernels/vector_math.h"
+
+namespace kiln::runtime {
+namespace {
+
+using alg = dnnl::algorithm;
+
+// `v < lo ? lo : v` and `hi < v ? hi : v`, as std::max / std::min in the
+// activation kernels: a NaN v passes.
+inline __m256 StdMax(__m256 v, __m256 lo) {
+  return _mm256_blendv_ps(v, lo, _mm256_cmp_ps(v, lo, _CMP_LT_OQ));
+}
+inline __m256 StdMin(__m256 v, __m256 hi) {
+  return _mm256_blendv_ps(v, hi, _mm256_cmp_ps(hi, v, _CMP_LT_OQ));
+}
+inline __m256 Relu6OfPlus3(__m256 x) {
+  return StdMin(StdMax(_mm256_add_ps(x, _mm256_set1_ps(3.f)), _mm256_setzero_ps()),
+                _mm256_set1_ps(6.f));
+}
+
+inline __m256 Apply(const PostOp& op, __m256 x) {
+  switch (op.algorithm) {
+    case alg::eltwise_relu:
+      return StdMax(x, _mm256_setzero_ps());
+    case alg::eltwise_logistic:
+      return vmath::Sigmoid(x);
+    case alg::eltwise_swish:
+      return vmath::Silu(x);
+    case alg::eltwise_hardswish:
+      return _mm256_div_ps(_mm256_mul_ps(x, Relu6OfPlus3(x)), _mm256_set1_ps(6.f));
+    case alg::eltwise_hardsigmoid:
+      return _mm256_div_ps(Relu6OfPlus3(x), _mm256_set1_ps(6.f));
+    case alg::eltwise_gelu_erf:
+      return vmath::GeluErf(x);
+    case alg::eltwise_gelu_tanh:
+      return vmath::GeluTanh(x);
+    case alg::eltwise_clip_v2:
+      return StdMin(StdMax(x, _mm256_set1_ps(op.alpha)), _mm256_set1_ps(op.beta));
+    default:
+      return x;  // excluded by LoopsImplement
+  }
+}
+
+}  // namespace
+
+bool LoopsImplement(const std::vector<PostOp>& ops) {
+  for (const PostOp& op : ops) {
+    if (op.kind != PostOp::Kind::kEltwise) return false;
+    switch (op.algorithm) {
+      case alg::eltwise_relu:
+        if (op.alpha != 0.f) return false;
+        break;
+      case alg::eltwise_swish:
+        if (op.alpha != 1.f) return false;
+        break;
+      case alg::eltwise_logistic:
+      case alg::eltwise_hardswish:
+      case alg::eltwise_hardsigmoid:
+      case alg::eltwise_gelu_erf:
+      case alg::eltwise_gelu_tanh:
+      case alg::eltwise_clip_v2:
+        break;
+      default:
+        return false;
+    }
+  }
+  return true;
+}
+
+void ApplyPostOps(const std::vector<PostOp>& ops, float* data, int64_t n) {
+  for (const PostOp& op : ops) {
+    vmath::Map(data, data, n, [&op](__m256 x) { return Apply(op, x); });
+  }
+}
+
+}  // namespace kiln::runtime
