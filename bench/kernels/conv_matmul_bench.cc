@@ -131,6 +131,31 @@ BENCHMARK(BM_Linear)
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 
+// Fused attention, Args: batch, heads, queries, keys, head size.
+void BM_Attention(benchmark::State& state) {
+  const int64_t b = state.range(0), h = state.range(1), l = state.range(2), s = state.range(3),
+                e = state.range(4);
+  OneNode n("aten._scaled_dot_product_flash_attention_for_cpu.default");
+  Arg q = n.Tensor({b, h, l, e}, false);
+  Arg k = n.Tensor({b, h, s, e}, false);
+  Arg v = n.Tensor({b, h, s, e}, false);
+  if (!n.Prepare({q, k, v}, state)) return;
+  TimeFlops(state, 4.0 * b * h * l * s * e, [&] {
+    for (auto _ : state) {
+      if (!n.Run(state)) break;
+    }
+  });
+}
+BENCHMARK(BM_Attention)
+    ->Args({1, 8, 1024, 1024, 16})  // UNet (small) self-attention at 32x32 latents
+    ->Args({1, 8, 256, 256, 32})    // ... at 16x16
+    ->Args({1, 8, 1024, 77, 16})    // cross-attention to text states
+    ->Args({1, 12, 128, 128, 64})   // BERT-base, batch 1
+    ->Args({8, 12, 128, 128, 64})   // BERT-base, batch 8
+    ->Args({1, 12, 197, 197, 64})   // ViT-B/16
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+
 // Args: M, K, N; both operands are run-time inputs.
 void BM_Mm(benchmark::State& state) {
   const int64_t m = state.range(0), k = state.range(1), nn = state.range(2);

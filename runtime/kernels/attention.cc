@@ -12,9 +12,12 @@
 // keys are all masked gives zeros and logsumexp 0, as ATen's CPU kernel
 // does. Only dropout_p == 0 (inference) is accepted.
 //
-// Work is split over (batch, head, block of query rows); each task
-// transposes its K head once so both products run as contiguous,
-// vectorizable inner loops (over keys, then over value features).
+// Work is split over (batch, head, block of query rows). A run first lays
+// out K^T per key/value head (in run scratch), so that each block's
+// scores are one small product, Q_block @ K^T, and its output another,
+// P @ V (kernels/small_gemm.h), with the softmax between them on the
+// block's rows while they are in cache.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -24,6 +27,7 @@
 #include "runtime/exec/parallel.h"
 #include "runtime/kernels/broadcast.h"
 #include "runtime/kernels/kernel_util.h"
+#include "runtime/kernels/small_gemm.h"
 #include "runtime/kernels/strided_loop.h"
 #include "runtime/kernels/vector_math.h"
 #include "runtime/ops/prepare_fns.h"
@@ -31,8 +35,6 @@
 
 namespace kiln::runtime {
 namespace {
-
-constexpr int64_t kQueryBlock = 32;
 
 struct AttentionSpec {
   int64_t b = 0, hq = 0, hkv = 0, l = 0, s = 0, e = 0, ev = 0;
@@ -42,90 +44,122 @@ struct AttentionSpec {
   DType mask_dtype = DType::kF32;
   // Mask element strides over [B, Hq, L, S] (0 where broadcast).
   std::vector<int64_t> mask_strides;
+  // Query rows per task: the block's scores (rows x S floats) stay within
+  // about 256 KiB, so they are still in L2 when P @ V reads them back.
+  int64_t block = 1;
 };
+
+constexpr int64_t kMaxBlock = 96;
 
 class AttentionKernel final : public Kernel {
  public:
   explicit AttentionKernel(AttentionSpec s) : s_(std::move(s)) {}
 
+  // K^T of every key/value head.
+  size_t ScratchBytes() const override {
+    return static_cast<size_t>(s_.b * s_.hkv * s_.e * s_.s) * sizeof(float);
+  }
+
   absl::Status Run(const KernelContext& ctx) const override {
     const AttentionSpec& s = s_;
+    if (s.b * s.hq * s.l == 0) return absl::OkStatus();
     const float* q = ctx.inputs[s.q_slot].as<const float>();
     const float* k = ctx.inputs[s.k_slot].as<const float>();
     const float* v = ctx.inputs[s.v_slot].as<const float>();
     const void* mask = s.mask_slot >= 0 ? ctx.inputs[s.mask_slot].data : nullptr;
     float* out = ctx.outputs[0].as<float>();
     float* lse = ctx.outputs[1].as<float>();
-    const int64_t blocks = (s.l + kQueryBlock - 1) / kQueryBlock;
+    float* kt = static_cast<float*>(ctx.scratch);
+    ParallelFor(s.b * s.hkv, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t head = begin; head < end; ++head) {
+        const float* kh = k + head * s.s * s.e;
+        float* th = kt + head * s.e * s.s;
+        for (int64_t j = 0; j < s.s; ++j) {
+          for (int64_t c = 0; c < s.e; ++c) th[c * s.s + j] = kh[j * s.e + c];
+        }
+      }
+    });
+    const int64_t blocks = (s.l + s.block - 1) / s.block;
     const int64_t group = s.hq / s.hkv;
-    constexpr float kNegInf = -std::numeric_limits<float>::infinity();
     ParallelFor(s.b * s.hq * blocks, 1, [&](int64_t begin, int64_t end) {
-      std::vector<float> kt(s.e * s.s), scores(s.s);
-      int64_t kt_head = -1;
+      thread_local std::vector<float> scores;
+      if (scores.size() < static_cast<size_t>(s.block * s.s)) scores.resize(s.block * s.s);
       for (int64_t t = begin; t < end; ++t) {
         const int64_t blk = t % blocks;
         const int64_t bh = t / blocks;
         const int64_t h = bh % s.hq, b = bh / s.hq;
         const int64_t kv_head = b * s.hkv + h / group;
-        const float* kh = k + kv_head * s.s * s.e;
-        const float* vh = v + kv_head * s.s * s.ev;
-        if (kv_head != kt_head) {  // K^T as [E, S]
-          for (int64_t j = 0; j < s.s; ++j) {
-            for (int64_t c = 0; c < s.e; ++c) kt[c * s.s + j] = kh[j * s.e + c];
-          }
-          kt_head = kv_head;
-        }
-        const int64_t i0 = blk * kQueryBlock;
-        const int64_t i1 = std::min(s.l, i0 + kQueryBlock);
-        for (int64_t i = i0; i < i1; ++i) {
-          const float* qi = q + (bh * s.l + i) * s.e;
-          float* oi = out + (bh * s.l + i) * s.ev;
-          const int64_t n = s.causal ? std::min(s.s, i + 1) : s.s;
-          float* sc = scores.data();
-          std::fill(sc, sc + n, 0.0f);
-          for (int64_t c = 0; c < s.e; ++c) {
-            const float qc = qi[c];
-            const float* kc = kt.data() + c * s.s;
-            for (int64_t j = 0; j < n; ++j) sc[j] += qc * kc[j];
-          }
-          for (int64_t j = 0; j < n; ++j) sc[j] *= s.scale;
-          if (mask != nullptr) {
-            const int64_t base = b * s.mask_strides[0] +
-                                 h * s.mask_strides[1] + i * s.mask_strides[2];
-            const int64_t js = s.mask_strides[3];
-            if (s.mask_dtype == DType::kBool) {
-              const bool* m = static_cast<const bool*>(mask) + base;
-              for (int64_t j = 0; j < n; ++j) {
-                if (!m[j * js]) sc[j] = kNegInf;
-              }
-            } else {
-              const float* m = static_cast<const float*>(mask) + base;
-              for (int64_t j = 0; j < n; ++j) sc[j] += m[j * js];
-            }
-          }
-          float mx = kNegInf;
-          for (int64_t j = 0; j < n; ++j) mx = std::max(mx, sc[j]);
-          std::fill(oi, oi + s.ev, 0.0f);
-          if (mx == kNegInf) {  // every key masked (or no keys)
-            lse[bh * s.l + i] = 0.0f;  // what ATen's CPU kernel reports
-            continue;
-          }
-          const float sum = vmath::ExpShiftedSum(sc, mx, sc, n);
-          const float inv = 1.0f / sum;
-          for (int64_t j = 0; j < n; ++j) {
-            const float p = sc[j] * inv;
-            if (p == 0.0f) continue;
-            const float* vj = vh + j * s.ev;
-            for (int64_t c = 0; c < s.ev; ++c) oi[c] += p * vj[c];
-          }
-          lse[bh * s.l + i] = mx + std::log(sum);
-        }
+        const int64_t i0 = blk * s.block;
+        const int64_t rows = std::min(s.l, i0 + s.block) - i0;
+        RunBlock(bh, b, h, i0, rows, q, kt + kv_head * s.e * s.s, v + kv_head * s.s * s.ev,
+                 mask, out, lse, scores.data());
       }
     });
     return absl::OkStatus();
   }
 
  private:
+  // Rows [i0, i0 + rows) of head (b, h) (bh = b * Hq + h) against the
+  // head's K^T [E, S] and V [S, Ev]; sc holds rows x S scores.
+  void RunBlock(int64_t bh, int64_t b, int64_t h, int64_t i0, int64_t rows, const float* q,
+                const float* kt, const float* vh, const void* mask, float* out, float* lse,
+                float* sc) const {
+    const AttentionSpec& s = s_;
+    constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+    // Keys any row of the block may see (top-left causal: row i sees j <= i).
+    const int64_t keys = s.causal ? std::min(s.s, i0 + rows) : s.s;
+    float* ob = out + (bh * s.l + i0) * s.ev;
+    SmallGemm(rows, keys, s.e, q + (bh * s.l + i0) * s.e, s.e, kt, s.s, sc, s.s,
+              /*accumulate=*/false);
+    // Softmax without its last division: P @ V is computed on e^(x - max)
+    // and each output row divided by its sum afterwards (Ev values a row
+    // instead of S).
+    float inv_sum[kMaxBlock];
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t i = i0 + r;
+      float* row = sc + r * s.s;
+      const int64_t n = s.causal ? std::min(s.s, i + 1) : s.s;
+      float mx, sum;
+      if (mask == nullptr && s.scale > 0.0f) {
+        // max(scale * x) = scale * max(x): the scale goes into the exponent.
+        mx = n > 0 ? s.scale * vmath::Max(row, n) : kNegInf;
+        if (mx != kNegInf) sum = vmath::ExpAffineSum(row, s.scale, -mx, row, n);
+      } else {
+        for (int64_t j = 0; j < n; ++j) row[j] *= s.scale;
+        if (mask != nullptr) {
+          const int64_t base =
+              b * s.mask_strides[0] + h * s.mask_strides[1] + i * s.mask_strides[2];
+          const int64_t js = s.mask_strides[3];
+          if (s.mask_dtype == DType::kBool) {
+            const bool* m = static_cast<const bool*>(mask) + base;
+            for (int64_t j = 0; j < n; ++j) {
+              if (!m[j * js]) row[j] = kNegInf;
+            }
+          } else {
+            const float* m = static_cast<const float*>(mask) + base;
+            for (int64_t j = 0; j < n; ++j) row[j] += m[j * js];
+          }
+        }
+        mx = n > 0 ? vmath::Max(row, n) : kNegInf;
+        if (mx != kNegInf) sum = vmath::ExpShiftedSum(row, mx, row, n);
+      }
+      std::fill(row + n, row + keys, 0.0f);  // keys this row may not see
+      if (mx == kNegInf) {  // every key masked (or no keys)
+        std::fill(row, row + n, 0.0f);
+        inv_sum[r] = 0.0f;
+        lse[bh * s.l + i] = 0.0f;  // what ATen's CPU kernel reports
+        continue;
+      }
+      inv_sum[r] = 1.0f / sum;
+      lse[bh * s.l + i] = mx + std::log(sum);
+    }
+    SmallGemm(rows, s.ev, keys, sc, s.s, vh, s.ev, ob, s.ev, /*accumulate=*/false);
+    for (int64_t r = 0; r < rows; ++r) {
+      float* orow = ob + r * s.ev;
+      for (int64_t c = 0; c < s.ev; ++c) orow[c] *= inv_sum[r];
+    }
+  }
+
   AttentionSpec s_;
 };
 
@@ -176,6 +210,9 @@ absl::StatusOr<PreparedOp> PrepareFlashAttentionForCpu(const NodeArgs& args) {
   }
   s.scale = static_cast<float>(scale);
   s.causal = causal;
+  // A multiple of 12 rows (SmallGemm's tile heights are 6 and 12).
+  s.block = std::clamp<int64_t>((int64_t{64} << 10) / std::max<int64_t>(s.s, 1) / 12 * 12, 12,
+                               kMaxBlock);
   s.q_slot = InputIndex(args, 0, "query");
   s.k_slot = InputIndex(args, 1, "key");
   s.v_slot = InputIndex(args, 2, "value");

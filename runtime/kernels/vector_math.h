@@ -317,6 +317,27 @@ KILN_VMATH_INLINE float ExpShiftedSum(const float* x, float shift, float* y, int
   return HorizontalSum(acc);
 }
 
+// y[i] = e^{a x[i] + b} for i in [0, n) (the exponent rounded once, by an
+// FMA); returns the sum of the y[i]. Softmax with a scale folded in:
+// a = scale, b = -scale * max. `y` may equal `x`.
+KILN_VMATH_INLINE float ExpAffineSum(const float* x, float a, float b, float* y, int64_t n) {
+  const __m256 av = Set(a), bv = Set(b);
+  __m256 acc = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = Exp(_mm256_fmadd_ps(_mm256_loadu_ps(x + i), av, bv));
+    _mm256_storeu_ps(y + i, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  if (i < n) {
+    const __m256i mask = TailMask(n - i);
+    const __m256 e = Exp(_mm256_fmadd_ps(_mm256_maskload_ps(x + i, mask), av, bv));
+    _mm256_maskstore_ps(y + i, mask, e);
+    acc = _mm256_add_ps(acc, _mm256_and_ps(e, _mm256_castsi256_ps(mask)));
+  }
+  return HorizontalSum(acc);
+}
+
 // max(x[0..n)), skipping NaN like a `m = std::max(m, x[i])` loop from -inf.
 KILN_VMATH_INLINE float Max(const float* x, int64_t n) {
   __m256 acc = Set(-__builtin_inff());

@@ -170,6 +170,45 @@ TEST(AttentionTest, BoolMaskAndFullyMaskedRowGivesZeros) {
   EXPECT_TRUE(AllClose(out.As<float>(1), lse, 1e-5, 1e-6));
 }
 
+TEST(AttentionTest, ManyQueryBlocksCausalWithLogSumExp) {
+  // More query rows than one block holds, head sizes that are no multiple
+  // of the kernels' 16-float tiles.
+  const Shape sh{1, 2, 2, 200, 300, 20};
+  const Inputs in = MakeInputs(sh, 21);
+  OpTester t("aten._scaled_dot_product_flash_attention_for_cpu.default");
+  AddQkv(t, sh, in);
+  t.AddArg(FloatArg(0.0));
+  t.AddArg(BoolArg(true));
+  ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+  Outputs out(t);
+  ASSERT_TRUE(out.Run(t).ok());
+  std::vector<double> want, lse;
+  ReferenceAttention(sh, in.q, in.k, in.v, 1.0 / std::sqrt(20.0), true,
+                     [](int64_t, int64_t, int64_t, int64_t) { return 0.0; }, &want, &lse);
+  EXPECT_TRUE(AllClose(out.As<float>(0), want, 1e-5, 1e-6));
+  EXPECT_TRUE(AllClose(out.As<float>(1), lse, 1e-5, 1e-6));
+}
+
+TEST(AttentionTest, LongKeysWithPaddingMaskOverSeveralBlocks) {
+  const Shape sh{2, 3, 3, 50, 1100, 24};
+  const Inputs in = MakeInputs(sh, 23);
+  std::vector<float> mask(sh.b * sh.s);
+  for (int64_t b = 0; b < sh.b; ++b)
+    for (int64_t j = 0; j < sh.s; ++j) mask[b * sh.s + j] = j < 900 + 100 * b ? 0.0f : -1e4f;
+  OpTester t("aten._scaled_dot_product_flash_attention_for_cpu.default");
+  AddQkv(t, sh, in);
+  t.AddKwarg("attn_mask", t.Input(F32({sh.b, 1, 1, sh.s}), mask));
+  ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+  Outputs out(t);
+  ASSERT_TRUE(out.Run(t).ok());
+  std::vector<double> want, lse;
+  ReferenceAttention(sh, in.q, in.k, in.v, 1.0 / std::sqrt(24.0), false,
+                     [&](int64_t b, int64_t, int64_t, int64_t j) { return mask[b * sh.s + j]; },
+                     &want, &lse);
+  EXPECT_TRUE(AllClose(out.As<float>(0), want, 1e-5, 1e-6));
+  EXPECT_TRUE(AllClose(out.As<float>(1), lse, 1e-5, 1e-6));
+}
+
 TEST(AttentionTest, RejectsDropout) {
   const Shape sh{1, 1, 1, 2, 2, 4};
   OpTester t("aten._scaled_dot_product_flash_attention_for_cpu.default");

@@ -1,0 +1,67 @@
+// SmallGemm's two implementations (AVX2 everywhere, AVX-512 where the CPU
+// has it) against a double-precision product: tile heights and widths
+// with remainders, row strides wider than the blocks, accumulation.
+#include "runtime/kernels/small_gemm.h"
+
+#include <functional>
+#include <string>
+
+#include "tests/runtime/kernels/kernel_test_util.h"
+
+namespace kiln::runtime::testing {
+namespace {
+
+using Impl = std::function<void(int64_t, int64_t, int64_t, const float*, int64_t, const float*,
+                                int64_t, float*, int64_t, bool)>;
+
+struct GemmCase {
+  int64_t m, n, k;
+  bool accumulate;
+};
+
+void CheckImpl(const Impl& impl, const GemmCase& c) {
+  // Blocks inside wider matrices: every leading dimension exceeds its width.
+  const int64_t lda = c.k + 3, ldb = c.n + 5, ldc = c.n + 7;
+  const auto a = RandomFloats(c.m * lda, 1);
+  const auto b = RandomFloats(std::max<int64_t>(c.k, 1) * ldb, 2);
+  std::vector<float> out = RandomFloats(c.m * ldc, 3);
+  const std::vector<float> before = out;
+  impl(c.m, c.n, c.k, a.data(), lda, b.data(), ldb, out.data(), ldc, c.accumulate);
+  for (int64_t i = 0; i < c.m; ++i) {
+    for (int64_t j = 0; j < ldc; ++j) {
+      if (j >= c.n) {  // outside the block: untouched
+        EXPECT_EQ(out[i * ldc + j], before[i * ldc + j]) << i << "," << j;
+        continue;
+      }
+      double want = c.accumulate ? before[i * ldc + j] : 0.0;
+      for (int64_t p = 0; p < c.k; ++p) {
+        want += static_cast<double>(a[i * lda + p]) * b[p * ldb + j];
+      }
+      EXPECT_NEAR(out[i * ldc + j], want, 1e-5 * (1 + c.k)) << i << "," << j;
+    }
+  }
+}
+
+class SmallGemmTest : public ::testing::TestWithParam<GemmCase> {};
+
+TEST_P(SmallGemmTest, Avx2MatchesReference) {
+  CheckImpl(small_gemm_internal::SmallGemmAvx2, GetParam());
+}
+
+TEST_P(SmallGemmTest, Avx512MatchesReference) {
+  if (!__builtin_cpu_supports("avx512f")) GTEST_SKIP() << "no AVX-512F on this CPU";
+  CheckImpl(small_gemm_internal::SmallGemmAvx512, GetParam());
+}
+
+TEST_P(SmallGemmTest, DispatchMatchesReference) { CheckImpl(SmallGemm, GetParam()); }
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, SmallGemmTest,
+    ::testing::Values(GemmCase{1, 1, 1, false}, GemmCase{6, 16, 16, false},
+                      GemmCase{12, 32, 64, true}, GemmCase{13, 17, 5, false},
+                      GemmCase{7, 45, 33, true}, GemmCase{25, 8, 100, false},
+                      GemmCase{3, 70, 0, false},  // k = 0: zeros
+                      GemmCase{2, 5, 0, true}));  // k = 0, accumulate: unchanged
+
+}  // namespace
+}  // namespace kiln::runtime::testing
