@@ -50,13 +50,16 @@ struct AttentionSpec {
 };
 
 constexpr int64_t kMaxBlock = 96;
+// Queries up to which scores are dot products over K's rows (no K^T).
+constexpr int64_t kFewQueries = 4;
 
 class AttentionKernel final : public Kernel {
  public:
   explicit AttentionKernel(AttentionSpec s) : s_(std::move(s)) {}
 
-  // K^T of every key/value head.
+  // K^T of every key/value head (none for a few queries: see kFewQueries).
   size_t ScratchBytes() const override {
+    if (s_.l <= kFewQueries) return 0;
     return static_cast<size_t>(s_.b * s_.hkv * s_.e * s_.s) * sizeof(float);
   }
 
@@ -69,8 +72,11 @@ class AttentionKernel final : public Kernel {
     const void* mask = s.mask_slot >= 0 ? ctx.inputs[s.mask_slot].data : nullptr;
     float* out = ctx.outputs[0].as<float>();
     float* lse = ctx.outputs[1].as<float>();
+    // With a few queries (a decode step) each key is read once: dot
+    // products straight from K cost less than laying out K^T first.
+    const bool transposed = s.l > kFewQueries;
     float* kt = static_cast<float*>(ctx.scratch);
-    ParallelFor(s.b * s.hkv, 1, [&](int64_t begin, int64_t end) {
+    if (transposed) ParallelFor(s.b * s.hkv, 1, [&](int64_t begin, int64_t end) {
       for (int64_t head = begin; head < end; ++head) {
         const float* kh = k + head * s.s * s.e;
         float* th = kt + head * s.e * s.s;
@@ -91,8 +97,9 @@ class AttentionKernel final : public Kernel {
         const int64_t kv_head = b * s.hkv + h / group;
         const int64_t i0 = blk * s.block;
         const int64_t rows = std::min(s.l, i0 + s.block) - i0;
-        RunBlock(bh, b, h, i0, rows, q, kt + kv_head * s.e * s.s, v + kv_head * s.s * s.ev,
-                 mask, out, lse, scores.data());
+        const float* keys = transposed ? kt + kv_head * s.e * s.s : k + kv_head * s.s * s.e;
+        RunBlock(bh, b, h, i0, rows, q, keys, transposed, v + kv_head * s.s * s.ev, mask, out,
+                 lse, scores.data());
       }
     });
     return absl::OkStatus();
@@ -100,17 +107,26 @@ class AttentionKernel final : public Kernel {
 
  private:
   // Rows [i0, i0 + rows) of head (b, h) (bh = b * Hq + h) against the
-  // head's K^T [E, S] and V [S, Ev]; sc holds rows x S scores.
+  // head's keys, K^T [E, S] when `transposed` else K [S, E], and V [S, Ev];
+  // sc holds rows x S scores.
   void RunBlock(int64_t bh, int64_t b, int64_t h, int64_t i0, int64_t rows, const float* q,
-                const float* kt, const float* vh, const void* mask, float* out, float* lse,
-                float* sc) const {
+                const float* kh, bool transposed, const float* vh, const void* mask, float* out,
+                float* lse, float* sc) const {
     const AttentionSpec& s = s_;
     constexpr float kNegInf = -std::numeric_limits<float>::infinity();
     // Keys any row of the block may see (top-left causal: row i sees j <= i).
     const int64_t keys = s.causal ? std::min(s.s, i0 + rows) : s.s;
     float* ob = out + (bh * s.l + i0) * s.ev;
-    SmallGemm(rows, keys, s.e, q + (bh * s.l + i0) * s.e, s.e, kt, s.s, sc, s.s,
-              /*accumulate=*/false);
+    const float* qb = q + (bh * s.l + i0) * s.e;
+    if (transposed) {
+      SmallGemm(rows, keys, s.e, qb, s.e, kh, s.s, sc, s.s, /*accumulate=*/false);
+    } else {
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t j = 0; j < keys; ++j) {
+          sc[r * s.s + j] = vmath::Dot(qb + r * s.e, kh + j * s.e, s.e);
+        }
+      }
+    }
     // Softmax without its last division: P @ V is computed on e^(x - max)
     // and each output row divided by its sum afterwards (Ev values a row
     // instead of S).

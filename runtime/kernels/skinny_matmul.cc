@@ -61,11 +61,26 @@ inline void AccumulateRows(const float* a, int64_t lda, const float* b, int64_t 
   }
 }
 
+bool HasAvx512() {
+  static const bool has = __builtin_cpu_supports("avx512f");
+  return has;
+}
+
 }  // namespace
+
+void skinny_internal::AccumulatePanelAvx2(const float* a, int64_t lda, int64_t m, const float* b,
+                                          int64_t kc, float* acc) {
+  int64_t r = 0;
+  for (; r + 4 <= m; r += 4) AccumulateRows<4>(a + r * lda, lda, b, kc, acc + r * kPanel);
+  for (; r + 2 <= m; r += 2) AccumulateRows<2>(a + r * lda, lda, b, kc, acc + r * kPanel);
+  for (; r < m; ++r) AccumulateRows<1>(a + r * lda, lda, b, kc, acc + r * kPanel);
+}
+
+int64_t SkinnyMaxRows() { return HasAvx512() ? 8 : 2; }
 
 bool SkinnyMatmul::Applies(int64_t m, int64_t k, int64_t n,
                            const std::vector<PostOp>& activations) {
-  return m >= 1 && m <= kSkinnyMaxRows && k >= 1 && n >= 1 && k * n >= 4096 &&
+  return m >= 1 && m <= SkinnyMaxRows() && k >= 1 && n >= 1 && k * n >= 4096 &&
          LoopsImplement(activations);
 }
 
@@ -90,18 +105,17 @@ void SkinnyMatmul::Run(const float* a, const float* addend, float* out) const {
   // Tasks of at least ~64 KiB of B: smaller ones cost more to hand out
   // than they take to read.
   const int64_t grain = std::max<int64_t>(1, (int64_t{16} << 10) / (k_padded * kPanel));
+  const auto accumulate = HasAvx512() ? skinny_internal::AccumulatePanelAvx512
+                                       : skinny_internal::AccumulatePanelAvx2;
   ParallelFor(count, grain, [&](int64_t p0, int64_t p1) {
-    alignas(64) float acc[kSkinnyMaxRows * kPanel];
+    alignas(64) float acc[kSkinnyMaxRowsAnyCpu * kPanel];
     for (int64_t p = p0; p < p1; ++p) {
       const float* panel = packed + p * k_padded * kPanel;
       std::fill(acc, acc + m * kPanel, 0.0f);
       for (int64_t k0 = 0; k0 < k; k0 += kChunk) {
         const int64_t kc = std::min(kChunk, k - k0);
         const float* b = panel + k0 * kPanel;
-        int64_t r = 0;
-        for (; r + 4 <= m; r += 4) AccumulateRows<4>(a + r * k + k0, k, b, kc, acc + r * kPanel);
-        for (; r + 2 <= m; r += 2) AccumulateRows<2>(a + r * k + k0, k, b, kc, acc + r * kPanel);
-        for (; r < m; ++r) AccumulateRows<1>(a + r * k + k0, k, b, kc, acc + r * kPanel);
+        accumulate(a + k0, k, m, b, kc, acc);
       }
       const int64_t j0 = p * kPanel;
       const int64_t width = std::min(kPanel, n - j0);

@@ -25,7 +25,9 @@ inline void Tile(int64_t k, const float* a, int64_t lda, const float* b, int64_t
       acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * lda + p]), bv, acc[r]);
     }
   }
-  _Pragma("GCC unroll 16") for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(c + r * ldc, mask, acc[r]);
+  _Pragma("GCC unroll 16") for (int r = 0; r < R; ++r) {
+    _mm512_mask_storeu_ps(c + r * ldc, mask, acc[r]);
+  }
 }
 
 void Rows(int64_t rows, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,

@@ -389,6 +389,9 @@ INSTANTIATE_TEST_SUITE_P(
                        {"hardswish"}},
         FusedAddmmCase{"row_sigmoid_family", 1, 96, 100, {100}, true, true, true,
                        {"sigmoid", "hardsigmoid", "gelu_tanh"}},
+        // Up to 8 rows on AVX-512 (else oneDNN): the row groups of 8, 4, 2, 1.
+        FusedAddmmCase{"five_rows", 5, 70, 40, {40}, true, true, true, {"relu"}},
+        FusedAddmmCase{"eight_rows", 8, 33, 100, {8, 100}, true, false, true, {}},
         // oneDNN: more rows, or a computed weight.
         FusedAddmmCase{"rows_on_onednn", 24, 40, 72, {72}, true, true, true, {"relu"}},
         FusedAddmmCase{"computed_transposed", 2, 40, 72, {72}, true, true, false,
