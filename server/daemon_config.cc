@@ -63,6 +63,10 @@ std::string HelpText() {
       "  --constant-grace-s N  keep an uploaded weight no compiled graph holds (a graph\n",
       "                     holds only what its runs read, not weights it packed) for N\n",
       "                     seconds after its last use (default 60); clients upload again.\n",
+      "  --spin-us N        after a run, the threads that ran it with the calling one spin\n",
+      "                     up to N microseconds waiting for the next run before sleeping\n",
+      "                     (default 2000; 0: sleep at once). A thread that slept wakes\n",
+      "                     into the next run late: that run starts on fewer threads.\n",
       "  --log-level LEVEL  trace, debug, info, warn, error (default info; env KILN_LOG_LEVEL).\n",
       "  --log-file PATH    append logs to PATH instead of stderr.\n",
       "  --version          print the runtime version and exit.\n",
@@ -131,6 +135,14 @@ absl::StatusOr<DaemonConfig> ParseFlags(int argc, char** argv) {
                      config.constant_grace_s < 0)) {
         s = absl::InvalidArgumentError(
             absl::StrCat("--constant-grace-s takes a number of seconds >= 0, not '", n, "'"));
+      }
+    } else if (arg == "--spin-us") {
+      std::string n;
+      s = next(&n);
+      if (s.ok() && (!absl::SimpleAtoi(n, &config.spin_us) || config.spin_us < 0 ||
+                     config.spin_us > 1'000'000)) {
+        s = absl::InvalidArgumentError(
+            absl::StrCat("--spin-us takes microseconds from 0 to 1000000, not '", n, "'"));
       }
     } else {
       s = absl::InvalidArgumentError(absl::StrCat("unknown flag '", std::string(arg), "' (see --help)"));

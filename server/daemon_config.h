@@ -18,6 +18,7 @@ struct DaemonConfig {
   int threads = 0;  // 0 = all cores
   // Seconds an uploaded constant no compiled graph holds is kept.
   int constant_grace_s = 60;
+  int64_t spin_us = 2000;  // runtime/exec/arenas.h, SetKeepWarm
   bool help = false;
   bool version = false;
 };

@@ -12,6 +12,7 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/exec/arenas.h"
 #include "runtime/exec/executor.h"
 #include "runtime/exec/profile.h"
 #include "server/daemon_config.h"
@@ -69,6 +70,7 @@ int Run(int argc, char** argv) {
     return lock.status().code() == absl::StatusCode::kAlreadyExists ? 3 : 1;
   }
   kiln::runtime::ConfigureThreads(config->threads);
+  kiln::runtime::SetKeepWarm(config->spin_us);
 
   KilnService service(config->cache_dir, /*execution_threads=*/0, config->cache_max_mb << 20,
                       absl::Seconds(config->constant_grace_s));

@@ -27,8 +27,9 @@ using tag = memory::format_tag;
 using dt = memory::data_type;
 
 // kNhwcDefault: NHWC with oneDNN's own choice of depthwise kernel
-// (brdgmm_dw) instead of jit_dw.
-enum Layout { kNhwc = 0, kBlocked = 1, kNhwcDefault = 2 };
+// (brdgmm_dw) instead of jit_dw. kBlocked16: 16-channel blocks (nChw16c,
+// oneDNN's AVX-512 direct kernels), channels a multiple of 16.
+enum Layout { kNhwc = 0, kBlocked = 1, kNhwcDefault = 2, kBlocked16 = 3 };
 
 const dnnl::engine& Engine() {
   static const dnnl::engine* e = new dnnl::engine(dnnl::engine::kind::cpu, 0);
@@ -57,8 +58,10 @@ void BM_ConvLayout(benchmark::State& state) {
   const int64_t p = k / 2, oh = (h + 2 * p - k) / s + 1;
   const memory::dims src_dims = {n, c, h, h}, dst_dims = {n, oc, oh, oh};
   const bool nhwc = layout != kBlocked;
-  const tag src_tag = nhwc ? tag::nhwc : (c % 8 == 0 ? tag::nChw8c : tag::nchw);
-  const tag dst_tag = nhwc ? tag::nhwc : tag::nChw8c;
+  const tag block_tag = layout == kBlocked16 ? tag::nChw16c : tag::nChw8c;
+  const int64_t block = layout == kBlocked16 ? 16 : 8;
+  const tag src_tag = nhwc ? tag::nhwc : (c % block == 0 ? block_tag : tag::nchw);
+  const tag dst_tag = nhwc ? tag::nhwc : block_tag;
   const memory::dims w_dims = groups == 1 ? memory::dims{oc, c, k, k}
                                           : memory::dims{groups, oc / groups, c / groups, k, k};
   dnnl::primitive_attr attr;
@@ -73,7 +76,7 @@ void BM_ConvLayout(benchmark::State& state) {
   dnnl::convolution_forward::primitive_desc pd;
   try {
     pd = make(src_tag, dst_tag);
-    if (groups == c && groups > 1 && layout != kNhwcDefault) {
+    if (groups == c && groups > 1 && (layout == kNhwc || layout == kBlocked)) {
       dnnl::convolution_forward::primitive_desc walk = pd;
       do {
         if (std::strcmp(walk.impl_info_str(), "jit_dw:avx2") == 0) {
@@ -130,11 +133,18 @@ void LayoutArgs(benchmark::internal::Benchmark* b) {
       {144, 56, 144, 3, 2, 0},   // mobilenet_v2 3x3 depthwise, stride 2
       {960, 7, 960, 3, 1, 0},    // mobilenet_v2 3x3 depthwise, last stage
       {960, 7, 160, 1, 1, 1},    // mobilenet_v2 1x1 project, last stage
+      {3, 224, 16, 3, 2, 1},     // mobilenet_v3 stem 3x3 stride 2
+      {16, 112, 16, 3, 1, 0},    // mobilenet_v3 3x3 depthwise at 112x112
+      {16, 112, 16, 1, 1, 1},    // mobilenet_v3 1x1 at 112x112
+      {16, 112, 64, 1, 1, 1},    // mobilenet_v3 1x1 expand at 112x112
+      {64, 112, 64, 3, 2, 0},    // mobilenet_v3 3x3 depthwise stride 2
+      {672, 14, 112, 1, 1, 1},   // mobilenet_v3 1x1 project at 14x14
   };
   for (int64_t batch : {1, 8}) {
     for (const auto& sh : shapes) {
-      for (int64_t layout : {kNhwc, kBlocked, kNhwcDefault}) {
+      for (int64_t layout : {kNhwc, kBlocked, kNhwcDefault, kBlocked16}) {
         if (layout == kNhwcDefault && sh[5] != 0) continue;
+        if (layout == kBlocked16 && (sh[0] % 16 != 0 && sh[0] != 3)) continue;
         b->Args({layout, batch, sh[0], sh[1], sh[2], sh[3], sh[4], sh[5]});
       }
     }

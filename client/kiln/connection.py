@@ -26,6 +26,7 @@ import torch
 
 from kiln import channel as channel_mod
 from kiln import daemon, shm
+from kiln import output_pool as output_pool_mod
 from kiln.v1 import kiln_pb2, kiln_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -190,6 +191,7 @@ class Connection:
         # Handles of garbage-collected subgraphs, released on the next
         # flush (a finalizer must not make RPCs itself).
         self._dead_handles: list[tuple[int, int]] = []
+        self._output_pool: output_pool_mod.OutputPool | None = None
 
     # ------------------------------------------------------------ session --
 
@@ -254,6 +256,9 @@ class Connection:
                 except grpc.RpcError:
                     pass
             self._drop_channel()
+            if self._output_pool is not None:
+                self._output_pool.close()
+                self._output_pool = None
 
     @property
     def stub(self) -> LoggedStub:
@@ -337,6 +342,20 @@ class Connection:
             arena = shm.Arena(self._register, self._unregister, self.generation)
             self._local.arena = arena
         return arena
+
+    def output_pool(self) -> output_pool_mod.OutputPool:
+        """The blocks large outputs are returned in, for the current
+        generation (shared by this connection's threads)."""
+        self.connect()
+        with self._lock:
+            pool = self._output_pool
+            if pool is None or pool.generation != self.generation:
+                if pool is not None:
+                    pool.close()  # its blocks died with the old session
+                pool = output_pool_mod.OutputPool(self._register, self._unregister,
+                                                  self.generation)
+                self._output_pool = pool
+            return pool
 
     def channel(self) -> channel_mod.Channel | None:
         """This thread's call channel in the current generation, or None

@@ -105,7 +105,10 @@ class Region:
         path = f"/dev/shm/{self.name}"
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
         try:
-            os.ftruncate(fd, byte_size)
+            # Allocated, not just sized: on a full /dev/shm (a container's
+            # default is 64 MiB) this fails here with ENOSPC instead of the
+            # first touch of a missing page killing the process with SIGBUS.
+            os.posix_fallocate(fd, 0, byte_size)
             # Populated up front: faulting in a large region page by page
             # (weights uploads are hundreds of MB) costs several times the
             # copy itself.
@@ -125,6 +128,10 @@ class Region:
         # shared memory.
         self._bytes = torch.frombuffer(self._mmap, dtype=torch.uint8)
         self.address = self._bytes.data_ptr()
+
+    def buffer(self) -> mmap.mmap:
+        """The mapping, for views made outside torch (output_pool.py)."""
+        return self._mmap
 
     def view(self, offset: int, dtype: torch.dtype, shape: Sequence[int]) -> torch.Tensor:
         """A tensor aliasing the region at offset (valid while the region lives)."""

@@ -33,6 +33,7 @@ from torch._subclasses.fake_tensor import is_fake
 
 from kiln import channel as channel_mod
 from kiln import connection as connection_mod
+from kiln import output_pool as output_pool_mod
 from kiln import serialize, shm
 from kiln.v1 import kiln_pb2
 
@@ -333,34 +334,69 @@ class KilnSubgraph(torch.nn.Module):
             plan.bind(region)
         for t, view in zip(inputs, plan.input_views):
             shm.copy_tensor(view, t.detach())
+        # Large outputs go to blocks of their own that become the returned
+        # tensors (output_pool.py); the rest are copied out of the arena.
+        pool, blocks, slots = None, {}, plan.slots
+        if plan.pooled_outputs:
+            pool = conn.output_pool()
+            blocks, slots = self._acquire_blocks(pool, plan)
         # Allocated before the call, not after: once this thread has slept
         # through the run its caches are cold and everything costs more.
         # Fresh tensors with eager's strides: outputs never alias the arena.
-        outputs = [torch.empty_strided(shape, stride, dtype=dtype)
-                   for shape, stride, dtype in plan.output_metas]
+        outputs = [None if i in blocks else torch.empty_strided(shape, stride, dtype=dtype)
+                   for i, (shape, stride, dtype) in enumerate(plan.output_metas)]
 
-        chan = conn.channel()
-        if chan is not None:
-            try:
-                chan.call(plan.handle, plan.num_inputs, plan.num_outputs, plan.slots,
-                          self.timeout_s, plan.spin_s(chan.last_run_us))
-            except channel_mod.ChannelError as e:
-                if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
-                    conn.discard_thread_state()
-                raise
-        else:
-            conn.stub.Execute(plan.request(conn.session_id, plan.handle),
-                              timeout=self.timeout_s)
+        try:
+            chan = conn.channel()
+            if chan is not None:
+                try:
+                    chan.call(plan.handle, plan.num_inputs, plan.num_outputs, slots,
+                              self.timeout_s, plan.spin_s(chan.last_run_us))
+                except channel_mod.ChannelError as e:
+                    if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                        conn.discard_thread_state()
+                    raise
+            else:
+                conn.stub.Execute(plan.request(conn.session_id, plan.handle, blocks),
+                                  timeout=self.timeout_s)
+        except BaseException:
+            for block in blocks.values():
+                pool.discard(block)  # the daemon may still write it
+            raise
 
         # Dense outputs (the usual case) by one memmove each from a source
         # address computed at bind time: the fewer calls into torch here,
         # right after the wait, the better (see above).
-        for out, view, dense in zip(outputs, plan.output_views, plan.output_dense):
-            if dense:
+        for i, (out, view, dense) in enumerate(zip(outputs, plan.output_views,
+                                                    plan.output_dense)):
+            if out is None:
+                shape, _, dtype = plan.output_metas[i]
+                outputs[i] = pool.tensor(blocks[i], dtype, shape)
+            elif dense:
                 ctypes.memmove(out.data_ptr(), dense[0], dense[1])
             else:
                 shm.copy_tensor(out, view)
         return outputs[0] if plan.single_output else tuple(outputs)
+
+    @staticmethod
+    def _acquire_blocks(pool, plan: "_CallPlan") -> tuple[dict, bytes]:
+        """A block per pooled output and the call's slot bytes pointing at them."""
+        blocks: dict = {}
+        try:
+            for i in plan.pooled_outputs:
+                shape, _, dtype = plan.output_metas[i]
+                blocks[i] = pool.acquire(shm.nbytes(dtype, shape))
+        except OSError as e:
+            for block in blocks.values():
+                pool.give_back(block)
+            shape, _, dtype = plan.output_metas[i]
+            raise RuntimeError(
+                f"kiln: no room in /dev/shm for a {shm.nbytes(dtype, shape) >> 20} MiB output "
+                f"({e}); give /dev/shm more space (in a container: --shm-size)") from e
+        slots = list(plan.slot_list)
+        for i, block in blocks.items():
+            slots[plan.num_inputs + i] = (block.region_id, 0, slots[plan.num_inputs + i][2])
+        return blocks, channel_mod.pack_slots(slots)
 
     def close(self) -> None:
         with self._lock:
@@ -430,12 +466,20 @@ class _CallPlan:
         for shape, dtype in self.input_metas:
             offsets.append(offset)
             offset += shm.align(shm.nbytes(dtype, shape))
+        # Outputs returned in blocks of their own (output_pool.py) take no
+        # room in the arena.
+        self.pooled_outputs = [
+            i for i, (shape, stride, dtype) in enumerate(self.output_metas)
+            if output_pool_mod.eligible(dtype, shape,
+                                        list(stride) == shm.contiguous_strides(shape))]
         self.output_offsets = []
-        for shape, _, dtype in self.output_metas:
+        for i, (shape, _, dtype) in enumerate(self.output_metas):
             self.output_offsets.append(offset)
-            offset += shm.align(shm.nbytes(dtype, shape))
+            if i not in self.pooled_outputs:
+                offset += shm.align(shm.nbytes(dtype, shape))
         self.input_offsets = offsets
         self.total_bytes = max(offset, shm.ALIGNMENT)
+        self.slot_list: list[tuple[int, int, int]] = []
         self.region: shm.Region | None = None
         self.input_views: list[torch.Tensor] = []
         self.output_views: list[torch.Tensor] = []
@@ -493,26 +537,33 @@ class _CallPlan:
             for off, (shape, stride, dtype) in zip(self.output_offsets, self.output_metas)]
         self.input_views = [region.view(off, dtype, shape)
                             for off, (shape, dtype) in zip(self.input_offsets, self.input_metas)]
-        self.output_views = [region.view(off, dtype, shape)
-                             for off, (shape, _, dtype) in zip(self.output_offsets,
-                                                                self.output_metas)]
+        self.output_views = [None if i in self.pooled_outputs else region.view(off, dtype, shape)
+                             for i, (off, (shape, _, dtype)) in enumerate(zip(
+                                 self.output_offsets, self.output_metas))]
         slots = [(region.region_id, off, shm.nbytes(dtype, shape))
                  for off, (shape, dtype) in zip(self.input_offsets, self.input_metas)]
         slots += [(region.region_id, off, shm.nbytes(dtype, shape))
                   for off, (shape, _, dtype) in zip(self.output_offsets, self.output_metas)]
+        self.slot_list = slots
         self.slots = channel_mod.pack_slots(slots)
 
     def spin_s(self, last_run_us: float) -> float:
         return self.SPIN_US * 1e-6 if 0 < last_run_us < self.SPIN_BELOW_US else 0.0
 
-    def request(self, session_id: str, handle: int) -> kiln_pb2.ExecuteRequest:
-        """The same call as an Execute RPC (when channels are unavailable)."""
+    def request(self, session_id: str, handle: int,
+                blocks: Mapping[int, shm.Region]) -> kiln_pb2.ExecuteRequest:
+        """The same call as an Execute RPC (when channels are unavailable);
+        outputs in `blocks` go to offset 0 of their block."""
         assert self.region is not None
         request = kiln_pb2.ExecuteRequest(session_id=session_id, handle=handle)
         for off, (shape, dtype) in zip(self.input_offsets, self.input_metas):
             request.inputs.append(self.region.descriptor(off, dtype, shape))
-        for off, (shape, _, dtype) in zip(self.output_offsets, self.output_metas):
-            request.outputs.append(self.region.descriptor(off, dtype, shape))
+        for i, (off, (shape, _, dtype)) in enumerate(zip(self.output_offsets,
+                                                          self.output_metas)):
+            if i in blocks:
+                request.outputs.append(blocks[i].descriptor(0, dtype, shape))
+            else:
+                request.outputs.append(self.region.descriptor(off, dtype, shape))
         return request
 
 

@@ -8,6 +8,8 @@
 // describe parallel work with ParallelFor (exec/parallel.h).
 #pragma once
 
+#include <cstdint>
+
 #include "absl/functional/function_ref.h"
 
 namespace kiln::runtime {
@@ -23,6 +25,14 @@ namespace kiln::runtime {
 // runs isolated: while waiting inside its own parallel regions the thread
 // never picks up another caller's run.
 void RunInArena(int concurrency, bool shared, absl::FunctionRef<void()> fn);
+
+// How long, after a run in a shared arena of two or more threads, its
+// workers spin waiting for the next run instead of sleeping (0: they sleep
+// at once, as oneTBB's do). A worker asleep when a run starts joins it
+// only after its first parallel regions have run on the calling thread
+// alone. Default kDefaultKeepWarmUs; kilnd --spin-us sets it.
+inline constexpr int64_t kDefaultKeepWarmUs = 2000;
+void SetKeepWarm(int64_t microseconds);
 
 // The concurrency of the arena the calling thread is in (outside any: the
 // process default); what oneDNN sees as its thread count there.

@@ -260,6 +260,11 @@ absl::StatusOr<PreparedOp> BuildMatmul(const NodeArgs& args, MatmulSpec s,
       c.skinny->has_addend = true;
       c.skinny->addend_row_stride = addend[0] == 1 ? 0 : addend[1];
       c.skinny->addend_col_stride = addend[1] == 1 ? 0 : 1;
+      if (s.addend_is_bias && s.addend_constant != nullptr) {
+        const float* bias = static_cast<const float*>(s.addend_constant);
+        c.skinny->constant_addend.assign(bias, bias + addend[0] * addend[1]);
+        op.consumed_constants.push_back(s.addend_constant);
+      }
     }
     c.use_dnnl = false;
     op.consumed_constants.push_back(s.b_constant);

@@ -1,75 +1,95 @@
-// The AVX-512 panel loop of SkinnyMatmul (skinny_matmul.h): one 16-float
-// vector per row of a panel, so 8 rows need 8 accumulators where AVX2
-// needs 16, and a product of up to 8 rows keeps up with memory. Built
-// with AVX-512 enabled (runtime/CMakeLists.txt), called only after a CPU
-// check; includes nothing compiled for AVX2 elsewhere (see
-// small_gemm_avx512.cc).
+// The AVX-512 panel loop of SkinnyMatmul (skinny_matmul.h): a row of a
+// 64-column panel is four 16-float vectors, so R rows of A keep 4R
+// accumulators and up to 8 rows keep up with memory. Built with AVX-512
+// enabled (runtime/CMakeLists.txt), called only after a CPU check; see
+// skinny_panel.h for what it may include.
 #include <immintrin.h>
 
 #include <cstdint>
 
+#include "runtime/kernels/skinny_panel.h"
+
 namespace kiln::runtime::skinny_internal {
 namespace {
 
-constexpr int64_t kPanel = 16;
-constexpr int64_t kPrefetchRows = 64;
+// With 4 rows at a time the loop has too few loads in flight for the
+// hardware prefetchers to keep B streaming from memory on their own:
+// B's rows this far ahead are asked for explicitly.
+constexpr int64_t kPrefetchRows = 16;
 
-// acc[r][0..16) += sum over k < kc of a[r * lda + k] * b[k][0..16), R rows
-// at once, U rows of B per step with their own accumulators (R * U >= 4
-// independent FMA chains).
-template <int R>
-inline void AccumulateRows(const float* a, int64_t lda, const float* b, int64_t kc,
-                           float* acc) {
-  constexpr int U = R >= 4 ? 1 : 4 / R;
-  __m512 c[U][R];
-  _Pragma("GCC unroll 8") for (int u = 0; u < U; ++u) {
-    _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) c[u][r] = _mm512_setzero_ps();
+// acc[r][0..16 V) += sum over k < kc of a[r * lda + k] * b[k * ldb][0..16 V),
+// R rows at once (acc's rows kSkinnyPanel apart). `tail` masks the last
+// vector's lanes (all set unless B's row ends there). U rows of B per step
+// with their own accumulators keep R * V * U >= 4 FMA chains going.
+template <int R, int V>
+inline void AccumulateRows(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t kc,
+                           __mmask16 tail, float* acc) {
+  constexpr int U = R * V >= 4 ? 1 : 4 / (R * V);
+  __m512 c[U][R][V];
+  _Pragma("GCC unroll 16") for (int u = 0; u < U; ++u) {
+    _Pragma("GCC unroll 16") for (int r = 0; r < R; ++r) {
+      _Pragma("GCC unroll 4") for (int v = 0; v < V; ++v) c[u][r][v] = _mm512_setzero_ps();
+    }
   }
+  auto step = [&](int u, int64_t k) {
+    const float* bk = b + k * ldb;
+    if (R >= 4) {
+      _mm_prefetch(reinterpret_cast<const char*>(bk + kPrefetchRows * ldb), _MM_HINT_T0);
+    }
+    __m512 bv[V];
+    _Pragma("GCC unroll 4") for (int v = 0; v < V; ++v) {
+      bv[v] = v == V - 1 ? _mm512_maskz_loadu_ps(tail, bk + 16 * v) : _mm512_loadu_ps(bk + 16 * v);
+    }
+    _Pragma("GCC unroll 16") for (int r = 0; r < R; ++r) {
+      const __m512 x = _mm512_set1_ps(a[r * lda + k]);
+      _Pragma("GCC unroll 4") for (int v = 0; v < V; ++v) {
+        c[u][r][v] = _mm512_fmadd_ps(x, bv[v], c[u][r][v]);
+      }
+    }
+  };
   int64_t k = 0;
   for (; k + U <= kc; k += U) {
-    _Pragma("GCC unroll 8") for (int u = 0; u < U; ++u) {
-      // With many rows the loop has too few loads in flight for the
-      // hardware prefetcher to keep B streaming from memory on its own.
-      if (R >= 4) {
-        _mm_prefetch(reinterpret_cast<const char*>(b + (k + u + kPrefetchRows) * kPanel),
-                     _MM_HINT_T0);
-      }
-      const __m512 bv = _mm512_load_ps(b + (k + u) * kPanel);
-      _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) {
-        c[u][r] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * lda + k + u]), bv, c[u][r]);
-      }
+    _Pragma("GCC unroll 4") for (int u = 0; u < U; ++u) step(u, k + u);
+  }
+  for (; k < kc; ++k) step(0, k);
+  _Pragma("GCC unroll 16") for (int r = 0; r < R; ++r) {
+    _Pragma("GCC unroll 4") for (int v = 0; v < V; ++v) {
+      __m512 s = c[0][r][v];
+      _Pragma("GCC unroll 4") for (int u = 1; u < U; ++u) s = _mm512_add_ps(s, c[u][r][v]);
+      float* out = acc + r * kSkinnyPanel + 16 * v;
+      _mm512_store_ps(out, _mm512_add_ps(_mm512_load_ps(out), s));
     }
   }
-  for (; k < kc; ++k) {
-    const __m512 bv = _mm512_load_ps(b + k * kPanel);
-    _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) {
-      c[0][r] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * lda + k]), bv, c[0][r]);
-    }
+}
+
+template <int V>
+void Rows(const float* a, int64_t lda, int64_t m, const float* b, int64_t ldb, int64_t kc,
+          __mmask16 tail, float* acc) {
+  int64_t r = 0;
+  for (; r + 4 <= m; r += 4) {
+    AccumulateRows<4, V>(a + r * lda, lda, b, ldb, kc, tail, acc + r * kSkinnyPanel);
   }
-  _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) {
-    __m512 s = c[0][r];
-    _Pragma("GCC unroll 8") for (int u = 1; u < U; ++u) s = _mm512_add_ps(s, c[u][r]);
-    _mm512_store_ps(acc + r * kPanel, _mm512_add_ps(_mm512_load_ps(acc + r * kPanel), s));
+  if (r + 2 <= m) {
+    AccumulateRows<2, V>(a + r * lda, lda, b, ldb, kc, tail, acc + r * kSkinnyPanel);
+    r += 2;
   }
+  if (r < m) AccumulateRows<1, V>(a + r * lda, lda, b, ldb, kc, tail, acc + r * kSkinnyPanel);
 }
 
 }  // namespace
 
-// Rows [0, m) of acc (m x 16, 64-byte aligned) += a[:, k0:k0+kc] @ the
-// panel rows b[0..kc).
-void AccumulatePanelAvx512(const float* a, int64_t lda, int64_t m, const float* b, int64_t kc,
-                           float* acc) {
-  int64_t r = 0;
-  for (; r + 8 <= m; r += 8) AccumulateRows<8>(a + r * lda, lda, b, kc, acc + r * kPanel);
-  if (r + 4 <= m) {
-    AccumulateRows<4>(a + r * lda, lda, b, kc, acc + r * kPanel);
-    r += 4;
+void AccumulatePanelAvx512(const float* a, int64_t lda, int64_t m, const float* b, int64_t ldb,
+                           int64_t width, bool padded, int64_t kc, float* acc) {
+  const int64_t vectors = (width + 15) / 16;
+  const int64_t last = width - 16 * (vectors - 1);
+  const __mmask16 tail =
+      padded || last == 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << last) - 1);
+  switch (vectors) {
+    case 1: return Rows<1>(a, lda, m, b, ldb, kc, tail, acc);
+    case 2: return Rows<2>(a, lda, m, b, ldb, kc, tail, acc);
+    case 3: return Rows<3>(a, lda, m, b, ldb, kc, tail, acc);
+    default: return Rows<4>(a, lda, m, b, ldb, kc, tail, acc);
   }
-  if (r + 2 <= m) {
-    AccumulateRows<2>(a + r * lda, lda, b, kc, acc + r * kPanel);
-    r += 2;
-  }
-  if (r < m) AccumulateRows<1>(a + r * lda, lda, b, kc, acc + r * kPanel);
 }
 
 }  // namespace kiln::runtime::skinny_internal

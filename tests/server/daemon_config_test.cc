@@ -1,5 +1,6 @@
 // kilnd's flags: the cache size cap from the flag, the environment and the
-// default, and bad values rejected with a message naming the source.
+// default, the spin time, and bad values rejected with a message naming
+// the source.
 #include "server/daemon_config.h"
 
 #include <cstdlib>
@@ -57,6 +58,20 @@ TEST_F(DaemonConfigTest, HelpTextDocumentsTheCacheCap) {
   const std::string help = HelpText();
   EXPECT_NE(help.find("--cache-max-mb"), std::string::npos);
   EXPECT_NE(help.find("KILN_CACHE_MAX_MB"), std::string::npos);
+}
+
+TEST_F(DaemonConfigTest, SpinTimeDefaultsToTwoMillisecondsAndRejectsNonsense) {
+  auto config = Parse({});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->spin_us, 2000);
+  auto off = Parse({"--spin-us", "0"});
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_EQ(off->spin_us, 0);
+  for (const char* bad : {"-1", "2000000", "soon"}) {
+    auto parsed = Parse({"--spin-us", bad});
+    ASSERT_FALSE(parsed.ok()) << bad;
+    EXPECT_NE(parsed.status().message().find("--spin-us"), std::string::npos);
+  }
 }
 
 }  // namespace

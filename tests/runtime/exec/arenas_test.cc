@@ -1,6 +1,7 @@
 // Task arenas: their concurrency is what code (oneDNN included) inside them
-// sees, private arenas never make callers wait for one another, and a
-// oneDNN primitive run in a one-thread arena uses no other thread.
+// sees, private arenas never make callers wait for one another, a oneDNN
+// primitive run in a one-thread arena uses no other thread, and a worker
+// kept warm after a run spins until the next run takes it.
 #include "runtime/exec/arenas.h"
 
 #include <dirent.h>
@@ -14,6 +15,7 @@
 #include <thread>
 
 #include "gtest/gtest.h"
+#include "runtime/exec/parallel.h"
 #include "tests/runtime/kernels/kernel_test_util.h"
 
 namespace kiln::runtime {
@@ -109,6 +111,66 @@ TEST(Arenas, OneDnnUsesOnlyTheThreadsOfTheCallersArena) {
   }
   EXPECT_LT(alone, 0.05) << "other threads ran while the caller's arena had one thread";
   EXPECT_GT(shared, 0.2) << "a two-thread arena used only the caller";
+}
+
+// Runs fn in the shared two-thread arena as a parallel loop of two
+// iterations that must meet: true if both ran at once (on two threads)
+// within the deadline.
+bool TwoThreadsMeet() {
+  std::atomic<int> arrived{0};
+  std::atomic<bool> met{true};
+  RunInArena(2, /*shared=*/true, [&] {
+    ParallelFor(2, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        arrived++;
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (arrived.load() < 2) {
+          if (std::chrono::steady_clock::now() > deadline) {
+            met = false;
+            return;
+          }
+          std::this_thread::yield();
+        }
+      }
+    });
+  });
+  return met.load();
+}
+
+TEST(Arenas, AWorkerKeptWarmAfterARunJoinsTheNext) {
+  if (std::thread::hardware_concurrency() < 2) GTEST_SKIP() << "needs 2 cores";
+  SetKeepWarm(10'000'000);  // spinning far longer than the test
+  EXPECT_TRUE(TwoThreadsMeet());
+  // The worker now spins in a task of its own; the next run must end it.
+  EXPECT_TRUE(TwoThreadsMeet());
+  SetKeepWarm(kDefaultKeepWarmUs);
+}
+
+TEST(Arenas, WorkersSpinAfterARunOnlyWhenKeptWarm) {
+  if (std::thread::hardware_concurrency() < 2) GTEST_SKIP() << "needs 2 cores";
+  if (ThreadRunNs().empty()) GTEST_SKIP() << "no /proc/self/task/*/schedstat";
+  auto others_while_idle = [](int64_t keep_warm_us) {
+    SetKeepWarm(keep_warm_us);
+    EXPECT_TRUE(TwoThreadsMeet());
+    const int self = static_cast<int>(syscall(SYS_gettid));
+    const auto before = ThreadRunNs();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const auto after = ThreadRunNs();
+    int64_t others = 0;
+    for (const auto& [tid, ns] : after) {
+      auto it = before.find(tid);
+      if (tid != self) others += ns - (it == before.end() ? 0 : it->second);
+    }
+    return others;
+  };
+  // Asked to spin 300 ms, a worker burns most of the 100 ms the caller
+  // sleeps; asked not to, next to nothing (oneTBB's own brief spin).
+  const int64_t warm = others_while_idle(300'000);
+  TwoThreadsMeet();  // ends the spinner
+  const int64_t cold = others_while_idle(0);
+  SetKeepWarm(kDefaultKeepWarmUs);
+  EXPECT_GT(warm, 50'000'000) << "no worker spun after the run";
+  EXPECT_LT(cold, 20'000'000) << "workers kept running with keep-warm off";
 }
 
 }  // namespace

@@ -1,56 +1,95 @@
 // SkinnyMatmul's panel loops, AVX2 and (where the CPU has it) AVX-512,
 // against a double-precision product, for every row count the kernel
-// takes; whole products (packing, epilogue) are tested through kiln.addmm
-// in matmul_test.cc.
-#include "runtime/kernels/skinny_matmul.h"
+// takes and panels of every width, in both of B's layouts: padded blocks
+// (AVX-512's BA16a64b) and plain rows that end where B ends (AVX2), whose
+// last row is followed by an unreadable page. Whole products (packing,
+// epilogue) are tested through kiln.addmm in matmul_test.cc.
+#include "runtime/kernels/skinny_panel.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <functional>
-#include <memory>
+#include <tuple>
 
 #include "tests/runtime/kernels/kernel_test_util.h"
 
 namespace kiln::runtime::testing {
 namespace {
 
-using PanelFn = std::function<void(const float*, int64_t, int64_t, const float*, int64_t, float*)>;
+using PanelFn = std::function<void(const float*, int64_t, int64_t, const float*, int64_t,
+                                   int64_t, bool, int64_t, float*)>;
 
-struct Aligned {
-  explicit Aligned(size_t n)
-      : p(static_cast<float*>(std::aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64))) {}
-  ~Aligned() { std::free(p); }
-  float* p;
+// `floats` floats ending right before a PROT_NONE page: a read past the
+// end faults.
+class GuardedFloats {
+ public:
+  explicit GuardedFloats(size_t floats) {
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    const size_t bytes = (floats * sizeof(float) + page - 1) / page * page;
+    size_ = bytes + page;
+    base_ = static_cast<char*>(
+        mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    mprotect(base_ + bytes, page, PROT_NONE);
+    data_ = reinterpret_cast<float*>(base_ + bytes) - floats;
+  }
+  ~GuardedFloats() { munmap(base_, size_); }
+  float* data() { return data_; }
+
+ private:
+  char* base_;
+  size_t size_;
+  float* data_;
 };
 
-void CheckPanel(const PanelFn& fn, int64_t m) {
-  const int64_t kc = 37, lda = 50;  // an odd chunk inside wider rows
-  const auto a = RandomFloats(m * lda, 1);
-  const auto b_values = RandomFloats(kc * 16, 2);
-  const auto start = RandomFloats(m * 16, 3);
-  Aligned b(kc * 16), acc(m * 16);
-  std::copy(b_values.begin(), b_values.end(), b.p);
-  std::copy(start.begin(), start.end(), acc.p);
-  fn(a.data(), lda, m, b.p, kc, acc.p);
-  for (int64_t r = 0; r < m; ++r)
-    for (int64_t j = 0; j < 16; ++j) {
-      double want = start[r * 16 + j];
-      for (int64_t k = 0; k < kc; ++k) want += static_cast<double>(a[r * lda + k]) * b.p[k * 16 + j];
-      EXPECT_NEAR(acc.p[r * 16 + j], want, 1e-4) << "row " << r << " column " << j;
+// (rows, width, padded)
+class SkinnyPanelTest : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, bool>> {
+ protected:
+  void Check(const PanelFn& fn) {
+    const auto [m, width, padded] = GetParam();
+    const int64_t kc = 37, lda = 50;  // an odd chunk inside wider rows of A
+    // Padded: rows of a whole panel (zeros past `width`); plain: rows of
+    // exactly `width` floats, the last one at the end of readable memory.
+    const int64_t ldb = padded ? kSkinnyPanel : width;
+    const auto a = RandomFloats(m * lda, 1);
+    const auto values = RandomFloats(kc * width, 2);
+    GuardedFloats b(kc * ldb);
+    std::memset(b.data(), 0, kc * ldb * sizeof(float));
+    for (int64_t k = 0; k < kc; ++k) {
+      std::memcpy(b.data() + k * ldb, values.data() + k * width, width * sizeof(float));
     }
-}
-
-class SkinnyPanelTest : public ::testing::TestWithParam<int64_t> {};
+    const auto start = RandomFloats(m * kSkinnyPanel, 3);
+    float* acc = static_cast<float*>(std::aligned_alloc(64, m * kSkinnyPanel * sizeof(float)));
+    std::memcpy(acc, start.data(), m * kSkinnyPanel * sizeof(float));
+    fn(a.data(), lda, m, b.data(), ldb, width, padded, kc, acc);
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t j = 0; j < width; ++j) {
+        double want = start[r * kSkinnyPanel + j];
+        for (int64_t k = 0; k < kc; ++k) {
+          want += static_cast<double>(a[r * lda + k]) * values[k * width + j];
+        }
+        EXPECT_NEAR(acc[r * kSkinnyPanel + j], want, 1e-4) << "row " << r << " column " << j;
+      }
+    }
+    std::free(acc);
+  }
+};
 
 TEST_P(SkinnyPanelTest, Avx2AccumulatesTheProduct) {
-  CheckPanel(skinny_internal::AccumulatePanelAvx2, GetParam());
+  Check(skinny_internal::AccumulatePanelAvx2);
 }
 
 TEST_P(SkinnyPanelTest, Avx512AccumulatesTheProduct) {
   if (!__builtin_cpu_supports("avx512f")) GTEST_SKIP() << "no AVX-512F on this CPU";
-  CheckPanel(skinny_internal::AccumulatePanelAvx512, GetParam());
+  Check(skinny_internal::AccumulatePanelAvx512);
 }
 
-INSTANTIATE_TEST_SUITE_P(Rows, SkinnyPanelTest, ::testing::Range<int64_t>(1, 9));
+INSTANTIATE_TEST_SUITE_P(Panels, SkinnyPanelTest,
+                         ::testing::Combine(::testing::Range<int64_t>(1, 9),
+                                            ::testing::Values<int64_t>(64, 40, 16, 7),
+                                            ::testing::Bool()));
 
 }  // namespace
 }  // namespace kiln::runtime::testing

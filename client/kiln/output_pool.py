@@ -1,0 +1,121 @@
+"""Shared-memory blocks that large outputs are computed into and handed
+back as the output tensors' own memory.
+
+Returning an output the ordinary way costs a fresh tensor and a copy out of
+the arena: for a 16 MiB output (a prefill's logits) the fresh pages alone
+fault in for about 8 ms, more than some models take to run, and 128 MiB
+costs 57 ms (measured here). Outputs of at least MIN_BYTES instead get a
+block of their own: the daemon writes the result there and the caller
+receives a tensor over that memory (through a numpy array, whose lifetime
+is the tensor storage's). When the last tensor on a block is freed, a
+finalizer on that array returns the block to the pool, so a block is only
+reused once nothing can see it: a returned tensor never changes under a
+later call, as with copied outputs.
+
+Blocks are Regions (shm.py) registered with the daemon like the arenas.
+A pool belongs to one connection generation; after a reconnect the
+connection starts a new one and blocks of the old one are simply dropped
+when their tensors go. Thread-safe: finalizers run in whichever thread
+frees the last reference.
+"""
+from __future__ import annotations
+
+import logging
+import mmap
+import threading
+import weakref
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from kiln import shm
+
+# Outputs below this size are copied: the numpy array and finalizer cost
+# some microseconds a call, more than copying a small tensor.
+MIN_BYTES = 1 << 20
+# Free blocks kept per size; blocks freed beyond that are unregistered.
+KEEP_FREE = 2
+
+_NUMPY = {
+    torch.float32: np.float32, torch.float64: np.float64, torch.float16: np.float16,
+    torch.int64: np.int64, torch.int32: np.int32, torch.int16: np.int16,
+    torch.int8: np.int8, torch.uint8: np.uint8, torch.bool: np.bool_,
+}
+
+log = logging.getLogger(__name__)
+
+
+def eligible(dtype: torch.dtype, shape: Sequence[int], contiguous: bool) -> bool:
+    """Whether an output of this dtype and shape is handed back in a block:
+    large, contiguous (eager's strides), and of a dtype numpy has."""
+    return contiguous and dtype in _NUMPY and shm.nbytes(dtype, shape) >= MIN_BYTES
+
+
+class OutputPool:
+    def __init__(self, register: shm.RegisterFn, unregister: shm.UnregisterFn,
+                 generation: int):
+        self.generation = generation
+        self._register = register
+        self._unregister = unregister
+        self._lock = threading.Lock()
+        self._free: dict[int, list[shm.Region]] = {}
+        self._retired: list[shm.Region] = []  # to unregister, in a caller's thread
+        self._closed = False
+
+    def acquire(self, byte_size: int) -> shm.Region:
+        """A registered block of at least byte_size bytes, free for one call.
+        Raises OSError when /dev/shm has no room for a new one."""
+        size = (byte_size + mmap.PAGESIZE - 1) // mmap.PAGESIZE * mmap.PAGESIZE
+        with self._lock:
+            retired, self._retired = self._retired, []
+            free = self._free.get(size)
+            block = free.pop() if free else None
+        for region in retired:
+            self._unregister(region.region_id)
+            region.close()
+        return block if block is not None else shm.Region(size, self._register)
+
+    def tensor(self, block: shm.Region, dtype: torch.dtype,
+               shape: Sequence[int]) -> torch.Tensor:
+        """The caller's output tensor over `block` (which it now owns until freed)."""
+        count = 1
+        for s in shape:
+            count *= int(s)
+        array = np.frombuffer(block.buffer(), dtype=_NUMPY[dtype], count=count)
+        weakref.finalize(array, self._release, block)
+        return torch.from_numpy(array).view(list(shape))
+
+    def give_back(self, block: shm.Region) -> None:
+        """Returns a block no tensor was made over (the call failed before
+        the daemon used it)."""
+        self._release(block)
+
+    def discard(self, block: shm.Region) -> None:
+        """Drops a block a failed call may still be writing: never reused."""
+        with self._lock:
+            if not self._closed:
+                self._retired.append(block)
+
+    def close(self) -> None:
+        """Ends the pool (its session is gone): free blocks are unmapped,
+        blocks still in use are dropped when their tensors go."""
+        with self._lock:
+            self._closed = True
+            free = [b for blocks in self._free.values() for b in blocks]
+            self._free.clear()
+            self._retired.clear()
+        for block in free:
+            block.close()
+
+    def _release(self, block: shm.Region) -> None:
+        # A finalizer: runs while the array still holds its view of the
+        # mapping, so nothing here may unmap or call the daemon.
+        with self._lock:
+            if self._closed:
+                return
+            free = self._free.setdefault(block.byte_size, [])
+            if len(free) < KEEP_FREE:
+                free.append(block)
+            else:
+                self._retired.append(block)
