@@ -30,9 +30,11 @@ struct ConstantData {
 
 // Where a tensor value lives during a run.
 struct ValueSlot {
-  enum class Kind { kInput, kConstant, kArena };
+  // kOutput: a graph output computed straight into the caller's output
+  // memory (see Compile), with the values that alias it.
+  enum class Kind { kInput, kConstant, kArena, kOutput };
   Kind kind = Kind::kArena;
-  int index = 0;       // kInput: input position; kConstant: constants index
+  int index = 0;       // kInput / kOutput: position; kConstant: constants index
   int64_t offset = 0;  // kArena: byte offset in the arena
 };
 

@@ -414,6 +414,21 @@ absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
     if (int r = request_of[out.node][out.output]; r >= 0) output_requests.push_back(r);
     cg->output_metas.push_back(graph.MetaOf(out));
   }
+  // Outputs a step computes are computed in the caller's output memory
+  // instead of the arena (no copy after the run; for a prefill's logits,
+  // megabytes): each request that holds exactly one graph output (aliases
+  // of it included, which share its bytes). Requests holding two outputs
+  // (a value returned twice) stay in the arena and are copied.
+  std::vector<int> output_of_request(requests.size(), -1);
+  {
+    std::vector<int> outputs_in(requests.size(), 0);
+    for (int r : output_requests) outputs_in[r]++;
+    for (size_t i = 0; i < graph.outputs.size(); ++i) {
+      const ValueRef& out = graph.outputs[i];
+      const int r = request_of[out.node][out.output];
+      if (r >= 0 && outputs_in[r] == 1) output_of_request[r] = static_cast<int>(i);
+    }
+  }
   // Constants handed out before their checks (cache files, see
   // compile/constant_persistence.h): those read here or by runs must pass
   // now; those nothing read (originals and folds whose packed forms were
@@ -429,11 +444,17 @@ absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
   ScheduleSteps(graph.options.branches, step_uses, output_requests, cg.get(), &requests);
 
   // 5. Memory plan.
+  for (size_t r = 0; r < requests.size(); ++r) {
+    if (output_of_request[r] >= 0) requests[r].bytes = 0;  // in the caller's memory
+  }
   MemoryPlan plan = PlanMemory(requests);
   for (int i = 0; i < n; ++i) {
     for (size_t o = 0; o < request_of[i].size(); ++o) {
-      int r = request_of[i][o];
-      if (r >= 0) cg->slots[i][o] = {ValueSlot::Kind::kArena, 0, plan.offsets[r]};
+      const int r = request_of[i][o];
+      if (r < 0) continue;
+      cg->slots[i][o] = output_of_request[r] >= 0
+                            ? ValueSlot{ValueSlot::Kind::kOutput, output_of_request[r], 0}
+                            : ValueSlot{ValueSlot::Kind::kArena, 0, plan.offsets[r]};
     }
   }
   cg->arena_bytes = plan.arena_bytes;

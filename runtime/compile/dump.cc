@@ -81,6 +81,7 @@ std::string DumpCompiledGraph(const CompiledGraph& cg) {
     std::string place;
     const ValueSlot& slot = cg.slots[i].empty() ? ValueSlot{} : cg.slots[i][0];
     if (slot.kind == ValueSlot::Kind::kArena) place = absl::StrCat("@", slot.offset);
+    if (slot.kind == ValueSlot::Kind::kOutput) place = absl::StrCat("@out", slot.index);
     const std::string wave =
         shared_wave[i] >= 0 ? absl::StrCat(" || wave ", shared_wave[i]) : std::string();
     absl::StrAppend(&out, "%", i, " = ", node.target, "(", absl::StrJoin(args, ", "), ") : ",

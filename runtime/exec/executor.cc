@@ -135,8 +135,9 @@ namespace {
 // One execution's view of where every value lives.
 class RunState {
  public:
-  RunState(const CompiledGraph& g, absl::Span<const void* const> inputs, uint8_t* base)
-      : g_(g), inputs_(inputs), base_(base) {}
+  RunState(const CompiledGraph& g, absl::Span<const void* const> inputs,
+           absl::Span<void* const> outputs, uint8_t* base)
+      : g_(g), inputs_(inputs), outputs_(outputs), base_(base) {}
 
   void* Address(const ValueRef& ref) const {
     const ValueSlot& slot = g_.slots[ref.node][ref.output];
@@ -147,6 +148,8 @@ class RunState {
         return const_cast<uint8_t*>(g_.constants[slot.index].bytes.get());
       case ValueSlot::Kind::kArena:
         return base_ + slot.offset;
+      case ValueSlot::Kind::kOutput:
+        return outputs_[slot.index];
     }
     return nullptr;
   }
@@ -201,6 +204,7 @@ class RunState {
  private:
   const CompiledGraph& g_;
   absl::Span<const void* const> inputs_;
+  absl::Span<void* const> outputs_;
   uint8_t* base_;
 };
 
@@ -252,7 +256,7 @@ absl::Status Execute(const CompiledGraph& g,
     return absl::ResourceExhaustedError(absl::StrCat(
         "cannot allocate ", g.TotalArenaBytes(), " bytes for a run"));
   }
-  const RunState run(g, inputs, arena->data);
+  const RunState run(g, inputs, outputs, arena->data);
   absl::Status status;
   const bool profile = ProfilingEnabled();
   const ArenaChoice where = ChooseArena(g);
@@ -275,9 +279,11 @@ absl::Status Execute(const CompiledGraph& g,
         if (!status.ok()) return;
       }
     }
+    // Outputs computed in place (ValueSlot::kOutput) are there already.
     for (size_t i = 0; i < g.graph.outputs.size(); ++i) {
-      std::memcpy(outputs[i], run.Address(g.graph.outputs[i]),
-                  static_cast<size_t>(g.output_metas[i].ByteSize()));
+      const void* value = run.Address(g.graph.outputs[i]);
+      if (value == outputs[i]) continue;
+      std::memcpy(outputs[i], value, static_cast<size_t>(g.output_metas[i].ByteSize()));
     }
   });
   if (status.ok()) {

@@ -73,6 +73,59 @@ TEST(Compiler, RunsAddReluChainAgainstReference) {
   }
 }
 
+// The slot of `node`'s first output in the compiled graph.
+const ValueSlot& SlotOf(const CompiledGraph& cg, int node) { return cg.slots[node][0]; }
+
+TEST(Compiler, OutputsAreComputedInTheCallersMemory) {
+  // add is read by relu after it is written: still an output in place.
+  constexpr int kRows = 64, kCols = 64;  // 16 KiB a tensor
+  GraphBuilder b;
+  int x = b.Input({kRows, kCols});
+  int add = b.Call("aten.add.Tensor", {Ref(x), Ref(x)});
+  int relu = b.Call("aten.relu.default", {Ref(add)});
+  b.Output(add);
+  b.Output(b.Call("aten.neg.default", {Ref(relu)}));
+  auto cg = Compile(*GraphFromProto(b.graph()), Constants().Resolver());
+  ASSERT_TRUE(cg.ok()) << cg.status();
+  EXPECT_EQ(SlotOf(**cg, add).kind, ValueSlot::Kind::kOutput);
+  EXPECT_EQ(SlotOf(**cg, add).index, 0);
+  // relu and neg become one fused step, computed into output 1.
+  const ValueSlot& last = SlotOf(**cg, (*cg)->graph.outputs[1].node);
+  EXPECT_EQ(last.kind, ValueSlot::Kind::kOutput);
+  EXPECT_EQ(last.index, 1);
+  EXPECT_LT((*cg)->arena_bytes, kRows * kCols * 4) << DumpCompiledGraph(**cg);
+  std::vector<float> in(kRows * kCols), out0(in.size(), 99.f), out1(in.size(), 99.f);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i % 7) - 3.f;
+  const void* inputs[] = {in.data()};
+  void* outputs[] = {out0.data(), out1.data()};
+  ASSERT_TRUE(Execute(**cg, inputs, outputs).ok());
+  for (size_t i = 0; i < in.size(); ++i) {
+    EXPECT_EQ(out0[i], 2 * in[i]);
+    EXPECT_EQ(out1[i], -std::max(2 * in[i], 0.f));
+  }
+}
+
+TEST(Compiler, AValueReturnedTwiceOrWithItsViewIsCopiedToEachOutput) {
+  GraphBuilder b;
+  int x = b.Input({2, 3});
+  int relu = b.Call("aten.relu.default", {Ref(x)});
+  int view = b.Call("aten.view.default", {Ref(relu), IntList({3, 2})});
+  b.Output(relu);
+  b.Output(view);
+  b.Output(relu);
+  auto cg = Compile(*GraphFromProto(b.graph()), Constants().Resolver());
+  ASSERT_TRUE(cg.ok()) << cg.status();
+  EXPECT_EQ(SlotOf(**cg, relu).kind, ValueSlot::Kind::kArena);
+  std::vector<float> in = {0.f, -1.f, 3.f, 1.5f, -0.5f, -5.f};
+  std::vector<std::vector<float>> outs(3, std::vector<float>(6, 99.f));
+  const void* inputs[] = {in.data()};
+  void* outputs[] = {outs[0].data(), outs[1].data(), outs[2].data()};
+  ASSERT_TRUE(Execute(**cg, inputs, outputs).ok());
+  for (const auto& out : outs) {
+    for (int i = 0; i < 6; ++i) EXPECT_EQ(out[i], std::max(in[i], 0.f));
+  }
+}
+
 TEST(Compiler, RefusesMissingConstant) {
   GraphBuilder b;
   int x = b.Input({3});
@@ -110,7 +163,9 @@ TEST(Compiler, RefusesReferenceToMissingOutputIndex) {
 TEST(Compiler, RefusesPlanAboveMemoryLimit) {
   GraphBuilder b;
   int x = b.Input({1024, 1024});
-  b.Output(b.Call("aten.relu.default", {Ref(x)}));
+  // The 4 MiB intermediate is planned (the output goes to the caller's memory).
+  int r = b.Call("aten._softmax.default", {Ref(x), kiln::testing::Int(1), Bool(false)});
+  b.Output(b.Call("aten._softmax.default", {Ref(r), kiln::testing::Int(0), Bool(false)}));
   Constants none;
   CompileLimits limits;
   limits.max_arena_bytes = 1 << 20;
@@ -229,7 +284,7 @@ std::optional<ValueRef> Origin(const CompiledGraph& cg, const std::vector<int>& 
 // Checks, independently of the planner, that no two values (or kernel
 // scratch regions) live in the same wave share a byte: a value lives from
 // the wave that produces it to the last wave reading it (graph outputs: to
-// the end).
+// the end). Outputs computed in the caller's memory take no arena bytes.
 void ExpectNoSharedBytesWithinAWave(const CompiledGraph& cg) {
   const int num_waves = static_cast<int>(cg.waves.size());
   std::vector<int> step_of(cg.graph.nodes.size(), -1), wave_of_step(cg.steps.size());
@@ -255,6 +310,10 @@ void ExpectNoSharedBytesWithinAWave(const CompiledGraph& cg) {
     const Node& node = cg.graph.nodes[cg.steps[s].node];
     for (int o = 0; o < static_cast<int>(node.outputs.size()); ++o) {
       const ValueSlot& slot = cg.slots[cg.steps[s].node][o];
+      if (slot.kind == ValueSlot::Kind::kOutput) {  // the caller's memory, not the arena
+        ASSERT_LT(slot.index, static_cast<int>(cg.graph.outputs.size()));
+        continue;
+      }
       ASSERT_EQ(slot.kind, ValueSlot::Kind::kArena);
       const int64_t size = std::max<int64_t>(node.outputs[o].ByteSize(), 1);
       live.push_back({ValueRef{cg.steps[s].node, o}, {slot.offset, slot.offset + size},
@@ -272,7 +331,9 @@ void ExpectNoSharedBytesWithinAWave(const CompiledGraph& cg) {
     }
   }
   for (const ValueRef& out : cg.graph.outputs) {
-    if (auto v = Origin(cg, step_of, out)) find(*v)->last = num_waves;
+    if (auto v = Origin(cg, step_of, out)) {
+      if (Live* l = find(*v)) l->last = num_waves;
+    }
   }
   for (size_t a = 0; a < live.size(); ++a) {
     for (size_t b = a + 1; b < live.size(); ++b) {
