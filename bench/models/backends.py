@@ -217,6 +217,9 @@ class Kiln(Backend):
             time.sleep(0.05)
         os.environ["KILN_SOCKET"] = sock
         os.environ["KILN_AUTOSTART"] = "0"
+        # The client's lowering cache lives in the cache directory: a fresh
+        # one, so that compile time is cold for the client's part as well.
+        os.environ["KILN_CACHE_DIR"] = self._dir
 
     def diagnose(self) -> str:
         # A daemon that crashed shows up in the client only as "no daemon

@@ -119,7 +119,10 @@ def main() -> int:
             directory = tempfile.mkdtemp(prefix="kiln-compile-time-")
             proc = None
             try:
-                child_env = dict(env)
+                # A cache directory of its own: the client's lowering cache
+                # (client/kiln/lowering_cache.py) lives there too, and one
+                # left warm by earlier runs would skip the lowering.
+                child_env = dict(env, KILN_CACHE_DIR=directory)
                 if mode == "kiln":
                     proc, sock = start_daemon(directory, args.threads)
                     child_env["KILN_SOCKET"] = sock
