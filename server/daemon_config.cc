@@ -1,12 +1,17 @@
 #include "server/daemon_config.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <string_view>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/strings/ascii.h"
 
 namespace kiln::server {
 namespace {
@@ -49,8 +54,15 @@ std::string HelpText() {
       "                     now: ", DefaultSocketPath(), ").\n",
       "                     Its directory is created with mode 0700; <PATH>.lock is held\n",
       "                     exclusively so a second daemon cannot take the socket over.\n",
-      "  --tcp HOST:PORT    also listen on TCP (off by default; no authentication yet:\n",
-      "                     use only on trusted networks).\n",
+      "  --tcp HOST:PORT    also listen on TCP (off by default). Needs --token-file: every\n",
+      "                     TCP call must carry the token (clients: option 'token' or\n",
+      "                     KILN_TOKEN). Unix-socket clients are checked by their\n",
+      "                     credentials instead: only this user's processes may connect.\n",
+      "  --token-file PATH  file holding the TCP token (at least 16 characters; mode 0600;\n",
+      "                     env KILN_TOKEN_FILE).\n",
+      "  --tls-cert PATH, --tls-key PATH\n",
+      "                     PEM certificate chain and private key: TCP is served over TLS\n",
+      "                     (clients: option 'tls_ca' or KILN_TLS_CA).\n",
       "  --cache-dir DIR    compiled-graph cache (default: $KILN_CACHE_DIR, else\n",
       "                     $XDG_CACHE_HOME/kiln, else ~/.cache/kiln; now: ", DefaultCacheDir(), ").\n",
       "  --no-cache         do not read or write the on-disk cache.\n",
@@ -67,6 +79,11 @@ std::string HelpText() {
       "                     up to N microseconds waiting for the next run before sleeping\n",
       "                     (default 2000; 0: sleep at once). A thread that slept wakes\n",
       "                     into the next run late: that run starts on fewer threads.\n",
+      "  --max-client-handles N       compiled-graph handles one client may hold (default 4096).\n",
+      "  --max-client-shm-mb N        shared memory one client may register, MiB (default 65536).\n",
+      "  --max-client-constant-mb N   new constant bytes one client may upload, MiB\n",
+      "                     (default 65536). Past a cap the request fails with\n",
+      "                     RESOURCE_EXHAUSTED naming the numbers; nothing else changes.\n",
       "  --log-level LEVEL  trace, debug, info, warn, error (default info; env KILN_LOG_LEVEL).\n",
       "  --log-file PATH    append logs to PATH instead of stderr.\n",
       "  --version          print the runtime version and exit.\n",
@@ -80,6 +97,7 @@ absl::StatusOr<DaemonConfig> ParseFlags(int argc, char** argv) {
   config.socket_path = DefaultSocketPath();
   config.cache_dir = DefaultCacheDir();
   if (std::string lvl = Env("KILN_LOG_LEVEL"); !lvl.empty()) config.log_level = lvl;
+  config.token_file = Env("KILN_TOKEN_FILE");
   if (std::string mb = Env("KILN_CACHE_MAX_MB"); !mb.empty()) {
     if (absl::Status s = ParseMegabytes("KILN_CACHE_MAX_MB", mb, &config.cache_max_mb); !s.ok()) return s;
   }
@@ -110,6 +128,29 @@ absl::StatusOr<DaemonConfig> ParseFlags(int argc, char** argv) {
       s = next(&config.socket_path);
     } else if (arg == "--tcp") {
       s = next(&config.tcp_address);
+    } else if (arg == "--token-file") {
+      s = next(&config.token_file);
+    } else if (arg == "--tls-cert") {
+      s = next(&config.tls_cert);
+    } else if (arg == "--tls-key") {
+      s = next(&config.tls_key);
+    } else if (arg == "--max-client-handles") {
+      std::string n;
+      s = next(&n);
+      if (s.ok() && (!absl::SimpleAtoi(n, &config.limits.max_handles) ||
+                     config.limits.max_handles == 0)) {
+        s = absl::InvalidArgumentError(
+            absl::StrCat("--max-client-handles takes a number >= 1, not '", n, "'"));
+      }
+    } else if (arg == "--max-client-shm-mb" || arg == "--max-client-constant-mb") {
+      std::string n;
+      uint64_t mb = 0;
+      s = next(&n);
+      if (s.ok()) s = ParseMegabytes(std::string(arg), n, &mb);
+      if (s.ok()) {
+        (arg == "--max-client-shm-mb" ? config.limits.max_region_bytes
+                                      : config.limits.max_constant_bytes) = mb << 20;
+      }
     } else if (arg == "--cache-dir") {
       s = next(&config.cache_dir);
     } else if (arg == "--cache-max-mb") {
@@ -156,11 +197,41 @@ absl::StatusOr<DaemonConfig> ParseFlags(int argc, char** argv) {
     return absl::InvalidArgumentError(absl::StrCat(
         "log level '", config.log_level, "' is not one of trace, debug, info, warn, error"));
   }
+  if (!config.tcp_address.empty() && config.token_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--tcp needs --token-file (or KILN_TOKEN_FILE): TCP clients are not checked otherwise");
+  }
+  if (config.tls_cert.empty() != config.tls_key.empty()) {
+    return absl::InvalidArgumentError("--tls-cert and --tls-key go together");
+  }
+  if (!config.tls_cert.empty() && config.tcp_address.empty()) {
+    return absl::InvalidArgumentError("--tls-cert/--tls-key apply to TCP: give --tcp too");
+  }
   if (config.socket_path.size() >= 108) {
     return absl::InvalidArgumentError(absl::StrCat(
         "socket path '", config.socket_path, "' is longer than a unix socket allows (107 bytes)"));
   }
   return config;
+}
+
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) {
+    return absl::NotFoundError(absl::StrCat("token file ", path, " does not exist"));
+  }
+  if (st.st_uid != geteuid() || (st.st_mode & 077) != 0) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "token file ", path, " must belong to this user and be closed to others (chmod 600)"));
+  }
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string token(absl::StripAsciiWhitespace(text.str()));
+  if (token.size() < 16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("token in ", path, " is shorter than 16 characters"));
+  }
+  return token;
 }
 
 }  // namespace kiln::server

@@ -5,12 +5,16 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "server/client_limits.h"
 
 namespace kiln::server {
 
 struct DaemonConfig {
   std::string socket_path;  // unix socket; empty only when --no-unix
   std::string tcp_address;  // host:port, empty = no TCP
+  std::string token_file;   // the token TCP clients must send (required with TCP)
+  std::string tls_cert;     // PEM certificate chain and key: TCP over TLS
+  std::string tls_key;
   std::string cache_dir;    // empty = no on-disk cache
   uint64_t cache_max_mb = 2048;  // cap on the cache's entries, 0 = none
   std::string log_level = "info";
@@ -19,6 +23,7 @@ struct DaemonConfig {
   // Seconds an uploaded constant no compiled graph holds is kept.
   int constant_grace_s = 60;
   int64_t spin_us = 2000;  // runtime/exec/arenas.h, SetKeepWarm
+  ClientLimits limits;
   bool help = false;
   bool version = false;
 };
@@ -31,6 +36,10 @@ std::string DefaultSocketPath();
 std::string DefaultCacheDir();
 
 absl::StatusOr<DaemonConfig> ParseFlags(int argc, char** argv);
+// The token in `path`: the file must be ours and closed to other users
+// (mode 0600 or stricter), the token at least 16 characters (surrounding
+// whitespace dropped).
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
 std::string HelpText();
 
 }  // namespace kiln::server

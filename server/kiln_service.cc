@@ -17,6 +17,7 @@
 #include "runtime/util/cpu_features.h"
 #include "runtime/util/status_macros.h"
 #include "server/call_channel_layout.h"
+#include "server/process_watch.h"
 #include "server/status_map.h"
 #include "spdlog/spdlog.h"
 
@@ -109,9 +110,19 @@ void KilnService::WatchClients() {
   absl::MutexLock lock(&watch_mu_);
   while (!watch_mu_.AwaitWithTimeout(absl::Condition(&watch_stop_), kWatchInterval)) {
     watch_mu_.Unlock();
-    for (const auto& s : sessions_.CloseExited()) {
-      spdlog::info("session {} closed: client pid {} exited ({} handles released)",
-                   s->id().substr(0, 8), s->pid(), s->handle_count());
+    const auto exited = sessions_.CloseExited();
+    for (const auto& s : exited) {
+      const int unlinked = s->UnlinkRegions();
+      spdlog::info("session {} closed: client pid {} exited ({} handles released{})",
+                   s->id().substr(0, 8), s->pid(), s->handle_count(),
+                   unlinked > 0 ? absl::StrCat(", ", unlinked, " shared-memory objects removed")
+                                : "");
+    }
+    if (!exited.empty()) {
+      // Objects a dead client created but never registered.
+      if (int n = RemoveStaleRegions("/dev/shm", /*min_age_s=*/0); n > 0) {
+        spdlog::info("removed {} shared-memory objects of exited clients", n);
+      }
     }
     const cache::ConstantStore::Evicted evicted = constants_.EvictUnreferenced(constant_grace_);
     if (evicted.count > 0) {
@@ -125,20 +136,80 @@ void KilnService::WatchClients() {
   }
 }
 
+void KilnService::SetAccess(const PeerListener* peers, std::string tcp_token) {
+  peers_ = peers;
+  tcp_token_ = std::move(tcp_token);
+}
+
+absl::Status KilnService::Admit(const grpc::CallbackServerContext& ctx) const {
+  if (shutting_down_.load(std::memory_order_relaxed)) {
+    return absl::UnavailableError("kilnd is shutting down");
+  }
+  const std::string peer = ctx.peer();
+  if (peer.rfind("ipv4:", 0) != 0 && peer.rfind("ipv6:", 0) != 0) return absl::OkStatus();
+  const auto& metadata = ctx.client_metadata();
+  auto it = metadata.find("authorization");
+  const std::string expected = "Bearer " + tcp_token_;
+  bool match = !tcp_token_.empty() && it != metadata.end() && it->second.size() == expected.size();
+  if (match) {
+    // Compared in constant time: no early exit that times the prefix.
+    unsigned char diff = 0;
+    for (size_t i = 0; i < expected.size(); ++i) diff |= it->second.data()[i] ^ expected[i];
+    match = diff == 0;
+  }
+  if (!match) {
+    return absl::UnauthenticatedError(
+        "calls over TCP need the daemon's token (client option 'token' or KILN_TOKEN)");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status KilnService::DoOpenSession(const grpc::CallbackServerContext& ctx,
+                                        const kiln::v1::OpenSessionRequest& req,
+                                        kiln::v1::OpenSessionResponse* resp) {
+  // The client says who it is; over the unix socket the kernel says too.
+  // In the daemon's pid namespace the two must agree: a client may not
+  // pass for another process (its region names and session lifetime hang
+  // on the pid). Elsewhere the kernel's view (translated into ours) is
+  // the one to watch.
+  if (req.pid() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("OpenSession: pid ", req.pid(), " is not a pid"));
+  }
+  int pid = req.pid();
+  std::optional<int> watch;
+  const bool same_namespace =
+      req.pid_namespace() != 0 && req.pid_namespace() == OwnPidNamespace();
+  const std::optional<PeerCredentials> peer =
+      peers_ != nullptr ? peers_->PeerOf(ctx.peer()) : std::nullopt;
+  if (peer.has_value() && peer->pid > 0) {
+    if (pid == 0) pid = peer->pid;  // a client that did not say: the kernel knows
+    if (same_namespace && pid != peer->pid) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "OpenSession claims pid ", pid, " but the connection is from pid ", peer->pid));
+    }
+    watch = peer->pid;
+  } else if (same_namespace && pid > 0) {
+    watch = pid;
+  }
+  auto session = sessions_.Open(pid, req.client_name(), watch, limits_);
+  resp->set_session_id(session->id());
+  resp->set_runtime_version(KILN_RUNTIME_VERSION);
+  spdlog::info("session {} opened by pid {} ({}{})", session->id().substr(0, 8), pid,
+               req.client_name(), peer.has_value() ? ", credentials checked" : "");
+  return absl::OkStatus();
+}
+
 grpc::ServerUnaryReactor* KilnService::OpenSession(grpc::CallbackServerContext* ctx,
                                                    const kiln::v1::OpenSessionRequest* req,
                                                    kiln::v1::OpenSessionResponse* resp) {
-  auto session = sessions_.Open(req->pid(), req->client_name(), req->pid_namespace());
-  resp->set_session_id(session->id());
-  resp->set_runtime_version(KILN_RUNTIME_VERSION);
-  spdlog::info("session {} opened by pid {} ({})", session->id().substr(0, 8), req->pid(),
-               req->client_name());
-  return Done(ctx, absl::OkStatus());
+  if (absl::Status admitted = Admit(*ctx); !admitted.ok()) return Done(ctx, admitted);
+  return Done(ctx, DoOpenSession(*ctx, *req, resp));
 }
 
 grpc::ServerUnaryReactor* KilnService::CloseSession(grpc::CallbackServerContext* ctx,
                                                     const kiln::v1::CloseSessionRequest* req,
                                                     kiln::v1::CloseSessionResponse*) {
+  if (absl::Status admitted = Admit(*ctx); !admitted.ok()) return Done(ctx, admitted);
   absl::Status s = sessions_.Close(req->session_id());
   if (s.ok()) spdlog::info("session {} closed", req->session_id().substr(0, 8));
   return Done(ctx, s);
@@ -147,17 +218,25 @@ grpc::ServerUnaryReactor* KilnService::CloseSession(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* KilnService::RegisterRegion(grpc::CallbackServerContext* ctx,
                                                       const kiln::v1::RegisterRegionRequest* req,
                                                       kiln::v1::RegisterRegionResponse* resp) {
+  if (absl::Status admitted = Admit(*ctx); !admitted.ok()) return Done(ctx, admitted);
   auto session = sessions_.Find(req->session_id());
   if (!session.ok()) return Done(ctx, session.status());
+  // Checked before opening: another client's object is not even opened.
+  if (absl::Status mine = (*session)->CheckRegionName(req->name()); !mine.ok()) {
+    return Done(ctx, mine);
+  }
   auto region = ShmRegion::Open(req->name(), req->byte_size());
   if (!region.ok()) return Done(ctx, region.status());
-  resp->set_region_id((*session)->AddRegion(std::move(*region)));
+  auto id = (*session)->AddRegion(std::move(*region));
+  if (!id.ok()) return Done(ctx, id.status());
+  resp->set_region_id(*id);
   return Done(ctx, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* KilnService::UnregisterRegion(
     grpc::CallbackServerContext* ctx, const kiln::v1::UnregisterRegionRequest* req,
     kiln::v1::UnregisterRegionResponse*) {
+  if (absl::Status admitted = Admit(*ctx); !admitted.ok()) return Done(ctx, admitted);
   auto session = sessions_.Find(req->session_id());
   if (!session.ok()) return Done(ctx, session.status());
   return Done(ctx, (*session)->RemoveRegion(req->region_id()));
@@ -166,6 +245,7 @@ grpc::ServerUnaryReactor* KilnService::UnregisterRegion(
 grpc::ServerUnaryReactor* KilnService::GetCapabilities(grpc::CallbackServerContext* ctx,
                                                        const kiln::v1::CapabilitiesRequest*,
                                                        kiln::v1::CapabilitiesResponse* resp) {
+  if (absl::Status admitted = Admit(*ctx); !admitted.ok()) return Done(ctx, admitted);
   resp->set_runtime_version(KILN_RUNTIME_VERSION);
   resp->add_devices("CPU");
   for (const runtime::OpDef& op : runtime::AllOps()) {
@@ -185,6 +265,7 @@ grpc::ServerUnaryReactor* KilnService::GetCapabilities(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* KilnService::QueryConstants(grpc::CallbackServerContext* ctx,
                                                       const kiln::v1::QueryConstantsRequest* req,
                                                       kiln::v1::QueryConstantsResponse* resp) {
+  if (absl::Status admitted = Admit(*ctx); !admitted.ok()) return Done(ctx, admitted);
   for (const std::string& h : req->hashes()) {
     if (!constants_.Contains(h)) resp->add_missing(h);
   }
@@ -199,6 +280,11 @@ absl::Status KilnService::DoUpload(const kiln::v1::UploadConstantsRequest& req,
     const std::string what = absl::StrCat("constant ", i, " (", c.hash(), ")");
     KILN_ASSIGN_OR_RETURN(runtime::TensorMeta meta, runtime::MetaFromProto(c.data().meta()));
     KILN_ASSIGN_OR_RETURN(uint8_t * data, ResolveDescriptor(*session, c.data(), meta, what));
+    // Charged before storing (a constant the store holds already is free):
+    // past the cap nothing is stored.
+    if (!constants_.Contains(c.hash())) {
+      KILN_RETURN_IF_ERROR(session->ChargeConstantBytes(static_cast<uint64_t>(meta.ByteSize())));
+    }
     KILN_ASSIGN_OR_RETURN(bool stored, constants_.Put(c.hash(), data, meta.ByteSize()));
     if (stored) {
       constant_bytes_uploaded_ += static_cast<uint64_t>(meta.ByteSize());
@@ -213,6 +299,7 @@ absl::Status KilnService::DoUpload(const kiln::v1::UploadConstantsRequest& req,
 grpc::ServerUnaryReactor* KilnService::UploadConstants(
     grpc::CallbackServerContext* ctx, const kiln::v1::UploadConstantsRequest* req,
     kiln::v1::UploadConstantsResponse* resp) {
+  if (absl::Status admitted = Admit(*ctx); !admitted.ok()) return Done(ctx, admitted);
   return Done(ctx, DoUpload(*req, resp));
 }
 
@@ -226,8 +313,8 @@ uint64_t ResidentBytes() {
   return resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
 }
 
-void FillCompileResponse(CompileResult result, bool want_dump, Session& session,
-                         kiln::v1::CompileResponse* resp) {
+absl::Status FillCompileResponse(CompileResult result, bool want_dump, Session& session,
+                                 kiln::v1::CompileResponse* resp) {
   for (const auto& meta : result.graph->output_metas) {
     runtime::MetaToProto(meta, resp->add_outputs());
   }
@@ -235,7 +322,9 @@ void FillCompileResponse(CompileResult result, bool want_dump, Session& session,
   resp->set_compile_ms(result.compile_ms);
   resp->set_graph_key(result.key);
   if (want_dump) resp->set_dump(runtime::DumpCompiledGraph(*result.graph));
-  resp->set_handle(session.AddHandle(std::move(result.graph)));
+  KILN_ASSIGN_OR_RETURN(uint64_t handle, session.AddHandle(std::move(result.graph)));
+  resp->set_handle(handle);
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -276,14 +365,14 @@ absl::Status KilnService::DoCompile(const kiln::v1::CompileRequest& req,
     resp->set_graph_key(tmpl->key);
     spdlog::info("dynamic-shape graph {} ({} nodes, {} symbolic sizes): compiled per shape",
                  tmpl->key.substr(0, 12), tmpl->graph.nodes_size(), tmpl->num_sizes);
-    resp->set_handle(session->AddTemplate(std::move(tmpl)));
+    KILN_ASSIGN_OR_RETURN(uint64_t handle, session->AddTemplate(std::move(tmpl)));
+    resp->set_handle(handle);
     dynamic_graphs_++;
     return absl::OkStatus();
   }
   KILN_ASSIGN_OR_RETURN(CompileResult result,
                         graphs_.GetOrCompile(req.graph(), options, req.model_caching()));
-  FillCompileResponse(std::move(result), req.want_dump(), *session, resp);
-  return absl::OkStatus();
+  return FillCompileResponse(std::move(result), req.want_dump(), *session, resp);
 }
 
 absl::Status KilnService::DoSpecialize(const kiln::v1::SpecializeRequest& req,
@@ -296,13 +385,13 @@ absl::Status KilnService::DoSpecialize(const kiln::v1::SpecializeRequest& req,
                         graphs_.GetOrCompile(graph, tmpl->options, tmpl->model_caching,
                                              /*shape_variant=*/true));
   specializations_++;
-  FillCompileResponse(std::move(result), req.want_dump(), *session, resp);
-  return absl::OkStatus();
+  return FillCompileResponse(std::move(result), req.want_dump(), *session, resp);
 }
 
 grpc::ServerUnaryReactor* KilnService::Specialize(grpc::CallbackServerContext* ctx,
                                                   const kiln::v1::SpecializeRequest* req,
                                                   kiln::v1::CompileResponse* resp) {
+  if (absl::Status admitted = Admit(*ctx); !admitted.ok()) return Done(ctx, admitted);
   absl::Status s = DoSpecialize(*req, resp);
   if (!s.ok()) spdlog::info("specialize refused: {}", s.ToString());
   return Done(ctx, s);
@@ -311,6 +400,7 @@ grpc::ServerUnaryReactor* KilnService::Specialize(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* KilnService::Compile(grpc::CallbackServerContext* ctx,
                                                const kiln::v1::CompileRequest* req,
                                                kiln::v1::CompileResponse* resp) {
+  if (absl::Status admitted = Admit(*ctx); !admitted.ok()) return Done(ctx, admitted);
   absl::Status s = DoCompile(*req, resp);
   if (!s.ok()) spdlog::info("compile refused: {}", s.ToString());
   return Done(ctx, s);
@@ -416,12 +506,14 @@ absl::Status KilnService::DoOpenChannel(const kiln::v1::OpenChannelRequest& req,
 grpc::ServerUnaryReactor* KilnService::OpenChannel(grpc::CallbackServerContext* ctx,
                                                    const kiln::v1::OpenChannelRequest* req,
                                                    kiln::v1::OpenChannelResponse* resp) {
+  if (absl::Status admitted = Admit(*ctx); !admitted.ok()) return Done(ctx, admitted);
   return Done(ctx, DoOpenChannel(*req, resp));
 }
 
 grpc::ServerUnaryReactor* KilnService::CloseChannel(grpc::CallbackServerContext* ctx,
                                                     const kiln::v1::CloseChannelRequest* req,
                                                     kiln::v1::CloseChannelResponse*) {
+  if (absl::Status admitted = Admit(*ctx); !admitted.ok()) return Done(ctx, admitted);
   auto session = sessions_.Find(req->session_id());
   if (!session.ok()) return Done(ctx, session.status());
   return Done(ctx, (*session)->RemoveChannel(req->channel_id()));
@@ -430,6 +522,7 @@ grpc::ServerUnaryReactor* KilnService::CloseChannel(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* KilnService::Execute(grpc::CallbackServerContext* ctx,
                                                const kiln::v1::ExecuteRequest* req,
                                                kiln::v1::ExecuteResponse* resp) {
+  if (absl::Status admitted = Admit(*ctx); !admitted.ok()) return Done(ctx, admitted);
   absl::StatusOr<PendingRun> run = PrepareExecute(*req);
   if (!run.ok()) {
     executes_++;
@@ -463,6 +556,7 @@ grpc::ServerUnaryReactor* KilnService::Execute(grpc::CallbackServerContext* ctx,
 grpc::ServerUnaryReactor* KilnService::Release(grpc::CallbackServerContext* ctx,
                                                const kiln::v1::ReleaseRequest* req,
                                                kiln::v1::ReleaseResponse*) {
+  if (absl::Status admitted = Admit(*ctx); !admitted.ok()) return Done(ctx, admitted);
   auto session = sessions_.Find(req->session_id());
   if (!session.ok()) return Done(ctx, session.status());
   return Done(ctx, (*session)->RemoveHandle(req->handle()));
@@ -471,6 +565,7 @@ grpc::ServerUnaryReactor* KilnService::Release(grpc::CallbackServerContext* ctx,
 grpc::ServerUnaryReactor* KilnService::GetStats(grpc::CallbackServerContext* ctx,
                                                 const kiln::v1::StatsRequest*,
                                                 kiln::v1::StatsResponse* resp) {
+  if (absl::Status admitted = Admit(*ctx); !admitted.ok()) return Done(ctx, admitted);
   const CompileStats& cs = graphs_.stats();
   resp->set_runtime_version(KILN_RUNTIME_VERSION);
   resp->set_graphs_compiled(cs.compiled.load());

@@ -26,7 +26,9 @@
 #include "kiln/v1/kiln.grpc.pb.h"
 #include "runtime/exec/work_queue.h"
 #include "server/execution_slots.h"
+#include "server/client_limits.h"
 #include "server/graph_cache.h"
+#include "server/peer_listener.h"
 #include "server/session.h"
 
 namespace kiln::server {
@@ -40,6 +42,14 @@ class KilnService final : public kiln::v1::Kiln::CallbackService {
   explicit KilnService(std::string cache_dir, int execution_threads = 0,
                        uint64_t cache_max_bytes = cache::kDefaultArtifactCacheMaxBytes,
                        absl::Duration constant_grace = absl::Seconds(60));
+
+  // Who may call: `peers` (may be null: no credentials known, e.g. the
+  // tests' in-process server) vouches for unix-socket clients, whose
+  // claimed pid OpenSession checks against the kernel's; calls over TCP
+  // must carry "authorization: Bearer <tcp_token>" (an empty token refuses
+  // every TCP call). Set before serving.
+  void SetAccess(const PeerListener* peers, std::string tcp_token);
+  void SetClientLimits(const ClientLimits& limits) { limits_ = limits; }
 
   grpc::ServerUnaryReactor* OpenSession(grpc::CallbackServerContext* ctx,
                                         const kiln::v1::OpenSessionRequest* req,
@@ -91,6 +101,12 @@ class KilnService final : public kiln::v1::Kiln::CallbackService {
   ~KilnService() override;
 
  private:
+  // OK for a call the daemon may serve; UNAUTHENTICATED for a TCP call
+  // without the token, UNAVAILABLE once shutting down.
+  absl::Status Admit(const grpc::CallbackServerContext& ctx) const;
+  absl::Status DoOpenSession(const grpc::CallbackServerContext& ctx,
+                             const kiln::v1::OpenSessionRequest& req,
+                             kiln::v1::OpenSessionResponse* resp);
   absl::Status DoUpload(const kiln::v1::UploadConstantsRequest& req,
                         kiln::v1::UploadConstantsResponse* resp);
   absl::Status DoCompile(const kiln::v1::CompileRequest& req, kiln::v1::CompileResponse* resp);
@@ -109,6 +125,9 @@ class KilnService final : public kiln::v1::Kiln::CallbackService {
 
   const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   SessionRegistry sessions_;
+  const PeerListener* peers_ = nullptr;
+  std::string tcp_token_;
+  ClientLimits limits_;
   const absl::Duration constant_grace_;
   cache::ConstantStore constants_;
   cache::ArtifactStore artifacts_;

@@ -1,12 +1,16 @@
-// kilnd: the Kiln daemon. Parses flags, claims the socket, serves the
-// kiln.v1.Kiln and grpc.health.v1.Health services until SIGTERM/SIGINT, then
-// drains in-flight calls and removes its socket and lock.
+// kilnd: the Kiln daemon. Parses flags, claims the socket (or takes the one
+// a service manager passed), serves the kiln.v1.Kiln and
+// grpc.health.v1.Health services until SIGTERM/SIGINT, then refuses new
+// calls, drains in-flight ones and removes its socket and lock.
 #include <signal.h>
 #include <sys/stat.h>
 
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <memory>
+#include <optional>
+#include <sstream>
 
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -17,6 +21,8 @@
 #include "runtime/exec/profile.h"
 #include "server/daemon_config.h"
 #include "server/kiln_service.h"
+#include "server/peer_listener.h"
+#include "server/shm_region.h"
 #include "server/socket_lock.h"
 #include "spdlog/sinks/basic_file_sink.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
@@ -64,35 +70,93 @@ int Run(int argc, char** argv) {
   // daemon.
   signal(SIGXFSZ, SIG_IGN);
 
-  auto lock = SocketLock::Acquire(config->socket_path);
-  if (!lock.ok()) {
-    spdlog::error("{}", std::string(lock.status().message()));
-    return lock.status().code() == absl::StatusCode::kAlreadyExists ? 3 : 1;
+  std::string tcp_token;
+  if (!config->tcp_address.empty()) {
+    auto token = ReadTokenFile(config->token_file);
+    if (!token.ok()) {
+      spdlog::error("{}", std::string(token.status().message()));
+      return 2;
+    }
+    tcp_token = *std::move(token);
+  }
+  std::shared_ptr<grpc::ServerCredentials> tcp_credentials = grpc::InsecureServerCredentials();
+  if (!config->tls_cert.empty()) {
+    auto read = [](const std::string& path) -> std::optional<std::string> {
+      std::ifstream in(path);
+      if (!in) return std::nullopt;
+      std::stringstream text;
+      text << in.rdbuf();
+      return text.str();
+    };
+    auto cert = read(config->tls_cert), key = read(config->tls_key);
+    if (!cert || !key) {
+      spdlog::error("cannot read {}", !cert ? config->tls_cert : config->tls_key);
+      return 2;
+    }
+    grpc::SslServerCredentialsOptions tls;
+    tls.pem_key_cert_pairs.push_back({*key, *cert});
+    tcp_credentials = grpc::SslServerCredentials(tls);
+  }
+
+  // A listening socket passed by a service manager (systemd socket
+  // activation) is used as is: the manager owns its path.
+  std::optional<SocketLock> lock;
+  std::unique_ptr<PeerListener> listener;
+  if (std::optional<int> inherited = InheritedListenSocket()) {
+    auto adopted = PeerListener::Adopt(*inherited);
+    if (!adopted.ok()) {
+      spdlog::error("{}", std::string(adopted.status().message()));
+      return 1;
+    }
+    listener = *std::move(adopted);
+    spdlog::info("using the listening socket passed by the service manager (fd {})", *inherited);
+  } else {
+    auto acquired = SocketLock::Acquire(config->socket_path);
+    if (!acquired.ok()) {
+      spdlog::error("{}", std::string(acquired.status().message()));
+      return acquired.status().code() == absl::StatusCode::kAlreadyExists ? 3 : 1;
+    }
+    lock.emplace(*std::move(acquired));
+    auto bound = PeerListener::Bind(config->socket_path);
+    if (!bound.ok()) {
+      spdlog::error("{}", std::string(bound.status().message()));
+      return 1;
+    }
+    listener = *std::move(bound);
+  }
+  // Leftovers of clients that died before handing their regions over.
+  if (int n = RemoveStaleRegions("/dev/shm", /*min_age_s=*/10); n > 0) {
+    spdlog::info("removed {} shared-memory objects left by exited clients", n);
   }
   kiln::runtime::ConfigureThreads(config->threads);
   kiln::runtime::SetKeepWarm(config->spin_us);
 
   KilnService service(config->cache_dir, /*execution_threads=*/0, config->cache_max_mb << 20,
                       absl::Seconds(config->constant_grace_s));
+  service.SetAccess(listener.get(), tcp_token);
+  service.SetClientLimits(config->limits);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  // The unix socket's connections come from the listener, which checks
+  // each peer's credentials before handing it to gRPC.
   const std::string unix_target = "unix:" + config->socket_path;
-  builder.AddListeningPort(unix_target, grpc::InsecureServerCredentials());
   if (!config->tcp_address.empty()) {
-    builder.AddListeningPort(config->tcp_address, grpc::InsecureServerCredentials());
+    builder.AddListeningPort(config->tcp_address, tcp_credentials);
   }
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server) {
-    spdlog::error("cannot listen on {}{}", unix_target,
-                  config->tcp_address.empty() ? "" : " or " + config->tcp_address);
+    spdlog::error("cannot start the gRPC server{}",
+                  config->tcp_address.empty() ? "" : " (listening on " + config->tcp_address + ")");
     return 1;
   }
-  chmod(config->socket_path.c_str(), 0600);
+  listener->Start(server.get());
   spdlog::info("kilnd {} ready on {}{} ({} threads, cache {})", KILN_RUNTIME_VERSION, unix_target,
-               config->tcp_address.empty() ? "" : " and " + config->tcp_address,
+               config->tcp_address.empty() ? ""
+               : config->tls_cert.empty()  ? " and " + config->tcp_address + " (token)"
+                                           : " and " + config->tcp_address + " (TLS, token)",
                kiln::runtime::ConfiguredThreads(),
                config->cache_dir.empty() ? "off"
                : config->cache_max_mb == 0
@@ -102,10 +166,11 @@ int Run(int argc, char** argv) {
   int sig = 0;
   sigwait(&signals, &sig);
   spdlog::info("signal {}: draining in-flight calls and shutting down", sig);
-  service.Shutdown();  // call channels first: their calls are in flight too
+  listener->Stop();     // no new connections
+  service.Shutdown();  // new calls: UNAVAILABLE; call channels stop after their call
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(30));
   server->Wait();
-  lock->Release();
+  if (lock) lock->Release();
   if (kiln::runtime::ProfilingEnabled()) {
     spdlog::info("execution profile (KILN_PROFILE):\n{}", kiln::runtime::ProfileReport());
   }

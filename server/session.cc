@@ -1,16 +1,47 @@
 #include "server/session.h"
 
-#include <random>
+#include <sys/mman.h>
+#include <sys/random.h>
+
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "runtime/util/status_macros.h"
 #include "server/process_watch.h"
 
 namespace kiln::server {
 
-uint64_t Session::AddRegion(std::shared_ptr<ShmRegion> region) {
+Session::Session(std::string id, int pid, std::string client_name,
+                 std::optional<int> watch_pid, ClientLimits limits)
+    : id_(std::move(id)),
+      pid_(pid),
+      client_name_(std::move(client_name)),
+      watch_pid_(watch_pid.value_or(0)),
+      watched_start_ticks_(watch_pid ? ProcessStartTicks(*watch_pid) : std::nullopt),
+      limits_(limits) {}
+
+absl::Status Session::CheckRegionName(const std::string& name) const {
+  // A client names only what it created: its regions carry its pid, so it
+  // cannot map (or have the daemon unlink) another client's.
+  const std::string prefix = absl::StrCat("kiln-", pid_, "-");
+  if (name.compare(0, prefix.size(), prefix) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "region '", name, "' is not this client's: its name must start with '", prefix, "'"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> Session::AddRegion(std::shared_ptr<ShmRegion> region) {
+  KILN_RETURN_IF_ERROR(CheckRegionName(region->name()));
   absl::MutexLock lock(&mu_);
+  if (region->size() > limits_.max_region_bytes - std::min(region_bytes_, limits_.max_region_bytes)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the client has ", region_bytes_, " bytes of shared memory registered; ", region->size(),
+        " more would pass the per-client cap of ", limits_.max_region_bytes,
+        " (kilnd --max-client-shm-mb)"));
+  }
+  region_bytes_ += region->size();
   uint64_t id = next_region_++;
   regions_.emplace(id, std::move(region));
   return id;
@@ -18,9 +49,38 @@ uint64_t Session::AddRegion(std::shared_ptr<ShmRegion> region) {
 
 absl::Status Session::RemoveRegion(uint64_t region_id) {
   absl::MutexLock lock(&mu_);
-  if (regions_.erase(region_id) == 0) {
+  auto it = regions_.find(region_id);
+  if (it == regions_.end()) {
     return absl::NotFoundError(absl::StrCat("region ", region_id, " is not registered"));
   }
+  region_bytes_ -= it->second->size();
+  regions_.erase(it);
+  return absl::OkStatus();
+}
+
+uint64_t Session::region_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return region_bytes_;
+}
+
+int Session::UnlinkRegions() {
+  absl::MutexLock lock(&mu_);
+  int removed = 0;
+  for (const auto& [id, region] : regions_) {
+    removed += shm_unlink(("/" + region->name()).c_str()) == 0 ? 1 : 0;
+  }
+  return removed;
+}
+
+absl::Status Session::ChargeConstantBytes(uint64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  if (bytes > limits_.max_constant_bytes - std::min(constant_bytes_, limits_.max_constant_bytes)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the client has uploaded ", constant_bytes_, " bytes of constants; ", bytes,
+        " more would pass the per-client cap of ", limits_.max_constant_bytes,
+        " (kilnd --max-client-constant-mb)"));
+  }
+  constant_bytes_ += bytes;
   return absl::OkStatus();
 }
 
@@ -34,8 +94,20 @@ absl::StatusOr<std::shared_ptr<ShmRegion>> Session::Region(uint64_t region_id) c
   return it->second;
 }
 
-uint64_t Session::AddHandle(std::shared_ptr<const runtime::CompiledGraph> graph) {
+namespace {
+
+absl::Status HandleCap(size_t open, uint64_t cap) {
+  if (open < cap) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "the client holds ", open, " handles, the per-client cap (kilnd --max-client-handles); "
+      "release some (or call torch.compiler.reset()) first"));
+}
+
+}  // namespace
+
+absl::StatusOr<uint64_t> Session::AddHandle(std::shared_ptr<const runtime::CompiledGraph> graph) {
   absl::MutexLock lock(&mu_);
+  KILN_RETURN_IF_ERROR(HandleCap(handles_.size() + templates_.size(), limits_.max_handles));
   uint64_t id = next_handle_++;
   handles_.emplace(id, std::move(graph));
   return id;
@@ -63,8 +135,9 @@ absl::StatusOr<std::shared_ptr<const runtime::CompiledGraph>> Session::Handle(
   return it->second;
 }
 
-uint64_t Session::AddTemplate(std::shared_ptr<const GraphTemplate> tmpl) {
+absl::StatusOr<uint64_t> Session::AddTemplate(std::shared_ptr<const GraphTemplate> tmpl) {
   absl::MutexLock lock(&mu_);
+  KILN_RETURN_IF_ERROR(HandleCap(handles_.size() + templates_.size(), limits_.max_handles));
   uint64_t id = next_handle_++;
   templates_.emplace(id, std::move(tmpl));
   return id;
@@ -130,16 +203,22 @@ size_t Session::channel_count() const {
 
 bool Session::ClientAlive() const {
   if (!watched_start_ticks_) return true;
-  return ProcessStartTicks(pid_) == watched_start_ticks_;
+  return ProcessStartTicks(watch_pid_) == watched_start_ticks_;
 }
 
 std::shared_ptr<Session> SessionRegistry::Open(int pid, const std::string& client_name,
-                                               uint64_t pid_namespace) {
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
-  std::string id = absl::StrFormat("%016x%016x", rng(), rng());
-  std::optional<uint64_t> start;
-  if (pid_namespace != 0 && pid_namespace == OwnPidNamespace()) start = ProcessStartTicks(pid);
-  auto session = std::make_shared<Session>(id, pid, client_name, start);
+                                               std::optional<int> watch_pid,
+                                               const ClientLimits& limits) {
+  // The id is the session's only credential on the wire: 128 bits from the
+  // kernel's generator, not a seeded PRNG whose state its outputs reveal.
+  uint64_t words[2] = {0, 0};
+  uint8_t* bytes = reinterpret_cast<uint8_t*>(words);
+  for (size_t got = 0; got < sizeof(words);) {
+    ssize_t n = getrandom(bytes + got, sizeof(words) - got, 0);
+    if (n > 0) got += static_cast<size_t>(n);
+  }
+  std::string id = absl::StrFormat("%016x%016x", words[0], words[1]);
+  auto session = std::make_shared<Session>(id, pid, client_name, watch_pid, limits);
   absl::MutexLock lock(&mu_);
   sessions_.emplace(id, session);
   return session;

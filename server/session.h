@@ -18,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "runtime/compile/compiled_graph.h"
 #include "server/call_channel.h"
+#include "server/client_limits.h"
 #include "server/shm_region.h"
 #include "server/specialize.h"
 
@@ -28,36 +29,48 @@ inline constexpr size_t kMaxChannelsPerSession = 64;
 
 class Session {
  public:
-  // `watched_start_ticks`: the client process's start time when the daemon
-  // can watch it (same pid namespace; see process_watch.h), else nullopt.
+  // `pid`: the client's own (in its pid namespace; its region names start
+  // with "kiln-<pid>-"). `watch_pid`: the same process as the daemon sees
+  // it, when it can; its start time is taken now and ClientAlive() compares
+  // (see process_watch.h).
   Session(std::string id, int pid, std::string client_name,
-          std::optional<uint64_t> watched_start_ticks = std::nullopt)
-      : id_(std::move(id)),
-        pid_(pid),
-        client_name_(std::move(client_name)),
-        watched_start_ticks_(watched_start_ticks) {}
+          std::optional<int> watch_pid = std::nullopt, ClientLimits limits = {});
   // Stops the session's channels first: their threads use the session.
   ~Session() { StopChannels(); }
 
   const std::string& id() const { return id_; }
   int pid() const { return pid_; }
+  // The pid the daemon watches (its own namespace's view), or 0.
+  int watched_pid() const { return watch_pid_; }
   const std::string& client_name() const { return client_name_; }
   // False once the watched client process has exited; true when unwatched.
   bool ClientAlive() const;
 
-  uint64_t AddRegion(std::shared_ptr<ShmRegion> region);
+  // INVALID_ARGUMENT unless `name` is "kiln-<pid>-..." of this client.
+  absl::Status CheckRegionName(const std::string& name) const;
+  // CheckRegionName; RESOURCE_EXHAUSTED past ClientLimits::max_region_bytes.
+  absl::StatusOr<uint64_t> AddRegion(std::shared_ptr<ShmRegion> region);
   absl::Status RemoveRegion(uint64_t region_id);
   // NOT_FOUND naming the id when the region is not this session's.
   absl::StatusOr<std::shared_ptr<ShmRegion>> Region(uint64_t region_id) const;
 
-  uint64_t AddHandle(std::shared_ptr<const runtime::CompiledGraph> graph);
+  // RESOURCE_EXHAUSTED past ClientLimits::max_handles (with templates).
+  absl::StatusOr<uint64_t> AddHandle(std::shared_ptr<const runtime::CompiledGraph> graph);
   absl::Status RemoveHandle(uint64_t handle);
   // NOT_FOUND for an unknown handle; FAILED_PRECONDITION for a template.
   absl::StatusOr<std::shared_ptr<const runtime::CompiledGraph>> Handle(uint64_t handle) const;
   // Handles of dynamic-shape templates share the numbering (and Release).
-  uint64_t AddTemplate(std::shared_ptr<const GraphTemplate> tmpl);
+  absl::StatusOr<uint64_t> AddTemplate(std::shared_ptr<const GraphTemplate> tmpl);
   absl::StatusOr<std::shared_ptr<const GraphTemplate>> Template(uint64_t handle) const;
   size_t handle_count() const;
+  // Counts `bytes` of newly stored constants against the client's cap;
+  // RESOURCE_EXHAUSTED (and nothing counted) when they would pass it.
+  absl::Status ChargeConstantBytes(uint64_t bytes);
+  uint64_t region_bytes() const;
+  // Removes the shared-memory objects behind the session's regions from
+  // /dev/shm (the client has exited and cannot). Mappings stay valid until
+  // the last call using them finishes. Returns how many were removed.
+  int UnlinkRegions();
 
   // Takes over a started channel. RESOURCE_EXHAUSTED (and the channel is
   // stopped) past kMaxChannelsPerSession.
@@ -72,8 +85,12 @@ class Session {
   const std::string id_;
   const int pid_;
   const std::string client_name_;
+  const int watch_pid_;
   const std::optional<uint64_t> watched_start_ticks_;
+  const ClientLimits limits_;
   mutable absl::Mutex mu_;
+  uint64_t region_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t constant_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_region_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t next_handle_ ABSL_GUARDED_BY(mu_) = 1;
   absl::flat_hash_map<uint64_t, std::shared_ptr<ShmRegion>> regions_ ABSL_GUARDED_BY(mu_);
@@ -90,11 +107,12 @@ class Session {
 
 class SessionRegistry {
  public:
-  // `pid_namespace`: the client's (OpenSessionRequest.pid_namespace); when
-  // it is the daemon's own, the session is closed by CloseExited() once the
-  // client process is gone.
+  // `watch_pid`: the client process as the daemon sees it (its socket
+  // peer, or its own pid when in the daemon's pid namespace); when given,
+  // CloseExited() closes the session once that process is gone.
   std::shared_ptr<Session> Open(int pid, const std::string& client_name,
-                                uint64_t pid_namespace = 0);
+                                std::optional<int> watch_pid = std::nullopt,
+                                const ClientLimits& limits = {});
   // Forgets the session and stops its channels.
   absl::Status Close(const std::string& id);
   // Closes the sessions whose client process has exited; returns them.
@@ -105,6 +123,14 @@ class SessionRegistry {
   absl::StatusOr<std::shared_ptr<Session>> Find(const std::string& id) const;
   size_t count() const;
   size_t handle_count() const;
+  // Counts `bytes` of newly stored constants against the client's cap;
+  // RESOURCE_EXHAUSTED (and nothing counted) when they would pass it.
+  absl::Status ChargeConstantBytes(uint64_t bytes);
+  uint64_t region_bytes() const;
+  // Removes the shared-memory objects behind the session's regions from
+  // /dev/shm (the client has exited and cannot). Mappings stay valid until
+  // the last call using them finishes. Returns how many were removed.
+  int UnlinkRegions();
   std::vector<std::shared_ptr<Session>> All() const;
 
   // Takes over a started channel. RESOURCE_EXHAUSTED (and the channel is

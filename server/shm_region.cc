@@ -5,10 +5,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <signal.h>
+
 #include <cerrno>
 #include <cstring>
+#include <ctime>
+#include <filesystem>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace kiln::server {
 
@@ -52,6 +58,12 @@ absl::StatusOr<std::unique_ptr<ShmRegion>> ShmRegion::Open(const std::string& na
     return absl::PermissionDeniedError(
         absl::StrCat("/dev/shm/", name, " belongs to another user"));
   }
+  if ((st.st_mode & 077) != 0) {
+    close(fd);
+    return absl::PermissionDeniedError(absl::StrCat(
+        "/dev/shm/", name, " is open to other users (mode ", absl::StrFormat("%04o", st.st_mode & 0777),
+        "); create regions with mode 0600"));
+  }
   if (static_cast<uint64_t>(st.st_size) < byte_size) {
     close(fd);
     return absl::InvalidArgumentError(absl::StrCat(
@@ -76,6 +88,32 @@ absl::StatusOr<uint8_t*> ShmRegion::Resolve(uint64_t offset, uint64_t bytes) con
         name_, "' (", size_, " bytes)"));
   }
   return base_ + offset;
+}
+
+int RemoveStaleRegions(const std::string& dir, int min_age_s) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  int removed = 0;
+  const uid_t uid = geteuid();
+  const time_t now = time(nullptr);
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!IsValidRegionName(name)) continue;
+    const size_t dash = name.find('-', 5);
+    int pid = 0;
+    if (dash == std::string::npos || !absl::SimpleAtoi(name.substr(5, dash - 5), &pid) ||
+        pid <= 0) {
+      continue;
+    }
+    struct stat st {};
+    if (lstat(entry.path().c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != uid ||
+        now - st.st_mtime < min_age_s) {
+      continue;
+    }
+    if (kill(pid, 0) == 0 || errno != ESRCH) continue;  // still there (or not ours to ask)
+    removed += unlink(entry.path().c_str()) == 0 ? 1 : 0;
+  }
+  return removed;
 }
 
 }  // namespace kiln::server

@@ -21,8 +21,9 @@ class ShmRegion {
  public:
   // Maps /dev/shm/<name>. INVALID_ARGUMENT for a name outside the
   // "kiln-[A-Za-z0-9_-]+" pattern, a size larger than the object or
-  // kMaxRegionBytes; PERMISSION_DENIED for an object owned by another user;
-  // NOT_FOUND when it does not exist.
+  // kMaxRegionBytes; PERMISSION_DENIED for an object owned by another user
+  // or open to other users (clients create them 0600); NOT_FOUND when it
+  // does not exist.
   static absl::StatusOr<std::unique_ptr<ShmRegion>> Open(const std::string& name,
                                                          uint64_t byte_size);
   ~ShmRegion();
@@ -46,5 +47,11 @@ class ShmRegion {
 };
 
 bool IsValidRegionName(const std::string& name);
+
+// Removes the objects "kiln-<pid>-..." in `dir` (/dev/shm) that a dead
+// client left: ours, older than `min_age_s` (a live client unlinks its
+// objects as soon as the daemon has mapped them, within milliseconds) and
+// whose pid no longer exists. Returns how many were removed.
+int RemoveStaleRegions(const std::string& dir, int min_age_s);
 
 }  // namespace kiln::server

@@ -203,8 +203,7 @@ class Connection:
 
     def _open(self) -> None:
         daemon.ensure_daemon(self.socket_path, self.autostart, cache_dir=self.cache_dir)
-        channel = grpc.insecure_channel(daemon.target_for(self.socket_path),
-                                        options=_CHANNEL_OPTIONS)
+        channel = daemon.open_channel(self.socket_path, options=_CHANNEL_OPTIONS)
         stub = LoggedStub(kiln_pb2_grpc.KilnStub(channel))
         try:
             response = stub.OpenSession(

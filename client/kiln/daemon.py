@@ -51,9 +51,61 @@ def default_cache_dir() -> str:
     return os.path.join(os.path.expanduser("~"), ".cache", "kiln")
 
 
+TCP_PREFIX = "tcp:"
+
+
+def is_tcp(address: str) -> bool:
+    """A daemon reached over TCP ("tcp:HOST:PORT") rather than a unix socket."""
+    return address.startswith(TCP_PREFIX)
+
+
 def target_for(socket_path: str) -> str:
-    """The gRPC target string for a unix socket path."""
+    """The gRPC target string for a unix socket path or "tcp:HOST:PORT"."""
+    if is_tcp(socket_path):
+        return socket_path[len(TCP_PREFIX):]
     return f"unix:{socket_path}"
+
+
+class _TokenInterceptor(grpc.UnaryUnaryClientInterceptor):
+    """Adds "authorization: Bearer <token>" to every call (kilnd --tcp
+    refuses calls without its token)."""
+
+    def __init__(self, token: str):
+        self._metadata = (("authorization", f"Bearer {token}"),)
+
+    def intercept_unary_unary(self, continuation, details, request):
+        metadata = tuple(details.metadata or ()) + self._metadata
+        details = details._replace(metadata=metadata) if hasattr(details, "_replace") else \
+            _CallDetails(details.method, details.timeout, metadata, details.credentials,
+                         getattr(details, "wait_for_ready", None),
+                         getattr(details, "compression", None))
+        return continuation(details, request)
+
+
+class _CallDetails(grpc.ClientCallDetails):
+    def __init__(self, method, timeout, metadata, credentials, wait_for_ready, compression):
+        self.method, self.timeout, self.metadata = method, timeout, metadata
+        self.credentials, self.wait_for_ready, self.compression = (
+            credentials, wait_for_ready, compression)
+
+
+def open_channel(socket_path: str, options: tuple = ()) -> grpc.Channel:
+    """A channel to the daemon. Over TCP: TLS when KILN_TLS_CA names the CA
+    certificate (PEM) to trust, and the token in KILN_TOKEN on every call."""
+    target = target_for(socket_path)
+    if not is_tcp(socket_path):
+        return grpc.insecure_channel(target, options=options)
+    ca_file = os.environ.get("KILN_TLS_CA")
+    if ca_file:
+        with open(ca_file, "rb") as f:
+            credentials = grpc.ssl_channel_credentials(root_certificates=f.read())
+        channel = grpc.secure_channel(target, credentials, options=options)
+    else:
+        channel = grpc.insecure_channel(target, options=options)
+    token = os.environ.get("KILN_TOKEN")
+    if token:
+        channel = grpc.intercept_channel(channel, _TokenInterceptor(token))
+    return channel
 
 
 def log_path_for(socket_path: str) -> str:
@@ -78,9 +130,9 @@ def find_daemon_binary() -> str:
 
 def probe(socket_path: str, timeout_s: float = PROBE_TIMEOUT_S) -> bool:
     """True if a daemon answers GetCapabilities on the socket."""
-    if not os.path.exists(socket_path):
+    if not is_tcp(socket_path) and not os.path.exists(socket_path):
         return False
-    channel = grpc.insecure_channel(target_for(socket_path))
+    channel = open_channel(socket_path)
     try:
         kiln_pb2_grpc.KilnStub(channel).GetCapabilities(
             kiln_pb2.CapabilitiesRequest(), timeout=timeout_s)
@@ -127,6 +179,10 @@ def ensure_daemon(socket_path: str, autostart: bool = True,
     """
     if probe(socket_path):
         return
+    if is_tcp(socket_path):
+        raise DaemonError(
+            f"no kilnd daemon answers on {socket_path} (a TCP daemon is not started on "
+            f"demand; is KILN_TOKEN set to its token, and KILN_TLS_CA for TLS?)")
     if not autostart:
         raise DaemonError(
             f"no kilnd daemon answers on {socket_path} and auto-start is off "

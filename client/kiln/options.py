@@ -216,7 +216,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
                env="KILN_AOT_AUTOGRAD"),
     OptionSpec("socket", str, None,
                "daemon socket path (default: $KILN_SOCKET, "
-               "$XDG_RUNTIME_DIR/kiln/kilnd.sock or /tmp/kiln-<uid>/kilnd.sock)",
+               "$XDG_RUNTIME_DIR/kiln/kilnd.sock or /tmp/kiln-<uid>/kilnd.sock), or "
+               "'tcp:HOST:PORT' for a daemon started with --tcp on this host (token from "
+               "$KILN_TOKEN, TLS with the CA in $KILN_TLS_CA)",
                env="KILN_SOCKET"),
     OptionSpec("autostart", bool, True,
                "start kilnd when nothing answers on the socket",

@@ -181,3 +181,5 @@ def test_killed_client_session_and_channels_are_released(daemon_up):
         time.sleep(0.1)
     assert (after.sessions, after.channels, after.live_handles) == \
         (before.sessions, before.channels, before.live_handles)
+    # Nothing of the dead client is left in /dev/shm.
+    assert not [f for f in os.listdir("/dev/shm") if f.startswith(f"kiln-{proc.pid}-")]

@@ -15,6 +15,8 @@
 namespace kiln::server {
 namespace {
 
+using kiln::testing::GraphBuilder;
+using kiln::testing::Ref;
 using kiln::testing::ServiceFixture;
 
 constexpr uint64_t kBlockBytes = 1 << 16;
@@ -200,16 +202,22 @@ TEST_F(CallChannelTest, CloseChannelStopsServingAndMarksTheBlock) {
   EXPECT_EQ(stub_->CloseChannel(&again, req, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
-TEST_F(CallChannelTest, ShutdownAnswersAPostedCallAndRefusesNewChannels) {
+TEST_F(CallChannelTest, ShutdownAnswersAPostedCallAndRefusesNewCalls) {
+  uint64_t id = 0;
+  NewBlock(&id);
   uint8_t* block = OpenBlock();
   uint64_t h = CompileRelu(16);
   ExpectReluThroughChannel(block, h);
   service_->Shutdown();
   EXPECT_EQ(Get<uint32_t>(block, kChannelClosedOffset), 1u);
-  uint64_t id = 0;
-  NewBlock(&id);
+  // Every new call, channel or not, is refused as the daemon goes down.
   kiln::v1::OpenChannelResponse resp;
   EXPECT_EQ(Open(id, &resp).error_code(), grpc::StatusCode::UNAVAILABLE);
+  kiln::v1::CompileResponse compiled;
+  GraphBuilder b;
+  int x = b.Input({16});
+  b.Output(b.Call("aten.relu.default", {Ref(x)}));
+  EXPECT_EQ(Compile(b.graph(), &compiled).error_code(), grpc::StatusCode::UNAVAILABLE);
 }
 
 // Stop() while a call runs: the call finishes and is answered, then the

@@ -3,7 +3,12 @@
 // the source.
 #include "server/daemon_config.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -21,8 +26,11 @@ absl::StatusOr<DaemonConfig> Parse(std::vector<std::string> args) {
 
 class DaemonConfigTest : public ::testing::Test {
  protected:
-  void SetUp() override { ::unsetenv("KILN_CACHE_MAX_MB"); }
-  void TearDown() override { ::unsetenv("KILN_CACHE_MAX_MB"); }
+  void SetUp() override {
+    ::unsetenv("KILN_CACHE_MAX_MB");
+    ::unsetenv("KILN_TOKEN_FILE");
+  }
+  void TearDown() override { SetUp(); }
 };
 
 TEST_F(DaemonConfigTest, CacheCapDefaultsToTwoGiB) {
@@ -72,6 +80,50 @@ TEST_F(DaemonConfigTest, SpinTimeDefaultsToTwoMillisecondsAndRejectsNonsense) {
     ASSERT_FALSE(parsed.ok()) << bad;
     EXPECT_NE(parsed.status().message().find("--spin-us"), std::string::npos);
   }
+}
+
+TEST_F(DaemonConfigTest, TcpNeedsATokenFileAndTlsNeedsTcp) {
+  auto bare = Parse({"--tcp", "127.0.0.1:7000"});
+  ASSERT_FALSE(bare.ok());
+  EXPECT_NE(bare.status().message().find("--token-file"), std::string::npos);
+  EXPECT_TRUE(Parse({"--tcp", "127.0.0.1:7000", "--token-file", "/x"}).ok());
+  ::setenv("KILN_TOKEN_FILE", "/x", 1);
+  EXPECT_TRUE(Parse({"--tcp", "127.0.0.1:7000"}).ok());
+  EXPECT_FALSE(Parse({"--tcp", "127.0.0.1:7000", "--tls-cert", "c.pem"}).ok());
+  EXPECT_FALSE(Parse({"--tls-cert", "c.pem", "--tls-key", "k.pem"}).ok());
+  EXPECT_TRUE(
+      Parse({"--tcp", "127.0.0.1:7000", "--tls-cert", "c.pem", "--tls-key", "k.pem"}).ok());
+}
+
+TEST_F(DaemonConfigTest, TokenFileMustBePrivateAndLongEnough) {
+  namespace fs = std::filesystem;
+  const fs::path path = fs::temp_directory_path() / ("kiln-token-" + std::to_string(getpid()));
+  std::ofstream(path) << "  0123456789abcdefXYZ\n";
+  chmod(path.c_str(), 0644);
+  EXPECT_EQ(ReadTokenFile(path.string()).status().code(), absl::StatusCode::kPermissionDenied);
+  chmod(path.c_str(), 0600);
+  auto token = ReadTokenFile(path.string());
+  ASSERT_TRUE(token.ok()) << token.status();
+  EXPECT_EQ(*token, "0123456789abcdefXYZ");
+  std::ofstream(path) << "short";
+  EXPECT_EQ(ReadTokenFile(path.string()).status().code(), absl::StatusCode::kInvalidArgument);
+  fs::remove(path);
+  EXPECT_EQ(ReadTokenFile(path.string()).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(DaemonConfigTest, ClientCapsHaveDefaultsAndFlags) {
+  auto config = Parse({});
+  ASSERT_TRUE(config.ok());
+  EXPECT_EQ(config->limits.max_handles, 4096u);
+  EXPECT_EQ(config->limits.max_region_bytes, uint64_t{64} << 30);
+  auto set = Parse({"--max-client-handles", "10", "--max-client-shm-mb", "256",
+                    "--max-client-constant-mb=512"});
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->limits.max_handles, 10u);
+  EXPECT_EQ(set->limits.max_region_bytes, uint64_t{256} << 20);
+  EXPECT_EQ(set->limits.max_constant_bytes, uint64_t{512} << 20);
+  EXPECT_FALSE(Parse({"--max-client-handles", "0"}).ok());
+  EXPECT_FALSE(Parse({"--max-client-shm-mb", "lots"}).ok());
 }
 
 }  // namespace

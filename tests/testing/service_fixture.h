@@ -1,6 +1,7 @@
-// A real KilnService behind a real gRPC server on a unix socket, one open
-// session and one registered shared-memory region: the fixture of the
-// server tests, which drive the service as a client process would.
+// A real KilnService behind a real gRPC server on a unix socket (accepted,
+// credentials checked, by the daemon's PeerListener), one open session and
+// one registered shared-memory region: the fixture of the server tests,
+// which drive the service as a client process would.
 #pragma once
 
 #include <fcntl.h>
@@ -19,6 +20,8 @@
 
 #include "gtest/gtest.h"
 #include "server/kiln_service.h"
+#include "server/peer_listener.h"
+#include "server/process_watch.h"
 #include "tests/testing/proto_graph.h"
 
 namespace kiln::testing {
@@ -33,18 +36,23 @@ class ServiceFixture : public ::testing::Test {
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     service_ = std::make_unique<KilnService>((dir_ / "cache").string());
+    auto listener = server::PeerListener::Bind((dir_ / "s.sock").string());
+    ASSERT_TRUE(listener.ok()) << listener.status();
+    listener_ = *std::move(listener);
+    service_->SetAccess(listener_.get(), "");
     grpc::ServerBuilder builder;
     target_ = "unix:" + (dir_ / "s.sock").string();
-    builder.AddListeningPort(target_, grpc::InsecureServerCredentials());
     builder.RegisterService(service_.get());
     server_ = builder.BuildAndStart();
     ASSERT_NE(server_, nullptr);
+    listener_->Start(server_.get());
     stub_ = kiln::v1::Kiln::NewStub(grpc::CreateChannel(target_, grpc::InsecureChannelCredentials()));
     session_ = OpenSession();
     // One shared-memory region for this client.
     base_ = CreateRegion(kRegionBytes, session_, &region_id_);
   }
   void TearDown() override {
+    listener_->Stop();
     server_->Shutdown();
     service_->Shutdown();
     for (auto [base, bytes] : mappings_) munmap(base, bytes);
@@ -55,7 +63,7 @@ class ServiceFixture : public ::testing::Test {
   // once registered (as the client does); unmapped at TearDown.
   uint8_t* CreateRegion(uint64_t bytes, const std::string& session, uint64_t* region_id) {
     const std::string name =
-        "kiln-svc-test-" + std::to_string(getpid()) + "-" + std::to_string(mappings_.size());
+        "kiln-" + std::to_string(getpid()) + "-svctest-" + std::to_string(mappings_.size());
     int fd = shm_open(("/" + name).c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
     EXPECT_GE(fd, 0);
     EXPECT_EQ(ftruncate(fd, static_cast<off_t>(bytes)), 0);
@@ -72,6 +80,7 @@ class ServiceFixture : public ::testing::Test {
     grpc::ClientContext ctx;
     kiln::v1::OpenSessionRequest req;
     req.set_pid(getpid());
+    req.set_pid_namespace(server::OwnPidNamespace());
     kiln::v1::OpenSessionResponse resp;
     EXPECT_TRUE(stub_->OpenSession(&ctx, req, &resp).ok());
     return resp.session_id();
@@ -142,6 +151,7 @@ class ServiceFixture : public ::testing::Test {
   fs::path dir_;
   std::string target_;
   std::unique_ptr<KilnService> service_;
+  std::unique_ptr<server::PeerListener> listener_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<kiln::v1::Kiln::Stub> stub_;
   std::string session_;

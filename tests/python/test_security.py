@@ -1,0 +1,243 @@
+"""Who may talk to kilnd, and how it goes down: a real daemon per test.
+
+TCP needs the daemon's token (and speaks TLS when given certificates);
+a socket passed by a service manager is served; shared-memory objects of
+dead clients are removed when the daemon starts; SIGTERM lets in-flight
+calls finish, refuses new ones and removes the socket and its lock.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+import grpc
+import pytest
+import torch
+import torch.nn as nn
+
+from conftest import find_kilnd, kill_and_wait
+from kiln import connection, daemon
+from kiln.v1 import kiln_pb2, kiln_pb2_grpc
+
+TOKEN = "kiln-test-token-0123456789"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for(predicate, timeout_s=30.0, what="condition"):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class PrivateDaemon:
+    def __init__(self, tmp_path, *args, shell_prefix: str | None = None, pass_fds=()):
+        self.dir = tmp_path
+        self.socket = str(tmp_path / "kilnd.sock")
+        self.log = tmp_path / "kilnd.log"
+        cmd = [find_kilnd(), "--socket", self.socket, "--no-cache", *args]
+        with open(self.log, "ab") as log:
+            if shell_prefix is not None:
+                # For socket activation: the shell makes fd 3 and sets
+                # LISTEN_PID to its own pid, which exec keeps for kilnd.
+                script = shell_prefix + " exec " + " ".join(f"'{c}'" for c in cmd)
+                self.proc = subprocess.Popen(["/bin/bash", "-c", script], stdout=log, stderr=log,
+                                             pass_fds=pass_fds)
+            else:
+                self.proc = subprocess.Popen(cmd, stdout=log, stderr=log)
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_ready(self, target_probe):
+        _wait_for(lambda: self.proc.poll() is not None or target_probe(), 30, "kilnd ready")
+        assert self.proc.poll() is None, self.log_text()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            kill_and_wait(self.proc.pid, signal.SIGTERM)
+        self.proc.wait(timeout=30)
+
+
+def _stats_over(channel, metadata=()):
+    return kiln_pb2_grpc.KilnStub(channel).GetStats(kiln_pb2.StatsRequest(), timeout=5,
+                                                     metadata=metadata)
+
+
+def _compiled_matches_eager(socket_path: str) -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8)).eval()
+    compiled = torch.compile(model, backend="kiln",
+                             options={"socket": socket_path, "autostart": False,
+                                      "fallback": "error"})
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
+    torch._dynamo.reset()
+
+
+@pytest.fixture
+def token_file(tmp_path):
+    path = tmp_path / "token"
+    path.write_text(TOKEN + "\n")
+    path.chmod(0o600)
+    return str(path)
+
+
+def test_tcp_calls_need_the_token(tmp_path, token_file, monkeypatch):
+    port = _free_port()
+    d = PrivateDaemon(tmp_path, "--tcp", f"127.0.0.1:{port}", "--token-file", token_file)
+    try:
+        d.wait_ready(lambda: daemon.probe(d.socket, 1.0))
+        channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        for metadata in ((), (("authorization", "Bearer wrong-token-0000000000"),)):
+            with pytest.raises(grpc.RpcError) as info:
+                _stats_over(channel, metadata)
+            assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            assert "token" in info.value.details()
+        assert _stats_over(channel, (("authorization", f"Bearer {TOKEN}"),)).pid == d.proc.pid
+        channel.close()
+        # The backend over TCP (tensors still through shared memory: same host).
+        monkeypatch.setenv("KILN_TOKEN", TOKEN)
+        _compiled_matches_eager(f"tcp:127.0.0.1:{port}")
+        monkeypatch.setenv("KILN_TOKEN", "wrong-token-0000000000")
+        with pytest.raises(daemon.DaemonError, match="KILN_TOKEN"):
+            daemon.ensure_daemon(f"tcp:127.0.0.1:{port}", autostart=True)
+    finally:
+        d.stop()
+
+
+def test_tcp_without_a_token_file_is_refused_at_start(tmp_path):
+    proc = subprocess.run([find_kilnd(), "--socket", str(tmp_path / "s.sock"), "--tcp",
+                           f"127.0.0.1:{_free_port()}"], capture_output=True, text=True,
+                          timeout=30)
+    assert proc.returncode == 2
+    assert "--token-file" in proc.stderr
+    loose = tmp_path / "loose-token"
+    loose.write_text(TOKEN)
+    loose.chmod(0o644)
+    proc = subprocess.run([find_kilnd(), "--socket", str(tmp_path / "s.sock"), "--tcp",
+                           f"127.0.0.1:{_free_port()}", "--token-file", str(loose)],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2
+    assert "chmod 600" in proc.stderr
+
+
+def test_tcp_with_tls(tmp_path, token_file, monkeypatch):
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    port = _free_port()
+    d = PrivateDaemon(tmp_path, "--tcp", f"localhost:{port}", "--token-file", token_file,
+                      "--tls-cert", str(cert), "--tls-key", str(key))
+    try:
+        d.wait_ready(lambda: daemon.probe(d.socket, 1.0))
+        assert "TLS" in d.log_text()
+        # Plaintext is not spoken on the TLS port.
+        plain = grpc.insecure_channel(f"localhost:{port}")
+        with pytest.raises(grpc.RpcError):
+            _stats_over(plain, (("authorization", f"Bearer {TOKEN}"),))
+        plain.close()
+        monkeypatch.setenv("KILN_TOKEN", TOKEN)
+        monkeypatch.setenv("KILN_TLS_CA", str(cert))
+        _compiled_matches_eager(f"tcp:localhost:{port}")
+    finally:
+        d.stop()
+
+
+def test_socket_passed_by_a_service_manager_is_served(tmp_path):
+    path = str(tmp_path / "activated.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(16)
+    fd = listener.fileno()
+    d = PrivateDaemon(tmp_path, shell_prefix=f"exec 3<&{fd} {fd}<&-; "
+                      "LISTEN_PID=$$ LISTEN_FDS=1; export LISTEN_PID LISTEN_FDS;",
+                      pass_fds=(fd,))
+    listener.close()  # the daemon holds it now
+    try:
+        d.wait_ready(lambda: daemon.probe(path, 1.0))
+        assert "passed by the service manager" in d.log_text()
+        _compiled_matches_eager(path)
+    finally:
+        d.stop()
+    assert d.proc.returncode == 0, d.log_text()
+    # The manager's socket is the manager's: left in place.
+    assert os.path.exists(path)
+
+
+def test_objects_of_dead_clients_are_removed_at_start(tmp_path):
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = f"/dev/shm/kiln-{dead.pid}-leftover"
+    with open(stale, "wb") as f:
+        f.write(b"\0" * 4096)
+    os.chmod(stale, 0o600)
+    os.utime(stale, (time.time() - 3600, time.time() - 3600))
+    live = f"/dev/shm/kiln-{os.getpid()}-still-mine"
+    with open(live, "wb") as f:
+        f.write(b"\0" * 4096)
+    os.utime(live, (time.time() - 3600, time.time() - 3600))
+    d = PrivateDaemon(tmp_path)
+    try:
+        d.wait_ready(lambda: daemon.probe(d.socket, 1.0))
+        assert not os.path.exists(stale), d.log_text()
+        assert os.path.exists(live)
+    finally:
+        d.stop()
+        os.unlink(live)
+        if os.path.exists(stale):
+            os.unlink(stale)
+
+
+def test_sigterm_finishes_the_call_in_flight_then_refuses_and_cleans_up(tmp_path):
+    d = PrivateDaemon(tmp_path)
+    d.wait_ready(lambda: daemon.probe(d.socket, 1.0))
+    torch.manual_seed(0)
+    # Slow enough that SIGTERM lands while a call runs.
+    model = nn.Sequential(*[nn.Linear(2048, 2048) for _ in range(24)]).eval()
+    compiled = torch.compile(model, backend="kiln",
+                             options={"socket": d.socket, "autostart": False,
+                                      "fallback": "error"})
+    x = torch.randn(256, 2048)
+    with torch.no_grad():
+        expected = model(x)
+        compiled(x)  # compiled and warm
+        result, errors = {}, []
+
+        def call():
+            try:
+                with torch.no_grad():  # grad mode is per thread (and guarded)
+                    result["y"] = compiled(x)
+            except Exception as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+        t0 = time.monotonic()
+        compiled(x)
+        one_call_s = time.monotonic() - t0
+        thread = threading.Thread(target=call)
+        thread.start()
+        time.sleep(min(0.2, one_call_s / 4))
+        os.kill(d.proc.pid, signal.SIGTERM)
+        thread.join(timeout=60)
+    assert not thread.is_alive()
+    assert not errors, errors
+    torch.testing.assert_close(result["y"], expected, rtol=1e-4, atol=1e-4)
+    assert d.proc.wait(timeout=60) == 0, d.log_text()
+    assert not os.path.exists(d.socket)
+    assert not os.path.exists(d.socket + ".lock")
+    assert "draining" in d.log_text()
+    torch._dynamo.reset()
+    connection.get_connection(d.socket, autostart=False).close()
