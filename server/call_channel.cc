@@ -161,7 +161,7 @@ void CallChannel::Reply(uint64_t seq, const absl::Status& status, double run_us)
   Write<uint64_t>(base_, kReplySeqOffset, seq);
   Write<int32_t>(base_, kReplyCodeOffset, static_cast<int32_t>(status.code()));
   const uint64_t n = std::min<uint64_t>(status.message().size(), kReplyMessageCapacity);
-  std::memcpy(base_ + kReplyMessageOffset, status.message().data(), n);
+  if (n > 0) std::memcpy(base_ + kReplyMessageOffset, status.message().data(), n);
   Write<uint32_t>(base_, kReplyMessageBytesOffset, static_cast<uint32_t>(n));
   Write<double>(base_, kReplyRunUsOffset, run_us);
   StoreRelease(word(kChannelStateOffset), kChannelReply);

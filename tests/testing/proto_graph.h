@@ -13,11 +13,13 @@ namespace kiln::testing {
 inline kiln::v1::TensorMeta F32Meta(const std::vector<int64_t>& shape) {
   kiln::v1::TensorMeta m;
   m.set_dtype(kiln::v1::FLOAT32);
-  int64_t stride = 1;
+  // Unsigned: tests build metas of overflowing shapes on purpose (the
+  // decoder must refuse them); the strides may wrap, never be UB.
+  uint64_t stride = 1;
   std::vector<int64_t> strides(shape.size());
   for (int i = static_cast<int>(shape.size()) - 1; i >= 0; --i) {
-    strides[i] = stride;
-    stride *= shape[i];
+    strides[i] = static_cast<int64_t>(stride);
+    stride *= static_cast<uint64_t>(shape[i]);
   }
   for (int64_t d : shape) m.add_shape(d);
   for (int64_t s : strides) m.add_strides(s);
