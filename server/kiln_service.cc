@@ -141,8 +141,9 @@ void KilnService::SetAccess(const PeerListener* peers, std::string tcp_token) {
   tcp_token_ = std::move(tcp_token);
 }
 
-absl::Status KilnService::Admit(const grpc::CallbackServerContext& ctx) const {
-  if (shutting_down_.load(std::memory_order_relaxed)) {
+absl::Status KilnService::Admit(const grpc::CallbackServerContext& ctx,
+                                bool while_draining) const {
+  if (!while_draining && shutting_down_.load(std::memory_order_relaxed)) {
     return absl::UnavailableError("kilnd is shutting down");
   }
   const std::string peer = ctx.peer();
@@ -565,7 +566,7 @@ grpc::ServerUnaryReactor* KilnService::Release(grpc::CallbackServerContext* ctx,
 grpc::ServerUnaryReactor* KilnService::GetStats(grpc::CallbackServerContext* ctx,
                                                 const kiln::v1::StatsRequest*,
                                                 kiln::v1::StatsResponse* resp) {
-  if (absl::Status admitted = Admit(*ctx); !admitted.ok()) return Done(ctx, admitted);
+  if (absl::Status admitted = Admit(*ctx, /*while_draining=*/true); !admitted.ok()) return Done(ctx, admitted);
   const CompileStats& cs = graphs_.stats();
   resp->set_runtime_version(KILN_RUNTIME_VERSION);
   resp->set_graphs_compiled(cs.compiled.load());

@@ -102,8 +102,10 @@ class KilnService final : public kiln::v1::Kiln::CallbackService {
 
  private:
   // OK for a call the daemon may serve; UNAUTHENTICATED for a TCP call
-  // without the token, UNAVAILABLE once shutting down.
-  absl::Status Admit(const grpc::CallbackServerContext& ctx) const;
+  // without the token, UNAVAILABLE once shutting down (unless
+  // `while_draining`: GetStats answers to the end, as clients waiting on a
+  // call in flight ask it whether the daemon is still there).
+  absl::Status Admit(const grpc::CallbackServerContext& ctx, bool while_draining = false) const;
   absl::Status DoOpenSession(const grpc::CallbackServerContext& ctx,
                              const kiln::v1::OpenSessionRequest& req,
                              kiln::v1::OpenSessionResponse* resp);
