@@ -119,8 +119,10 @@ void KilnService::WatchClients() {
                                 : "");
     }
     if (!exited.empty()) {
-      // Objects a dead client created but never registered.
-      if (int n = RemoveStaleRegions("/dev/shm", /*min_age_s=*/0); n > 0) {
+      // Objects a dead client created but never registered. Only old ones:
+      // a client in another pid namespace (its pid unknown here) may be
+      // between creating an object and registering it right now.
+      if (int n = RemoveStaleRegions("/dev/shm", /*min_age_s=*/10); n > 0) {
         spdlog::info("removed {} shared-memory objects of exited clients", n);
       }
     }
