@@ -18,17 +18,6 @@ namespace {
 using ClientLimitsTest = kiln::testing::ServiceFixture;
 using kiln::testing::GraphBuilder;
 
-grpc::Status RegisterRaw(kiln::v1::Kiln::Stub* stub, const std::string& session,
-                         const std::string& name, uint64_t bytes) {
-  grpc::ClientContext ctx;
-  kiln::v1::RegisterRegionRequest req;
-  req.set_session_id(session);
-  req.set_name(name);
-  req.set_byte_size(bytes);
-  kiln::v1::RegisterRegionResponse resp;
-  return stub->RegisterRegion(&ctx, req, &resp);
-}
-
 // A /dev/shm object of `bytes` named `name`, with `mode`; removed by the
 // caller.
 void CreateObject(const std::string& name, uint64_t bytes, mode_t mode) {
@@ -76,7 +65,7 @@ TEST_F(ClientLimitsTest, SharedMemoryPastTheCapIsRefusedAndUnregisteringFreesIt)
   CreateRegion(kRegionBytes, session_, &first);
   const std::string name = "kiln-" + std::to_string(getpid()) + "-captest";
   CreateObject(name, kRegionBytes, 0600);
-  grpc::Status s = RegisterRaw(stub_.get(), session_, name, kRegionBytes);
+  grpc::Status s = TryRegister(session_, name, kRegionBytes);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_NE(s.error_message().find("--max-client-shm-mb"), std::string::npos) << s.error_message();
   grpc::ClientContext ctx;
@@ -85,7 +74,7 @@ TEST_F(ClientLimitsTest, SharedMemoryPastTheCapIsRefusedAndUnregisteringFreesIt)
   req.set_region_id(first);
   kiln::v1::UnregisterRegionResponse resp;
   ASSERT_TRUE(stub_->UnregisterRegion(&ctx, req, &resp).ok());
-  EXPECT_TRUE(RegisterRaw(stub_.get(), session_, name, kRegionBytes).ok());
+  EXPECT_TRUE(TryRegister(session_, name, kRegionBytes).ok());
   shm_unlink(("/" + name).c_str());
 }
 
@@ -123,14 +112,14 @@ TEST_F(ClientLimitsTest, ConstantBytesPastTheCapAreNotStored) {
 TEST_F(ClientLimitsTest, RegionsOfAnotherProcessOrOpenToOthersAreRefused) {
   const std::string other = "kiln-" + std::to_string(getpid() + 1) + "-notmine";
   CreateObject(other, 4096, 0600);
-  grpc::Status s = RegisterRaw(stub_.get(), session_, other, 4096);
+  grpc::Status s = TryRegister(session_, other, 4096);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(s.error_message().find("not this client's"), std::string::npos) << s.error_message();
   shm_unlink(("/" + other).c_str());
 
   const std::string open_to_all = "kiln-" + std::to_string(getpid()) + "-world";
   CreateObject(open_to_all, 4096, 0644);
-  s = RegisterRaw(stub_.get(), session_, open_to_all, 4096);
+  s = TryRegister(session_, open_to_all, 4096);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_NE(s.error_message().find("0644"), std::string::npos) << s.error_message();
   shm_unlink(("/" + open_to_all).c_str());

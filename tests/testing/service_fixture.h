@@ -85,8 +85,9 @@ class ServiceFixture : public ::testing::Test {
     EXPECT_TRUE(stub_->OpenSession(&ctx, req, &resp).ok());
     return resp.session_id();
   }
-  uint64_t Register(const std::string& session, const std::string& name,
-                    uint64_t bytes = kRegionBytes) {
+  // RegisterRegion's status, for tests of refusals; the id in *region_id.
+  grpc::Status TryRegister(const std::string& session, const std::string& name, uint64_t bytes,
+                           uint64_t* region_id = nullptr) {
     grpc::ClientContext ctx;
     kiln::v1::RegisterRegionRequest req;
     req.set_session_id(session);
@@ -94,8 +95,15 @@ class ServiceFixture : public ::testing::Test {
     req.set_byte_size(bytes);
     kiln::v1::RegisterRegionResponse resp;
     grpc::Status s = stub_->RegisterRegion(&ctx, req, &resp);
+    if (region_id != nullptr) *region_id = resp.region_id();
+    return s;
+  }
+  uint64_t Register(const std::string& session, const std::string& name,
+                    uint64_t bytes = kRegionBytes) {
+    uint64_t id = 0;
+    grpc::Status s = TryRegister(session, name, bytes, &id);
     EXPECT_TRUE(s.ok()) << s.error_message();
-    return resp.region_id();
+    return id;
   }
   grpc::Status Compile(const kiln::v1::Graph& graph, kiln::v1::CompileResponse* resp,
                        const std::string& session = "",
