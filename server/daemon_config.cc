@@ -3,8 +3,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
+#include <optional>
 #include <sstream>
 #include <string_view>
 
@@ -12,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/strings/ascii.h"
+#include "server/config_file.h"
 
 namespace kiln::server {
 namespace {
@@ -86,116 +90,302 @@ std::string HelpText() {
       "                     RESOURCE_EXHAUSTED naming the numbers; nothing else changes.\n",
       "  --log-level LEVEL  trace, debug, info, warn, error (default info; env KILN_LOG_LEVEL).\n",
       "  --log-file PATH    append logs to PATH instead of stderr.\n",
+      "  --log-format FMT   text (default) or json: one JSON object per line with time\n",
+      "                     (ISO 8601, UTC, ms), level, pid, logger and msg\n",
+      "                     (env KILN_LOG_FORMAT).\n",
+      "  --idle-exit-min N  shut down (as on SIGTERM, exit 0) after N minutes with no client\n",
+      "                     sessions open and no call in flight (default 0: never; fractions\n",
+      "                     allowed). Clients that start kilnd on demand pass their option\n",
+      "                     daemon_idle_min (KILN_DAEMON_IDLE_MIN, default 10).\n",
+      "  --metrics-port PORT  serve Prometheus metrics (text format 0.0.4) at\n",
+      "                     http://127.0.0.1:PORT/metrics (default 0: off). Listens on the\n",
+      "                     loopback interface only, never on other interfaces, and\n",
+      "                     unauthenticated: any local user can read it.\n",
+      "  --config FILE      read settings from FILE (env KILN_CONFIG_FILE): one\n",
+      "                     'key = value' per line, keys are these flags' long names\n",
+      "                     without the dashes (cache-max-mb = 4096, no-cache = true),\n",
+      "                     '#' comments, values may be double-quoted. Command-line flags\n",
+      "                     win over the file, the file over environment variables.\n",
+      "                     help, version and config are command-line only.\n",
       "  --version          print the runtime version and exit.\n",
       "  --help             print this text and exit.\n\n",
-      "Exit codes: 0 clean shutdown (SIGTERM/SIGINT), 2 bad flags, 3 another daemon\n",
-      "holds the socket's lock, 1 other startup failure.\n");
+      "Exit codes: 0 clean shutdown (SIGTERM/SIGINT, or idle), 2 bad flags or config\n",
+      "file, 3 another daemon holds the socket's lock, 1 other startup failure.\n");
 }
+
+namespace {
+
+constexpr const char* kLevels[] = {"trace", "debug", "info", "warn", "error"};
+constexpr const char* kLogFormats[] = {"text", "json"};
+
+template <size_t N>
+bool OneOf(const std::string& value, const char* const (&choices)[N]) {
+  for (const char* c : choices) {
+    if (value == c) return true;
+  }
+  return false;
+}
+
+absl::Status ParseCount(const std::string& flag, const std::string& text, int min, int max,
+                        const char* what, int* out) {
+  if (!absl::SimpleAtoi(text, out) || *out < min || *out > max) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " takes ", what, ", not '", text, "'"));
+  }
+  return absl::OkStatus();
+}
+
+// A switch's value: bare on the command line means true; a config file
+// (or --flag=VALUE) spells it out.
+absl::StatusOr<bool> ParseSwitch(const std::string& flag, const std::string& text) {
+  const std::string v = absl::AsciiStrToLower(text);
+  if (v == "true" || v == "1" || v == "yes" || v == "on") return true;
+  if (v == "false" || v == "0" || v == "no" || v == "off") return false;
+  return absl::InvalidArgumentError(
+      absl::StrCat(flag, " takes true or false, not '", text, "'"));
+}
+
+// Sets one flag's field from its value; `flag` ("--name") names it in
+// messages.
+using FlagSetter = absl::Status (*)(DaemonConfig& c, const std::string& flag,
+                                    const std::string& value);
+
+struct FlagSpec {
+  std::string_view name;  // without the leading dashes: also the config-file key
+  bool is_switch;         // takes no value on the command line
+  bool command_line_only; // help, version, config: meaningless in a file
+  FlagSetter set;
+};
+
+absl::Status SetString(std::string* field, const std::string& value) {
+  *field = value;
+  return absl::OkStatus();
+}
+
+// Every flag kilnd takes, once: the command line and the config file both
+// go through this table.
+constexpr FlagSpec kFlags[] = {
+    {"help", true, true,
+     [](DaemonConfig& c, const std::string& f, const std::string& v) -> absl::Status {
+       absl::StatusOr<bool> on = ParseSwitch(f, v);
+       if (on.ok()) c.help = *on;
+       return on.status();
+     }},
+    {"version", true, true,
+     [](DaemonConfig& c, const std::string& f, const std::string& v) -> absl::Status {
+       absl::StatusOr<bool> on = ParseSwitch(f, v);
+       if (on.ok()) c.version = *on;
+       return on.status();
+     }},
+    {"config", false, true,
+     [](DaemonConfig& c, const std::string&, const std::string& v) {
+       return SetString(&c.config_file, v);
+     }},
+    {"socket", false, false,
+     [](DaemonConfig& c, const std::string&, const std::string& v) {
+       return SetString(&c.socket_path, v);
+     }},
+    {"tcp", false, false,
+     [](DaemonConfig& c, const std::string&, const std::string& v) {
+       return SetString(&c.tcp_address, v);
+     }},
+    {"token-file", false, false,
+     [](DaemonConfig& c, const std::string&, const std::string& v) {
+       return SetString(&c.token_file, v);
+     }},
+    {"tls-cert", false, false,
+     [](DaemonConfig& c, const std::string&, const std::string& v) {
+       return SetString(&c.tls_cert, v);
+     }},
+    {"tls-key", false, false,
+     [](DaemonConfig& c, const std::string&, const std::string& v) {
+       return SetString(&c.tls_key, v);
+     }},
+    {"cache-dir", false, false,
+     [](DaemonConfig& c, const std::string&, const std::string& v) {
+       return SetString(&c.cache_dir, v);
+     }},
+    {"no-cache", true, false,
+     [](DaemonConfig& c, const std::string& f, const std::string& v) -> absl::Status {
+       absl::StatusOr<bool> on = ParseSwitch(f, v);
+       if (on.ok() && *on) c.cache_dir.clear();
+       return on.status();
+     }},
+    {"cache-max-mb", false, false,
+     [](DaemonConfig& c, const std::string& f, const std::string& v) {
+       return ParseMegabytes(f, v, &c.cache_max_mb);
+     }},
+    {"threads", false, false,
+     [](DaemonConfig& c, const std::string& f, const std::string& v) {
+       return ParseCount(f, v, 0, std::numeric_limits<int>::max(), "a number >= 0", &c.threads);
+     }},
+    {"constant-grace-s", false, false,
+     [](DaemonConfig& c, const std::string& f, const std::string& v) {
+       return ParseCount(f, v, 0, std::numeric_limits<int>::max(), "a number of seconds >= 0",
+                         &c.constant_grace_s);
+     }},
+    {"spin-us", false, false,
+     [](DaemonConfig& c, const std::string& f, const std::string& v) -> absl::Status {
+       if (!absl::SimpleAtoi(v, &c.spin_us) || c.spin_us < 0 || c.spin_us > 1'000'000) {
+         return absl::InvalidArgumentError(
+             absl::StrCat(f, " takes microseconds from 0 to 1000000, not '", v, "'"));
+       }
+       return absl::OkStatus();
+     }},
+    {"max-client-handles", false, false,
+     [](DaemonConfig& c, const std::string& f, const std::string& v) -> absl::Status {
+       if (!absl::SimpleAtoi(v, &c.limits.max_handles) || c.limits.max_handles == 0) {
+         return absl::InvalidArgumentError(absl::StrCat(f, " takes a number >= 1, not '", v, "'"));
+       }
+       return absl::OkStatus();
+     }},
+    {"max-client-shm-mb", false, false,
+     [](DaemonConfig& c, const std::string& f, const std::string& v) -> absl::Status {
+       uint64_t mb = 0;
+       if (absl::Status s = ParseMegabytes(f, v, &mb); !s.ok()) return s;
+       c.limits.max_region_bytes = mb << 20;
+       return absl::OkStatus();
+     }},
+    {"max-client-constant-mb", false, false,
+     [](DaemonConfig& c, const std::string& f, const std::string& v) -> absl::Status {
+       uint64_t mb = 0;
+       if (absl::Status s = ParseMegabytes(f, v, &mb); !s.ok()) return s;
+       c.limits.max_constant_bytes = mb << 20;
+       return absl::OkStatus();
+     }},
+    {"log-level", false, false,
+     [](DaemonConfig& c, const std::string& f, const std::string& v) -> absl::Status {
+       if (!OneOf(v, kLevels)) {
+         return absl::InvalidArgumentError(absl::StrCat(
+             f, " takes one of trace, debug, info, warn, error, not '", v, "'"));
+       }
+       c.log_level = v;
+       return absl::OkStatus();
+     }},
+    {"log-file", false, false,
+     [](DaemonConfig& c, const std::string&, const std::string& v) {
+       return SetString(&c.log_file, v);
+     }},
+    {"log-format", false, false,
+     [](DaemonConfig& c, const std::string& f, const std::string& v) -> absl::Status {
+       if (!OneOf(v, kLogFormats)) {
+         return absl::InvalidArgumentError(
+             absl::StrCat(f, " takes text or json, not '", v, "'"));
+       }
+       c.log_format = v;
+       return absl::OkStatus();
+     }},
+    {"idle-exit-min", false, false,
+     [](DaemonConfig& c, const std::string& f, const std::string& v) -> absl::Status {
+       // A year is far past any useful idle time; the bound keeps the
+       // duration arithmetic finite.
+       double min = 0;
+       if (!absl::SimpleAtod(v, &min) || !std::isfinite(min) || min < 0 || min > 525'600) {
+         return absl::InvalidArgumentError(absl::StrCat(
+             f, " takes minutes from 0 to 525600 (fractions allowed), not '", v, "'"));
+       }
+       c.idle_exit_min = min;
+       return absl::OkStatus();
+     }},
+    {"metrics-port", false, false,
+     [](DaemonConfig& c, const std::string& f, const std::string& v) {
+       return ParseCount(f, v, 0, 65535, "a TCP port from 0 (off) to 65535", &c.metrics_port);
+     }},
+};
+
+const FlagSpec* FindFlag(std::string_view name) {
+  for (const FlagSpec& flag : kFlags) {
+    if (flag.name == name) return &flag;
+  }
+  return nullptr;
+}
+
+// Applies argv's flags to `config`, in order (a later flag wins).
+absl::Status ApplyCommandLine(int argc, char** argv, DaemonConfig* config) {
+  for (int i = 1; i < argc; ++i) {
+    std::string_view arg = argv[i];
+    std::optional<std::string> value;
+    if (auto eq = arg.find('='); eq != std::string_view::npos && arg.substr(0, 2) == "--") {
+      value = std::string(arg.substr(eq + 1));
+      arg = arg.substr(0, eq);
+    }
+    if (arg == "-h") arg = "--help";
+    const FlagSpec* flag = arg.substr(0, 2) == "--" ? FindFlag(arg.substr(2)) : nullptr;
+    if (flag == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown flag '", std::string(arg), "' (see --help)"));
+    }
+    if (!value) {
+      if (flag->is_switch) {
+        value = "true";
+      } else if (i + 1 >= argc) {
+        return absl::InvalidArgumentError(absl::StrCat(std::string(arg), " needs a value"));
+      } else {
+        value = argv[++i];
+      }
+    }
+    if (absl::Status s = flag->set(*config, std::string(arg), *value); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+// Applies a config file's entries to `config`; errors name the file and line.
+absl::Status ApplyConfigFile(const std::string& path, DaemonConfig* config) {
+  absl::StatusOr<std::vector<ConfigEntry>> entries = ReadConfigFile(path);
+  if (!entries.ok()) return absl::InvalidArgumentError(entries.status().message());
+  for (const ConfigEntry& entry : *entries) {
+    auto fail = [&](absl::string_view why) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ":", entry.line, ": ", why));
+    };
+    const FlagSpec* flag = FindFlag(entry.key);
+    if (flag == nullptr) {
+      return fail(absl::StrCat("unknown key '", entry.key,
+                               "' (keys are kilnd's long flag names without the dashes; "
+                               "see kilnd --help)"));
+    }
+    if (flag->command_line_only) {
+      return fail(absl::StrCat("'", entry.key, "' can only be given on the command line"));
+    }
+    if (absl::Status s = flag->set(*config, absl::StrCat("--", entry.key), entry.value); !s.ok()) {
+      return fail(s.message());
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<DaemonConfig> ParseFlags(int argc, char** argv) {
   DaemonConfig config;
   config.socket_path = DefaultSocketPath();
   config.cache_dir = DefaultCacheDir();
   if (std::string lvl = Env("KILN_LOG_LEVEL"); !lvl.empty()) config.log_level = lvl;
+  if (std::string fmt = Env("KILN_LOG_FORMAT"); !fmt.empty()) config.log_format = fmt;
   config.token_file = Env("KILN_TOKEN_FILE");
+  config.config_file = Env("KILN_CONFIG_FILE");
   if (std::string mb = Env("KILN_CACHE_MAX_MB"); !mb.empty()) {
     if (absl::Status s = ParseMegabytes("KILN_CACHE_MAX_MB", mb, &config.cache_max_mb); !s.ok()) return s;
   }
-  for (int i = 1; i < argc; ++i) {
-    std::string_view arg = argv[i];
-    std::string value;
-    bool has_value = false;
-    if (auto eq = arg.find('='); eq != std::string_view::npos && arg.substr(0, 2) == "--") {
-      value = std::string(arg.substr(eq + 1));
-      arg = arg.substr(0, eq);
-      has_value = true;
-    }
-    auto next = [&](std::string* out) -> absl::Status {
-      if (has_value) {
-        *out = value;
-        return absl::OkStatus();
-      }
-      if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrCat(std::string(arg), " needs a value"));
-      *out = argv[++i];
-      return absl::OkStatus();
-    };
-    absl::Status s;
-    if (arg == "--help" || arg == "-h") {
-      config.help = true;
-    } else if (arg == "--version") {
-      config.version = true;
-    } else if (arg == "--socket") {
-      s = next(&config.socket_path);
-    } else if (arg == "--tcp") {
-      s = next(&config.tcp_address);
-    } else if (arg == "--token-file") {
-      s = next(&config.token_file);
-    } else if (arg == "--tls-cert") {
-      s = next(&config.tls_cert);
-    } else if (arg == "--tls-key") {
-      s = next(&config.tls_key);
-    } else if (arg == "--max-client-handles") {
-      std::string n;
-      s = next(&n);
-      if (s.ok() && (!absl::SimpleAtoi(n, &config.limits.max_handles) ||
-                     config.limits.max_handles == 0)) {
-        s = absl::InvalidArgumentError(
-            absl::StrCat("--max-client-handles takes a number >= 1, not '", n, "'"));
-      }
-    } else if (arg == "--max-client-shm-mb" || arg == "--max-client-constant-mb") {
-      std::string n;
-      uint64_t mb = 0;
-      s = next(&n);
-      if (s.ok()) s = ParseMegabytes(std::string(arg), n, &mb);
-      if (s.ok()) {
-        (arg == "--max-client-shm-mb" ? config.limits.max_region_bytes
-                                      : config.limits.max_constant_bytes) = mb << 20;
-      }
-    } else if (arg == "--cache-dir") {
-      s = next(&config.cache_dir);
-    } else if (arg == "--cache-max-mb") {
-      std::string n;
-      s = next(&n);
-      if (s.ok()) s = ParseMegabytes("--cache-max-mb", n, &config.cache_max_mb);
-    } else if (arg == "--no-cache") {
-      config.cache_dir.clear();
-    } else if (arg == "--log-level") {
-      s = next(&config.log_level);
-    } else if (arg == "--log-file") {
-      s = next(&config.log_file);
-    } else if (arg == "--threads") {
-      std::string n;
-      s = next(&n);
-      if (s.ok() && (!absl::SimpleAtoi(n, &config.threads) || config.threads < 0)) {
-        s = absl::InvalidArgumentError(absl::StrCat("--threads takes a number >= 0, not '", n, "'"));
-      }
-    } else if (arg == "--constant-grace-s") {
-      std::string n;
-      s = next(&n);
-      if (s.ok() && (!absl::SimpleAtoi(n, &config.constant_grace_s) ||
-                     config.constant_grace_s < 0)) {
-        s = absl::InvalidArgumentError(
-            absl::StrCat("--constant-grace-s takes a number of seconds >= 0, not '", n, "'"));
-      }
-    } else if (arg == "--spin-us") {
-      std::string n;
-      s = next(&n);
-      if (s.ok() && (!absl::SimpleAtoi(n, &config.spin_us) || config.spin_us < 0 ||
-                     config.spin_us > 1'000'000)) {
-        s = absl::InvalidArgumentError(
-            absl::StrCat("--spin-us takes microseconds from 0 to 1000000, not '", n, "'"));
-      }
-    } else {
-      s = absl::InvalidArgumentError(absl::StrCat("unknown flag '", std::string(arg), "' (see --help)"));
-    }
-    if (!s.ok()) return s;
+  // The command line alone first: it names the config file (and with
+  // --help or --version no file is read). The file then goes on top of the
+  // environment, and the command line on top of the file.
+  DaemonConfig command_line = config;
+  if (absl::Status s = ApplyCommandLine(argc, argv, &command_line); !s.ok()) return s;
+  if (command_line.help || command_line.version || command_line.config_file.empty()) {
+    config = std::move(command_line);
+  } else {
+    if (absl::Status s = ApplyConfigFile(command_line.config_file, &config); !s.ok()) return s;
+    if (absl::Status s = ApplyCommandLine(argc, argv, &config); !s.ok()) return s;
   }
-  static const char* kLevels[] = {"trace", "debug", "info", "warn", "error"};
-  bool level_ok = false;
-  for (const char* l : kLevels) level_ok |= config.log_level == l;
-  if (!level_ok) {
+  // Flags and config-file values were checked as they were set; these
+  // can only have come from the environment.
+  if (!OneOf(config.log_level, kLevels)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "log level '", config.log_level, "' is not one of trace, debug, info, warn, error"));
+        "log level '", config.log_level,
+        "' (KILN_LOG_LEVEL) is not one of trace, debug, info, warn, error"));
+  }
+  if (!OneOf(config.log_format, kLogFormats)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "log format '", config.log_format, "' (KILN_LOG_FORMAT) is not text or json"));
   }
   if (!config.tcp_address.empty() && config.token_file.empty()) {
     return absl::InvalidArgumentError(

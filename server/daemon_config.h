@@ -1,4 +1,9 @@
-// kilnd's command line: flags, defaults from the environment, --help text.
+// kilnd's settings: flags, a config file (--config, read by config_file.h),
+// defaults from the environment, --help text.
+//
+// Precedence: command-line flags > config file > environment > built-in
+// defaults. A config file's keys are the long flag names, and each entry is
+// applied through the same flag table as the command line.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +24,12 @@ struct DaemonConfig {
   uint64_t cache_max_mb = 2048;  // cap on the cache's entries, 0 = none
   std::string log_level = "info";
   std::string log_file;
+  std::string log_format = "text";  // text or json (one object per line)
+  std::string config_file;  // the file read, empty = none
+  // Minutes without client sessions or calls after which the daemon shuts
+  // down as on SIGTERM; 0 = never.
+  double idle_exit_min = 0;
+  int metrics_port = 0;  // Prometheus text on 127.0.0.1:PORT/metrics; 0 = off
   int threads = 0;  // 0 = all cores
   // Seconds an uploaded constant no compiled graph holds is kept.
   int constant_grace_s = 60;
@@ -35,7 +46,11 @@ std::string DefaultSocketPath();
 // ~/.cache/kiln.
 std::string DefaultCacheDir();
 
-absl::StatusOr<DaemonConfig> ParseFlags(int argc, char** argv);
+// Defaults and environment, then the config file (--config, else
+// $KILN_CONFIG_FILE; not read with --help or --version), then the flags.
+// INVALID_ARGUMENT for a bad flag or value; a config-file error names the
+// file and line ("kilnd.conf:3: ...").
+[[nodiscard]] absl::StatusOr<DaemonConfig> ParseFlags(int argc, char** argv);
 // The token in `path`: the file must be ours and closed to other users
 // (mode 0600 or stricter), the token at least 16 characters (surrounding
 // whitespace dropped).

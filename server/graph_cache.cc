@@ -86,6 +86,7 @@ absl::StatusOr<CompileResult> GraphCache::GetOrCompile(
     if (it != live_.end()) {
       if (auto g = it->second.lock()) {
         stats_.memory_hits++;
+        stats_.seconds.Observe(std::chrono::steady_clock::now() - start);
         result.graph = std::move(g);
         result.cache_hit = true;
         result.compile_ms = elapsed_ms();
@@ -142,6 +143,7 @@ absl::StatusOr<CompileResult> GraphCache::GetOrCompile(
   result.graph = *std::move(built);
   result.cache_hit = disk_hit;
   result.compile_ms = elapsed_ms();
+  stats_.seconds.Observe(std::chrono::steady_clock::now() - start);
   spdlog::info("compiled graph {} ({} steps, {} KiB arena, {}) in {:.1f} ms{}", key.substr(0, 12),
                result.graph->steps.size(), result.graph->TotalArenaBytes() / 1024,
                runtime::CompileOptionsString(parsed), result.compile_ms,

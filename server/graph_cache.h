@@ -19,6 +19,7 @@
 #include "cache/constant_store.h"
 #include "kiln/v1/kiln.pb.h"
 #include "runtime/compile/compiled_graph.h"
+#include "server/latency_histogram.h"
 
 namespace kiln::server {
 
@@ -36,6 +37,8 @@ struct CompileStats {
   std::atomic<uint64_t> compiled{0};     // cache misses: built from scratch
   std::atomic<uint64_t> memory_hits{0};  // already compiled in this process
   std::atomic<uint64_t> disk_hits{0};    // artifact found on disk
+  // Time of each successful GetOrCompile, hits included.
+  LatencyHistogram seconds{LatencyHistogram::CompileBounds()};
 };
 
 class GraphCache {

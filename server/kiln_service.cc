@@ -111,6 +111,7 @@ void KilnService::WatchClients() {
   while (!watch_mu_.AwaitWithTimeout(absl::Condition(&watch_stop_), kWatchInterval)) {
     watch_mu_.Unlock();
     const auto exited = sessions_.CloseExited();
+    if (!exited.empty()) idle_.Touch();
     for (const auto& s : exited) {
       const int unlinked = s->UnlinkRegions();
       spdlog::info("session {} closed: client pid {} exited ({} handles released{})",
@@ -194,7 +195,14 @@ absl::Status KilnService::DoOpenSession(const grpc::CallbackServerContext& ctx,
   } else if (same_namespace && pid > 0) {
     watch = pid;
   }
-  auto session = sessions_.Open(pid, req.client_name(), watch, limits_);
+  std::shared_ptr<Session> session;
+  {
+    absl::MutexLock lock(&open_mu_);
+    // Checked again under the lock: an idle shutdown may have begun since
+    // Admit.
+    if (shutting_down_.load()) return absl::UnavailableError("kilnd is shutting down");
+    session = sessions_.Open(pid, req.client_name(), watch, limits_);
+  }
   resp->set_session_id(session->id());
   resp->set_runtime_version(KILN_RUNTIME_VERSION);
   spdlog::info("session {} opened by pid {} ({}{})", session->id().substr(0, 8), pid,
@@ -214,6 +222,7 @@ grpc::ServerUnaryReactor* KilnService::CloseSession(grpc::CallbackServerContext*
                                                     kiln::v1::CloseSessionResponse*) {
   if (absl::Status admitted = Admit(*ctx); !admitted.ok()) return Done(ctx, admitted);
   absl::Status s = sessions_.Close(req->session_id());
+  idle_.Touch();
   if (s.ok()) spdlog::info("session {} closed", req->session_id().substr(0, 8));
   return Done(ctx, s);
 }
@@ -303,6 +312,7 @@ grpc::ServerUnaryReactor* KilnService::UploadConstants(
     grpc::CallbackServerContext* ctx, const kiln::v1::UploadConstantsRequest* req,
     kiln::v1::UploadConstantsResponse* resp) {
   if (absl::Status admitted = Admit(*ctx); !admitted.ok()) return Done(ctx, admitted);
+  IdleTracker::Call in_flight = idle_.Begin();
   return Done(ctx, DoUpload(*req, resp));
 }
 
@@ -395,6 +405,7 @@ grpc::ServerUnaryReactor* KilnService::Specialize(grpc::CallbackServerContext* c
                                                   const kiln::v1::SpecializeRequest* req,
                                                   kiln::v1::CompileResponse* resp) {
   if (absl::Status admitted = Admit(*ctx); !admitted.ok()) return Done(ctx, admitted);
+  IdleTracker::Call in_flight = idle_.Begin();
   absl::Status s = DoSpecialize(*req, resp);
   if (!s.ok()) spdlog::info("specialize refused: {}", s.ToString());
   return Done(ctx, s);
@@ -404,6 +415,7 @@ grpc::ServerUnaryReactor* KilnService::Compile(grpc::CallbackServerContext* ctx,
                                                const kiln::v1::CompileRequest* req,
                                                kiln::v1::CompileResponse* resp) {
   if (absl::Status admitted = Admit(*ctx); !admitted.ok()) return Done(ctx, admitted);
+  IdleTracker::Call in_flight = idle_.Begin();
   absl::Status s = DoCompile(*req, resp);
   if (!s.ok()) spdlog::info("compile refused: {}", s.ToString());
   return Done(ctx, s);
@@ -474,16 +486,23 @@ absl::StatusOr<KilnService::PendingRun> KilnService::PrepareExecute(
   return PrepareRun(*session, req.handle(), inputs, outputs);
 }
 
+void KilnService::CountExecute(std::chrono::steady_clock::time_point start, bool ok) {
+  execute_seconds_.Observe(std::chrono::steady_clock::now() - start);
+  executes_++;
+  if (!ok) execute_errors_++;
+}
+
 absl::Status KilnService::RunChannelCall(const Session& session, const ChannelCall& call) {
+  IdleTracker::Call in_flight = idle_.Begin();
+  const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<PendingRun> run = PrepareRun(session, call.handle, call.inputs, call.outputs);
   absl::Status s = run.status();
   if (run.ok()) {
     ExecutionSlots::Slot slot(&channel_slots_);
     s = runtime::Execute(*run->graph, run->inputs, run->outputs);
   }
-  executes_++;
   channel_calls_++;
-  if (!s.ok()) execute_errors_++;
+  CountExecute(start, s.ok());
   return s;
 }
 
@@ -526,22 +545,23 @@ grpc::ServerUnaryReactor* KilnService::Execute(grpc::CallbackServerContext* ctx,
                                                const kiln::v1::ExecuteRequest* req,
                                                kiln::v1::ExecuteResponse* resp) {
   if (absl::Status admitted = Admit(*ctx); !admitted.ok()) return Done(ctx, admitted);
+  IdleTracker::Call in_flight = idle_.Begin();
+  const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<PendingRun> run = PrepareExecute(*req);
   if (!run.ok()) {
-    executes_++;
-    execute_errors_++;
+    CountExecute(start, false);
     return Done(ctx, run.status());
   }
   // The call stays open (req, resp and ctx alive) until Finish.
   auto* reactor = ctx->DefaultReactor();
   const bool short_run = runtime::RunsShort(*run->graph);
-  auto execute = [this, reactor, resp, run = *std::move(run)]() mutable {
+  auto execute = [this, reactor, resp, start, in_flight = std::move(in_flight),
+                  run = *std::move(run)]() mutable {
     absl::Status s = runtime::Execute(*run.graph, run.inputs, run.outputs);
     resp->set_run_us(
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - run.start)
             .count());
-    executes_++;
-    if (!s.ok()) execute_errors_++;
+    CountExecute(start, s.ok());
     run = PendingRun();  // let go of the regions before the client hears back
     reactor->Finish(ToGrpcStatus(s));
   };
@@ -565,42 +585,72 @@ grpc::ServerUnaryReactor* KilnService::Release(grpc::CallbackServerContext* ctx,
   return Done(ctx, (*session)->RemoveHandle(req->handle()));
 }
 
+MetricsSnapshot KilnService::CollectMetrics() {
+  const CompileStats& cs = graphs_.stats();
+  MetricsSnapshot m;
+  m.compiles = cs.compiled.load();
+  m.memory_cache_hits = cs.memory_hits.load();
+  m.disk_cache_hits = cs.disk_hits.load();
+  m.cache_misses = m.compiles;  // every miss compiles
+  m.executes = executes_.load();
+  m.execute_errors = execute_errors_.load();
+  m.execute_seconds = execute_seconds_.Snapshot();
+  m.compile_seconds = cs.seconds.Snapshot();
+  m.constant_bytes = constants_.bytes();
+  m.packed_weight_bytes = runtime::PackedConstantBytes();
+  m.resident_bytes = ResidentBytes();
+  m.clients = sessions_.count();
+  const GraphCache::LiveGraphs live = graphs_.Live();
+  m.live_graphs = live.count;
+  m.plan_bytes = live.plan_bytes;
+  m.uptime_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  return m;
+}
+
+bool KilnService::BeginIdleShutdown(absl::Duration idle_for) {
+  absl::MutexLock lock(&open_mu_);
+  if (shutting_down_.load() || sessions_.count() > 0 ||
+      absl::FromChrono(idle_.IdleFor()) < idle_for) {
+    return false;
+  }
+  shutting_down_.store(true);
+  return true;
+}
+
 grpc::ServerUnaryReactor* KilnService::GetStats(grpc::CallbackServerContext* ctx,
                                                 const kiln::v1::StatsRequest*,
                                                 kiln::v1::StatsResponse* resp) {
   if (absl::Status admitted = Admit(*ctx, /*while_draining=*/true); !admitted.ok()) return Done(ctx, admitted);
-  const CompileStats& cs = graphs_.stats();
+  const MetricsSnapshot m = CollectMetrics();
   resp->set_runtime_version(KILN_RUNTIME_VERSION);
-  resp->set_graphs_compiled(cs.compiled.load());
-  resp->set_cache_hits(cs.memory_hits.load() + cs.disk_hits.load());
-  resp->set_cache_misses(cs.compiled.load());  // every miss compiles
-  resp->set_memory_cache_hits(cs.memory_hits.load());
-  resp->set_disk_cache_hits(cs.disk_hits.load());
-  resp->set_executes(executes_.load());
-  resp->set_execute_errors(execute_errors_.load());
+  resp->set_graphs_compiled(m.compiles);
+  resp->set_cache_hits(m.memory_cache_hits + m.disk_cache_hits);
+  resp->set_cache_misses(m.cache_misses);
+  resp->set_memory_cache_hits(m.memory_cache_hits);
+  resp->set_disk_cache_hits(m.disk_cache_hits);
+  resp->set_executes(m.executes);
+  resp->set_execute_errors(m.execute_errors);
   resp->set_live_handles(sessions_.handle_count());
-  resp->set_sessions(sessions_.count());
+  resp->set_sessions(m.clients);
   resp->set_channels(sessions_.channel_count());
   resp->set_channel_calls(channel_calls_.load());
   resp->set_dynamic_graphs(dynamic_graphs_.load());
   resp->set_specializations(specializations_.load());
   resp->set_constants(constants_.count());
-  resp->set_constant_bytes(constants_.bytes());
+  resp->set_constant_bytes(m.constant_bytes);
   resp->set_constant_bytes_uploaded(constant_bytes_uploaded_.load());
   resp->set_constant_bytes_from_cache(constant_files_.loaded_bytes());
-  resp->set_uptime_s(
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+  resp->set_uptime_s(m.uptime_s);
   resp->set_cache_dir(artifacts_.enabled() ? artifacts_.dir() : "");
   if (artifacts_.enabled()) {
     resp->set_cache_bytes(artifacts_.total_bytes());
     resp->set_cache_max_bytes(artifacts_.max_bytes());
   }
   resp->set_pid(getpid());
-  resp->set_packed_weight_bytes(runtime::PackedConstantBytes());
-  resp->set_resident_bytes(ResidentBytes());
-  const GraphCache::LiveGraphs live = graphs_.Live();
-  resp->set_live_graphs(live.count);
-  resp->set_plan_bytes(live.plan_bytes);
+  resp->set_packed_weight_bytes(m.packed_weight_bytes);
+  resp->set_resident_bytes(m.resident_bytes);
+  resp->set_live_graphs(m.live_graphs);
+  resp->set_plan_bytes(m.plan_bytes);
   for (const auto& session : sessions_.All()) {
     kiln::v1::ClientStats* c = resp->add_clients();
     c->set_session_id(session->id().substr(0, 8));

@@ -28,6 +28,9 @@
 #include "server/execution_slots.h"
 #include "server/client_limits.h"
 #include "server/graph_cache.h"
+#include "server/idle_tracker.h"
+#include "server/latency_histogram.h"
+#include "server/metrics_text.h"
 #include "server/peer_listener.h"
 #include "server/session.h"
 
@@ -94,6 +97,17 @@ class KilnService final : public kiln::v1::Kiln::CallbackService {
                                          const kiln::v1::CloseChannelRequest* req,
                                          kiln::v1::CloseChannelResponse* resp) override;
 
+  // The values --metrics-port serves: the counters GetStats reports, and
+  // the latency histograms. Thread-safe.
+  MetricsSnapshot CollectMetrics();
+
+  // For --idle-exit-min: once no session has been open and no call in
+  // flight for `idle_for`, refuses new calls from then on (Shutdown's first
+  // step; the caller still calls Shutdown) and returns true. A session
+  // opened at the same moment either keeps the daemon up (false) or is
+  // refused UNAVAILABLE, never half-served. Thread-safe.
+  bool BeginIdleShutdown(absl::Duration idle_for);
+
   // Before the gRPC server shuts down: stops every call channel (calls in
   // progress finish; calls posted later are answered UNAVAILABLE) and
   // refuses new ones. The destructor does it too.
@@ -124,6 +138,8 @@ class KilnService final : public kiln::v1::Kiln::CallbackService {
                                         absl::Span<const TensorSlot> outputs);
   // One call from a channel of `session`, start to finish.
   absl::Status RunChannelCall(const Session& session, const ChannelCall& call);
+  // Counts one execute (gRPC or channel) that began at `start`.
+  void CountExecute(std::chrono::steady_clock::time_point start, bool ok);
 
   const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   SessionRegistry sessions_;
@@ -143,6 +159,10 @@ class KilnService final : public kiln::v1::Kiln::CallbackService {
   std::atomic<uint64_t> dynamic_graphs_{0};
   std::atomic<uint64_t> specializations_{0};
   std::atomic<uint64_t> constant_bytes_uploaded_{0};
+  LatencyHistogram execute_seconds_{LatencyHistogram::ExecuteBounds()};
+  IdleTracker idle_;
+  // Orders opening a session against BeginIdleShutdown.
+  absl::Mutex open_mu_;
   std::atomic<bool> shutting_down_{false};
   // Closes the sessions of exited clients every kWatchInterval.
   void WatchClients();

@@ -1,10 +1,13 @@
-// kilnd: the Kiln daemon. Parses flags, claims the socket (or takes the one
-// a service manager passed), serves the kiln.v1.Kiln and
-// grpc.health.v1.Health services until SIGTERM/SIGINT, then refuses new
-// calls, drains in-flight ones and removes its socket and lock.
+// kilnd: the Kiln daemon. Parses flags (and its config file), claims the
+// socket (or takes the one a service manager passed), serves the
+// kiln.v1.Kiln and grpc.health.v1.Health services (and /metrics with
+// --metrics-port) until SIGTERM/SIGINT or --idle-exit-min minutes unused,
+// then refuses new calls, drains in-flight ones and removes its socket and
+// lock.
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -20,12 +23,16 @@
 #include "runtime/exec/executor.h"
 #include "runtime/exec/profile.h"
 #include "server/daemon_config.h"
+#include "server/json_log_formatter.h"
 #include "server/kiln_service.h"
+#include "server/metrics_http.h"
+#include "server/metrics_text.h"
 #include "server/peer_listener.h"
 #include "server/shm_region.h"
 #include "server/socket_lock.h"
 #include "spdlog/sinks/basic_file_sink.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/sinks/stdout_sinks.h"
 #include "spdlog/spdlog.h"
 
 namespace {
@@ -47,15 +54,24 @@ int Run(int argc, char** argv) {
     std::printf("kilnd %s\n", KILN_RUNTIME_VERSION);
     return 0;
   }
-  // Logs go to stderr (stdout stays free for --help/--version) or a file.
+  // Logs go to stderr (stdout stays free for --help/--version) or a file;
+  // JSON lines carry no colour codes.
+  const bool json_logs = config->log_format == "json";
   if (!config->log_file.empty()) {
     spdlog::set_default_logger(spdlog::basic_logger_mt("kilnd", config->log_file));
+  } else if (json_logs) {
+    spdlog::set_default_logger(spdlog::stderr_logger_mt("kilnd"));
   } else {
     spdlog::set_default_logger(spdlog::stderr_color_mt("kilnd"));
   }
   spdlog::flush_on(spdlog::level::info);
   spdlog::set_level(spdlog::level::from_str(config->log_level));
-  spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e [kilnd %P] %^%l%$ %v");
+  if (json_logs) {
+    spdlog::set_formatter(std::make_unique<JsonLogFormatter>());
+  } else {
+    spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e [kilnd %P] %^%l%$ %v");
+  }
+  if (!config->config_file.empty()) spdlog::info("settings from {}", config->config_file);
 
   // Block the shutdown signals in every thread; one thread waits for them.
   sigset_t signals;
@@ -135,6 +151,18 @@ int Run(int argc, char** argv) {
                       absl::Seconds(config->constant_grace_s));
   service.SetAccess(listener.get(), tcp_token);
   service.SetClientLimits(config->limits);
+  // Before the gRPC server: a port that is taken fails the start cleanly.
+  std::unique_ptr<MetricsHttpServer> metrics;
+  if (config->metrics_port != 0) {
+    auto started = MetricsHttpServer::Start(
+        config->metrics_port, [&service] { return RenderMetrics(service.CollectMetrics()); });
+    if (!started.ok()) {
+      spdlog::error("{}", std::string(started.status().message()));
+      if (lock) lock->Release();
+      return 1;
+    }
+    metrics = *std::move(started);
+  }
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
@@ -153,7 +181,14 @@ int Run(int argc, char** argv) {
     return 1;
   }
   listener->Start(server.get());
-  spdlog::info("kilnd {} ready on {}{} ({} threads, cache {})", KILN_RUNTIME_VERSION, unix_target,
+  std::string extras;
+  if (metrics) {
+    absl::StrAppend(&extras, "; metrics on http://127.0.0.1:", metrics->port(), "/metrics");
+  }
+  if (config->idle_exit_min > 0) {
+    absl::StrAppend(&extras, "; exits after ", config->idle_exit_min, " min unused");
+  }
+  spdlog::info("kilnd {} ready on {}{} ({} threads, cache {}{})", KILN_RUNTIME_VERSION, unix_target,
                config->tcp_address.empty() ? ""
                : config->tls_cert.empty()  ? " and " + config->tcp_address + " (token)"
                                            : " and " + config->tcp_address + " (TLS, token)",
@@ -161,11 +196,35 @@ int Run(int argc, char** argv) {
                config->cache_dir.empty() ? "off"
                : config->cache_max_mb == 0
                    ? config->cache_dir + ", no size cap"
-                   : absl::StrCat(config->cache_dir, ", cap ", config->cache_max_mb, " MiB"));
+                   : absl::StrCat(config->cache_dir, ", cap ", config->cache_max_mb, " MiB"),
+               extras);
 
-  int sig = 0;
-  sigwait(&signals, &sig);
-  spdlog::info("signal {}: draining in-flight calls and shutting down", sig);
+  // Wait for a signal; with --idle-exit-min, also look now and then whether
+  // the daemon has gone unused long enough.
+  const absl::Duration idle_limit = absl::Seconds(config->idle_exit_min * 60);
+  for (;;) {
+    if (idle_limit <= absl::ZeroDuration()) {
+      int sig = 0;
+      sigwait(&signals, &sig);
+      spdlog::info("signal {}: draining in-flight calls and shutting down", sig);
+      break;
+    }
+    // A fraction of the limit (a test's few seconds), at most a second.
+    const absl::Duration poll =
+        std::clamp(idle_limit / 10, absl::Milliseconds(10), absl::Seconds(1));
+    const timespec wait = absl::ToTimespec(poll);
+    const int sig = sigtimedwait(&signals, nullptr, &wait);
+    if (sig > 0) {
+      spdlog::info("signal {}: draining in-flight calls and shutting down", sig);
+      break;
+    }
+    if (service.BeginIdleShutdown(idle_limit)) {
+      spdlog::info("no client session or call for {} (--idle-exit-min {}): shutting down",
+                   absl::FormatDuration(idle_limit), config->idle_exit_min);
+      break;
+    }
+  }
+  if (metrics) metrics->Stop();
   listener->Stop();     // no new connections
   service.Shutdown();  // new calls: UNAVAILABLE; call channels stop after their call
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(30));

@@ -123,6 +123,22 @@ TEST_F(CallChannelTest, ExecutesThroughSharedMemory) {
   for (int i = 0; i < 3; ++i) ExpectReluThroughChannel(block, h);
 }
 
+TEST_F(CallChannelTest, ChannelCallsAreCountedAndTimedLikeExecuteCalls) {
+  uint8_t* block = OpenBlock();
+  const uint64_t h = CompileRelu(16);
+  const MetricsSnapshot before = service_->CollectMetrics();
+  for (int i = 0; i < 5; ++i) ExpectReluThroughChannel(block, h);
+  EXPECT_NE(CallRelu(block, h + 100).code, 0);
+  const MetricsSnapshot after = service_->CollectMetrics();
+  EXPECT_EQ(after.executes - before.executes, 6u);
+  EXPECT_EQ(after.execute_errors - before.execute_errors, 1u);
+  uint64_t timed = 0;
+  for (size_t i = 0; i < after.execute_seconds.counts.size(); ++i) {
+    timed += after.execute_seconds.counts[i] - before.execute_seconds.counts[i];
+  }
+  EXPECT_EQ(timed, 6u);
+}
+
 TEST_F(CallChannelTest, BlockWithoutHeaderIsRefused) {
   uint64_t id = 0;
   uint8_t* block = NewBlock(&id);

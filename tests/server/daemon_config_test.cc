@@ -1,6 +1,7 @@
 // kilnd's flags: the cache size cap from the flag, the environment and the
 // default, the spin time, and bad values rejected with a message naming
-// the source.
+// the source; the config file's place between flags and environment, its
+// errors naming file and line; idle exit, metrics port and log format.
 #include "server/daemon_config.h"
 
 #include <sys/stat.h>
@@ -27,10 +28,29 @@ absl::StatusOr<DaemonConfig> Parse(std::vector<std::string> args) {
 class DaemonConfigTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ::unsetenv("KILN_CACHE_MAX_MB");
-    ::unsetenv("KILN_TOKEN_FILE");
+    for (const char* name : {"KILN_CACHE_MAX_MB", "KILN_TOKEN_FILE", "KILN_CONFIG_FILE",
+                             "KILN_LOG_FORMAT", "KILN_LOG_LEVEL"}) {
+      ::unsetenv(name);
+    }
   }
-  void TearDown() override { SetUp(); }
+  void TearDown() override {
+    SetUp();
+    for (const std::string& path : files_) std::filesystem::remove(path);
+  }
+
+  // A config file holding `text`, removed after the test.
+  std::string ConfigFile(const std::string& text) {
+    const std::string path = (std::filesystem::temp_directory_path() /
+                              ("kiln-config-" + std::to_string(getpid()) + "-" +
+                               std::to_string(files_.size()) + ".conf"))
+                                 .string();
+    std::ofstream(path) << text;
+    files_.push_back(path);
+    return path;
+  }
+
+ private:
+  std::vector<std::string> files_;
 };
 
 TEST_F(DaemonConfigTest, CacheCapDefaultsToTwoGiB) {
@@ -124,6 +144,153 @@ TEST_F(DaemonConfigTest, ClientCapsHaveDefaultsAndFlags) {
   EXPECT_EQ(set->limits.max_constant_bytes, uint64_t{512} << 20);
   EXPECT_FALSE(Parse({"--max-client-handles", "0"}).ok());
   EXPECT_FALSE(Parse({"--max-client-shm-mb", "lots"}).ok());
+}
+
+TEST_F(DaemonConfigTest, ConfigFileSitsBetweenFlagsAndEnvironment) {
+  ::setenv("KILN_CACHE_MAX_MB", "100", 1);
+  ::setenv("KILN_LOG_LEVEL", "warn", 1);
+  const std::string path = ConfigFile(
+      "# kilnd settings\n"
+      "\n"
+      "cache-max-mb = 4096\n"
+      "log-level = debug   # while we look into it\n"
+      "threads=3\n");
+  auto from_file = Parse({"--config", path});
+  ASSERT_TRUE(from_file.ok()) << from_file.status();
+  EXPECT_EQ(from_file->cache_max_mb, 4096u);  // file over environment
+  EXPECT_EQ(from_file->log_level, "debug");
+  EXPECT_EQ(from_file->threads, 3);
+  EXPECT_EQ(from_file->config_file, path);
+  // Flags over the file, wherever they stand relative to --config.
+  auto flags = Parse({"--cache-max-mb", "7", "--config", path, "--log-level=error"});
+  ASSERT_TRUE(flags.ok()) << flags.status();
+  EXPECT_EQ(flags->cache_max_mb, 7u);
+  EXPECT_EQ(flags->log_level, "error");
+  EXPECT_EQ(flags->threads, 3);
+  // What the file leaves alone keeps the environment's value.
+  auto partial = Parse({"--config", ConfigFile("threads = 2\n")});
+  ASSERT_TRUE(partial.ok()) << partial.status();
+  EXPECT_EQ(partial->cache_max_mb, 100u);
+  EXPECT_EQ(partial->log_level, "warn");
+}
+
+TEST_F(DaemonConfigTest, ConfigFileComesFromTheEnvironmentUnlessAFlagNamesOne) {
+  ::setenv("KILN_CONFIG_FILE", ConfigFile("threads = 5\n").c_str(), 1);
+  auto from_env = Parse({});
+  ASSERT_TRUE(from_env.ok()) << from_env.status();
+  EXPECT_EQ(from_env->threads, 5);
+  auto flag = Parse({"--config", ConfigFile("threads = 6\n")});
+  ASSERT_TRUE(flag.ok()) << flag.status();
+  EXPECT_EQ(flag->threads, 6);
+  auto none = Parse({"--config", ""});
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->threads, 0);
+}
+
+TEST_F(DaemonConfigTest, ConfigFileSwitchesAndQuotedValues) {
+  const std::string path = ConfigFile(
+      "cache-dir = \"/tmp/a dir # not a comment\"\n"
+      "log-file = \"/tmp/say \\\"hi\\\".log\"  # escaped quotes\n"
+      "socket = /tmp/s#1.sock\n");
+  auto quoted = Parse({"--config", path});
+  ASSERT_TRUE(quoted.ok()) << quoted.status();
+  EXPECT_EQ(quoted->cache_dir, "/tmp/a dir # not a comment");
+  EXPECT_EQ(quoted->log_file, "/tmp/say \"hi\".log");
+  EXPECT_EQ(quoted->socket_path, "/tmp/s#1.sock");
+  auto off = Parse({"--config", ConfigFile("cache-dir = /tmp/c\nno-cache = true\n")});
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_EQ(off->cache_dir, "");
+  auto kept = Parse({"--config", ConfigFile("cache-dir = /tmp/c\nno-cache = false\n")});
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_EQ(kept->cache_dir, "/tmp/c");
+}
+
+TEST_F(DaemonConfigTest, ConfigFileErrorsNameTheFileAndLine) {
+  struct Case {
+    std::string text;
+    std::string expected;  // after "<path>:"
+  };
+  for (const Case& c : std::vector<Case>{
+           {"threads = 2\n\ncache-max-mbs = 1\n", "3: unknown key 'cache-max-mbs'"},
+           {"# ok\ncache-max-mb = lots\n", "2: --cache-max-mb takes a number of MiB"},
+           {"log-level = loud\n", "1: --log-level takes one of"},
+           {"no-cache = maybe\n", "1: --no-cache takes true or false"},
+           {"threads 4\n", "1: expected 'key = value'"},
+           {" = 4\n", "1: missing key"},
+           {"log-file = \"/tmp/x\n", "1: unterminated quoted value"},
+           {"log-file = \"/tmp/x\" y\n", "1: unexpected 'y' after the quoted value"},
+           {"help = true\n", "1: 'help' can only be given on the command line"},
+           {"version = true\n", "1: 'version' can only be given on the command line"},
+           {"\nconfig = /etc/other.conf\n", "2: 'config' can only be given on the command line"},
+       }) {
+    const std::string path = ConfigFile(c.text);
+    auto parsed = Parse({"--config", path});
+    ASSERT_FALSE(parsed.ok()) << c.text;
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(std::string(parsed.status().message()).rfind(path + ":" + c.expected, 0), 0u)
+        << parsed.status().message();
+  }
+  auto missing = Parse({"--config", "/nonexistent/kilnd.conf"});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("/nonexistent/kilnd.conf"), std::string::npos);
+}
+
+TEST_F(DaemonConfigTest, HelpAndVersionDoNotReadTheConfigFile) {
+  auto help = Parse({"--config", "/nonexistent/kilnd.conf", "--help"});
+  ASSERT_TRUE(help.ok()) << help.status();
+  EXPECT_TRUE(help->help);
+  EXPECT_TRUE(Parse({"--version", "--config", "/nonexistent/kilnd.conf"}).ok());
+}
+
+TEST_F(DaemonConfigTest, IdleExitTakesFractionalMinutes) {
+  auto config = Parse({});
+  ASSERT_TRUE(config.ok());
+  EXPECT_EQ(config->idle_exit_min, 0.0);
+  auto set = Parse({"--idle-exit-min", "0.05"});
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_DOUBLE_EQ(set->idle_exit_min, 0.05);
+  for (const char* bad : {"-1", "soon", "nan", "inf", "1e9"}) {
+    auto parsed = Parse({"--idle-exit-min", bad});
+    ASSERT_FALSE(parsed.ok()) << bad;
+    EXPECT_NE(parsed.status().message().find("--idle-exit-min"), std::string::npos);
+  }
+}
+
+TEST_F(DaemonConfigTest, MetricsPortIsOffByDefaultAndRangeChecked) {
+  auto config = Parse({});
+  ASSERT_TRUE(config.ok());
+  EXPECT_EQ(config->metrics_port, 0);
+  auto set = Parse({"--metrics-port", "9464"});
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->metrics_port, 9464);
+  EXPECT_FALSE(Parse({"--metrics-port", "65536"}).ok());
+  EXPECT_FALSE(Parse({"--metrics-port", "-1"}).ok());
+}
+
+TEST_F(DaemonConfigTest, LogFormatFromFlagOrEnvironment) {
+  auto config = Parse({});
+  ASSERT_TRUE(config.ok());
+  EXPECT_EQ(config->log_format, "text");
+  ::setenv("KILN_LOG_FORMAT", "json", 1);
+  auto env = Parse({});
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ(env->log_format, "json");
+  auto flag = Parse({"--log-format", "text"});
+  ASSERT_TRUE(flag.ok()) << flag.status();
+  EXPECT_EQ(flag->log_format, "text");
+  EXPECT_FALSE(Parse({"--log-format", "xml"}).ok());
+  ::setenv("KILN_LOG_FORMAT", "yaml", 1);
+  auto bad_env = Parse({});
+  ASSERT_FALSE(bad_env.ok());
+  EXPECT_NE(bad_env.status().message().find("KILN_LOG_FORMAT"), std::string::npos);
+}
+
+TEST_F(DaemonConfigTest, HelpTextDocumentsTheNewFlags) {
+  const std::string help = HelpText();
+  for (const char* text : {"--config FILE", "KILN_CONFIG_FILE", "--idle-exit-min",
+                           "--metrics-port", "127.0.0.1", "--log-format", "KILN_LOG_FORMAT"}) {
+    EXPECT_NE(help.find(text), std::string::npos) << text;
+  }
 }
 
 }  // namespace

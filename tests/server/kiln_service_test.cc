@@ -185,5 +185,59 @@ TEST_F(KilnServiceTest, ConcurrentExecutesAllFinishWithTheirOwnResults) {
   EXPECT_EQ(failures.load(), 0);
 }
 
+TEST_F(KilnServiceTest, MetricsCountWhatGetStatsCountsPlusLatencies) {
+  const uint64_t h = CompileRelu(16);
+  CompileRelu(16);  // a memory hit
+  for (int i = 0; i < 3; ++i) ExpectReluWorks(h);
+  EXPECT_FALSE(Execute(h + 100, Desc(0, {16}), Desc(4096, {16})).ok());  // unknown handle
+  const MetricsSnapshot m = service_->CollectMetrics();
+  grpc::ClientContext ctx;
+  kiln::v1::StatsResponse stats;
+  ASSERT_TRUE(stub_->GetStats(&ctx, kiln::v1::StatsRequest(), &stats).ok());
+  EXPECT_EQ(m.compiles, 1u);
+  EXPECT_EQ(m.compiles, stats.graphs_compiled());
+  EXPECT_EQ(m.memory_cache_hits, 1u);
+  EXPECT_EQ(m.cache_misses, stats.cache_misses());
+  EXPECT_EQ(m.executes, 4u);
+  EXPECT_EQ(m.executes, stats.executes());
+  EXPECT_EQ(m.execute_errors, 1u);
+  EXPECT_EQ(m.clients, stats.sessions());
+  EXPECT_EQ(m.live_graphs, stats.live_graphs());
+  auto total = [](const HistogramSnapshot& h) {
+    uint64_t n = 0;
+    for (uint64_t c : h.counts) n += c;
+    return n;
+  };
+  // Every execute is timed, failed ones too; every compile that returned
+  // a graph, hits too.
+  EXPECT_EQ(total(m.execute_seconds), 4u);
+  EXPECT_GT(m.execute_seconds.sum_s, 0);
+  EXPECT_EQ(total(m.compile_seconds), 2u);
+  EXPECT_GT(m.uptime_s, 0);
+}
+
+TEST_F(KilnServiceTest, IdleShutdownWaitsForTheLastSessionToClose) {
+  // The fixture's session is open: never idle, however long.
+  EXPECT_FALSE(service_->BeginIdleShutdown(absl::ZeroDuration()));
+  {
+    grpc::ClientContext ctx;
+    kiln::v1::CloseSessionRequest req;
+    req.set_session_id(session_);
+    kiln::v1::CloseSessionResponse resp;
+    ASSERT_TRUE(stub_->CloseSession(&ctx, req, &resp).ok());
+  }
+  // Idle time counts from the close.
+  EXPECT_FALSE(service_->BeginIdleShutdown(absl::Seconds(30)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  EXPECT_TRUE(service_->BeginIdleShutdown(absl::Milliseconds(100)));
+  // From then on no session opens (as after SIGTERM).
+  grpc::ClientContext ctx;
+  kiln::v1::OpenSessionRequest req;
+  req.set_pid(getpid());
+  kiln::v1::OpenSessionResponse resp;
+  EXPECT_EQ(stub_->OpenSession(&ctx, req, &resp).error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_FALSE(service_->BeginIdleShutdown(absl::ZeroDuration()));  // once only
+}
+
 }  // namespace
 }  // namespace kiln::server
