@@ -27,7 +27,9 @@ HistogramSnapshot LatencyHistogram::Snapshot() const {
   for (size_t i = 0; i <= bounds_s_.size(); ++i) {
     s.counts.push_back(counts_[i].load(std::memory_order_relaxed));
   }
-  s.sum_s = static_cast<double>(sum_ns_.load(std::memory_order_relaxed)) * 1e-9;
+  // Divided, not multiplied by 1e-9: 4426632 ns reads 0.004426632, not
+  // 0.004426632000000001.
+  s.sum_s = static_cast<double>(sum_ns_.load(std::memory_order_relaxed)) / 1e9;
   return s;
 }
 
