@@ -373,7 +373,7 @@ def kiln_backend(gm: fx.GraphModule, example_inputs: Sequence[Any],
     opts = KilnOptions.from_mapping(options)
     if mode not in (None, "default"):
         _warn_once(f"mode:{mode}", "kiln: ignoring torch.compile mode=%r", mode)
-    conn = get_connection(opts.socket, opts.autostart, opts.cache_dir)
+    conn = get_connection(opts.socket, opts.autostart, opts.cache_dir, opts.daemon_idle_min)
     _check_device(opts, conn)
     if opts.aot_autograd:
         return aot.compile_with_aot(

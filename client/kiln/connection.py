@@ -171,12 +171,16 @@ class LoggedStub:
 
 
 class Connection:
-    def __init__(self, socket_path: str, autostart: bool = True, cache_dir: str | None = None):
+    def __init__(self, socket_path: str, autostart: bool = True, cache_dir: str | None = None,
+                 daemon_idle_min: float | None = None):
         self.socket_path = socket_path
         self.autostart = autostart
         # The cache directory asked for (options cache_dir): given to a
         # daemon this connection starts, and compared with a running one's.
         self.cache_dir = cache_dir
+        # Options daemon_idle_min: a daemon this connection starts exits
+        # after that many minutes unused (None: it stays up).
+        self.daemon_idle_min = daemon_idle_min
         self.pid = os.getpid()
         self.generation = 0
         self.session_id = ""
@@ -202,7 +206,8 @@ class Connection:
                 self._open()
 
     def _open(self) -> None:
-        daemon.ensure_daemon(self.socket_path, self.autostart, cache_dir=self.cache_dir)
+        daemon.ensure_daemon(self.socket_path, self.autostart, cache_dir=self.cache_dir,
+                             idle_min=self.daemon_idle_min)
         channel = daemon.open_channel(self.socket_path, options=_CHANNEL_OPTIONS)
         stub = LoggedStub(kiln_pb2_grpc.KilnStub(channel))
         try:
@@ -482,18 +487,19 @@ _connections_lock = threading.Lock()
 
 
 def get_connection(socket_path: str | None = None, autostart: bool = True,
-                   cache_dir: str | None = None) -> Connection:
+                   cache_dir: str | None = None,
+                   daemon_idle_min: float | None = None) -> Connection:
     """The process-wide connection for a socket (default socket if None).
 
-    cache_dir only matters for the first connection to a socket (it is
-    given to a daemon that connection starts)."""
+    cache_dir and daemon_idle_min only matter for the first connection to a
+    socket (they are given to a daemon that connection starts)."""
     path = socket_path or daemon.default_socket_path()
     key = (path, autostart)
     with _connections_lock:
         conn = _connections.get(key)
         if conn is None or conn.pid != os.getpid():
             # A connection inherited over fork() is unusable in the child.
-            conn = Connection(path, autostart, cache_dir)
+            conn = Connection(path, autostart, cache_dir, daemon_idle_min)
             _connections[key] = conn
         return conn
 

@@ -23,10 +23,16 @@ log = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 30.0
 PROBE_TIMEOUT_S = 2.0
+# kilnd's exit code when another daemon holds the socket's lock.
+LOCK_HELD_EXIT = 3
 
 
 class DaemonError(RuntimeError):
     """The daemon could not be reached or started."""
+
+
+class _LockHeld(DaemonError):
+    """The daemon started exited because another one holds the socket's lock."""
 
 
 def default_socket_path() -> str:
@@ -150,9 +156,9 @@ def _wait_ready(socket_path: str, proc: subprocess.Popen | None,
         if probe(socket_path, timeout_s=min(PROBE_TIMEOUT_S, remaining)):
             return
         if proc is not None and proc.poll() is not None:
-            raise DaemonError(
-                f"kilnd exited with code {proc.returncode} before serving on "
-                f"{socket_path}; see {log_file}{_log_tail(log_file)}")
+            message = (f"kilnd exited with code {proc.returncode} before serving on "
+                       f"{socket_path}; see {log_file}{_log_tail(log_file)}")
+            raise (_LockHeld if proc.returncode == LOCK_HELD_EXIT else DaemonError)(message)
         time.sleep(0.05)
     raise DaemonError(
         f"kilnd did not answer on {socket_path} within {START_TIMEOUT_S:.0f} s; "
@@ -171,9 +177,12 @@ def _log_tail(log_file: str, lines: int = 5) -> str:
 
 
 def ensure_daemon(socket_path: str, autostart: bool = True,
-                  timeout_s: float = START_TIMEOUT_S, cache_dir: str | None = None) -> None:
+                  timeout_s: float = START_TIMEOUT_S, cache_dir: str | None = None,
+                  idle_min: float | None = None) -> None:
     """Returns once a daemon answers on socket_path, starting one if allowed
-    (with `cache_dir` as its cache directory, if given).
+    (with `cache_dir` as its cache directory, and `idle_min` as its
+    --idle-exit-min, if given: a daemon started on demand goes away once no
+    client has used it for that many minutes).
 
     Raises DaemonError naming the socket (and the daemon log, if started).
     """
@@ -203,11 +212,28 @@ def ensure_daemon(socket_path: str, autostart: bool = True,
             cmd = [binary, "--socket", socket_path]
             if cache_dir:
                 cmd += ["--cache-dir", cache_dir]
+            if idle_min is not None:
+                cmd += ["--idle-exit-min", f"{idle_min:g}"]
             log.info("starting %s (log: %s)", " ".join(cmd), log_file)
-            with open(log_file, "ab") as out:
-                proc = subprocess.Popen(
-                    cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                    start_new_session=True, close_fds=True)
-            _wait_ready(socket_path, proc, deadline, log_file)
+            pause = 0.1
+            while True:
+                with open(log_file, "ab") as out:
+                    proc = subprocess.Popen(
+                        cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                        start_new_session=True, close_fds=True)
+                try:
+                    _wait_ready(socket_path, proc, deadline, log_file)
+                    return
+                except _LockHeld as held:
+                    # A daemon that no longer answers still holds the lock:
+                    # one finishing an idle shutdown (it refuses calls while
+                    # it drains). Start again once it has let go; until the
+                    # deadline, then the exit code is the error.
+                    if time.monotonic() + pause >= deadline:
+                        raise DaemonError(str(held)) from None
+                    time.sleep(pause)
+                    pause = min(2 * pause, 1.0)
+                    if probe(socket_path):
+                        return
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)

@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  FX nodes:               {s.nodes_in_daemon} in daemon, {s.nodes_in_eager} in eager "
           f"({s.partitions} partitions, {s.fallback_partitions} fell back)")
     opts = KilnOptions.from_mapping(None)
-    conn = get_connection(opts.socket, opts.autostart)
+    conn = get_connection(opts.socket, opts.autostart, daemon_idle_min=opts.daemon_idle_min)
     print(cli.format_stats(conn.stats(), conn.socket_path))
     return 0
 

@@ -223,6 +223,11 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("autostart", bool, True,
                "start kilnd when nothing answers on the socket",
                env="KILN_AUTOSTART"),
+    OptionSpec("daemon_idle_min", Number(float, 0), 10.0,
+               "minutes a daemon this client starts stays up with no client session "
+               "open and no call in flight before it shuts down (kilnd --idle-exit-min; "
+               "0: never; a running daemon keeps its own setting)",
+               env="KILN_DAEMON_IDLE_MIN"),
     OptionSpec("config", RuntimeConfig, RuntimeConfig(),
                "runtime config of the compiled graphs, a dict with keys "
                + _valid_config_keys() + " (env: key=value,key=value)",

@@ -69,3 +69,16 @@ def test_config_environment_is_overridden_key_by_key(monkeypatch):
     monkeypatch.setenv("KILN_CONFIG", "num_threads")
     with pytest.raises(ValueError, match="key=value"):
         KilnOptions.from_mapping(None)
+
+
+def test_daemon_idle_min_defaults_to_ten_and_takes_fractions_or_zero(monkeypatch):
+    monkeypatch.delenv("KILN_DAEMON_IDLE_MIN", raising=False)
+    assert KilnOptions.from_mapping(None).daemon_idle_min == 10.0
+    assert KilnOptions.from_mapping({"daemon_idle_min": 0}).daemon_idle_min == 0.0
+    assert KilnOptions.from_mapping({"daemon_idle_min": "0.5"}).daemon_idle_min == 0.5
+    monkeypatch.setenv("KILN_DAEMON_IDLE_MIN", "2.5")
+    assert KilnOptions.from_mapping(None).daemon_idle_min == 2.5
+    assert KilnOptions.from_mapping({"daemon_idle_min": 1}).daemon_idle_min == 1.0
+    for bad in (-1, "soon", True):
+        with pytest.raises(ValueError, match="daemon_idle_min"):
+            KilnOptions.from_mapping({"daemon_idle_min": bad})
