@@ -461,6 +461,9 @@ def test_autostart_gives_up_on_a_lock_that_stays_held(tmp_path, monkeypatch):
         with pytest.raises(daemon.DaemonError, match="exited with code 3"):
             daemon.ensure_daemon(socket_path, cache_dir=str(tmp_path / "cache"), timeout_s=2)
         assert time.monotonic() - start < 10
+    # No attempt was still starting when it gave up, to take the socket now.
+    time.sleep(1)
+    assert not daemon.probe(socket_path)
 
 
 # ------------------------------------------------------------------ logs --
