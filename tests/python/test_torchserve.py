@@ -92,7 +92,11 @@ def test_four_workers_one_compile_answers_equal_eager(served):
         torch.testing.assert_close(torch.tensor(json.loads(body)), expected(model, x),
                                    atol=ATOL, rtol=RTOL)
     done = stats()
-    assert done.graphs_compiled == after_load.graphs_compiled  # same shape: no recompile
+    # Requests have the warm-up's shape and kind (not inference tensors):
+    # no worker compiled again, not even from the daemon's memory.
+    assert done.graphs_compiled == after_load.graphs_compiled
+    assert done.memory_cache_hits + done.disk_cache_hits == (
+        after_load.memory_cache_hits + after_load.disk_cache_hits)
     assert done.executes - after_load.executes >= len(inputs)
 
     # A request as a torch.save'd tensor, one as a sample without its batch

@@ -94,12 +94,28 @@ class TorchServe:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"torchserve exited with {self.proc.returncode}:\n{self.log_tail()}")
+            failed = self.failed_load()
+            if failed:
+                raise RuntimeError(f"{model}: a worker failed to load it ({failed}):\n"
+                                   f"{self.log_tail()}")
             ready = [w for w in self.workers(model) if w.get("status") == "READY"]
             if len(ready) >= workers:
                 return time.monotonic() - self.started_at
             time.sleep(0.2)
         raise TimeoutError(f"{model}: fewer than {workers} workers ready after {timeout_s:.0f} s:\n"
                            f"{self.log_tail()}")
+
+    def failed_load(self) -> str | None:
+        """TorchServe's message if a worker failed to load a model (it would
+        retry forever)."""
+        try:
+            text = (self.workdir / "logs" / "model_log.log").read_text(errors="replace")
+        except OSError:
+            return None
+        for line in text.splitlines():
+            if "Failed to load model" in line:
+                return line.split("MODEL_LOG - ", 1)[-1]
+        return None
 
     def predict(self, model: str, body: bytes, content_type: str = "application/json",
                 timeout: float = 120) -> tuple[int, bytes]:

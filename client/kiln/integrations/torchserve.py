@@ -47,7 +47,7 @@ from typing import Any, Mapping
 
 import torch
 
-from kiln.integrations.handler_base import BaseHandler
+from kiln.integrations.handler_base import HandlerBase
 
 log = logging.getLogger("kiln.torchserve")
 
@@ -84,7 +84,7 @@ def _warmup_specs(section: Mapping[str, Any]) -> list[tuple[list[int], torch.dty
     return out
 
 
-def _load_model_class(model_dir: str, model_file: str) -> type[torch.nn.Module]:
+def load_model_class(model_dir: str, model_file: str) -> type[torch.nn.Module]:
     """The one nn.Module subclass defined in the archive's model file."""
     path = os.path.join(model_dir, model_file)
     if not os.path.isfile(path):
@@ -109,10 +109,15 @@ def load_archived_model(model_dir: str, manifest: Mapping[str, Any]) -> torch.nn
     serialized = model_meta.get("serializedFile")
     weights = os.path.join(model_dir, serialized) if serialized else None
     if model_file:
-        model = _load_model_class(model_dir, model_file)()
+        model = load_model_class(model_dir, model_file)()
         if weights:
             # weights_only: an archive's weights must not run code on load.
-            model.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
+            # mmap + assign: the parameters are the file's pages, which every
+            # worker of the model maps from the one extracted archive, so the
+            # workers hold one copy between them (the daemon holds the packed
+            # copy its kernels read) instead of one each.
+            state = torch.load(weights, map_location="cpu", weights_only=True, mmap=True)
+            model.load_state_dict(state, assign=True)
         return model
     if weights and weights.endswith(".pt2"):
         return torch.export.load(weights).module()
@@ -157,12 +162,13 @@ def _split(output: Any, sizes: list[int]) -> list[Any]:
     raise TypeError(f"cannot turn a model output of type {type(output).__name__} into a response")
 
 
-class KilnHandler(BaseHandler):
+class KilnHandler(HandlerBase):
     """TorchServe handler: loads the archived model, compiles it with
     backend="kiln", warms it up, serves tensors given as JSON or torch.save.
 
     Override load_model, compile, preprocess or postprocess to change one
-    step; initialize/handle follow TorchServe's BaseHandler contract.
+    step; initialize/handle follow TorchServe's BaseHandler contract
+    (kiln/integrations/handler_base.py says why it is not a subclass).
     """
 
     def __init__(self) -> None:
@@ -190,8 +196,10 @@ class KilnHandler(BaseHandler):
         model.eval()
         self.model = self.compile(model)
         for shape, dtype in warmup:
-            with torch.inference_mode():
-                self.model(torch.zeros(shape, dtype=dtype))
+            # Made outside inference mode, like a request's tensor: an
+            # inference tensor would fail Dynamo's guards at the first
+            # request and compile the model a second time.
+            self.inference(torch.zeros(shape, dtype=dtype))
         self.initialize_seconds = time.monotonic() - start
         log.info("model %s ready in %.2f s (compiled with %s, %d warm-up input(s))",
                  getattr(context, "model_name", "?"), self.initialize_seconds,
