@@ -163,7 +163,7 @@ absl::Status KilnService::Admit(const grpc::CallbackServerContext& ctx,
   }
   if (!match) {
     return absl::UnauthenticatedError(
-        "calls over TCP need the daemon's token (client option 'token' or KILN_TOKEN)");
+        "calls over TCP need the daemon's token (clients set KILN_TOKEN)");
   }
   return absl::OkStatus();
 }

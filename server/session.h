@@ -123,24 +123,8 @@ class SessionRegistry {
   absl::StatusOr<std::shared_ptr<Session>> Find(const std::string& id) const;
   size_t count() const;
   size_t handle_count() const;
-  // Counts `bytes` of newly stored constants against the client's cap;
-  // RESOURCE_EXHAUSTED (and nothing counted) when they would pass it.
-  absl::Status ChargeConstantBytes(uint64_t bytes);
-  uint64_t region_bytes() const;
-  // Removes the shared-memory objects behind the session's regions from
-  // /dev/shm (the client has exited and cannot). Mappings stay valid until
-  // the last call using them finishes. Returns how many were removed.
-  int UnlinkRegions();
-  std::vector<std::shared_ptr<Session>> All() const;
-
-  // Takes over a started channel. RESOURCE_EXHAUSTED (and the channel is
-  // stopped) past kMaxChannelsPerSession.
-  absl::StatusOr<uint64_t> AddChannel(std::unique_ptr<CallChannel> channel);
-  // Stops and removes one channel; NOT_FOUND when it is not this session's.
-  absl::Status RemoveChannel(uint64_t channel_id);
-  // Stops every channel (a call in progress finishes first). Idempotent.
-  void StopChannels();
   size_t channel_count() const;
+  std::vector<std::shared_ptr<Session>> All() const;
 
  private:
   mutable absl::Mutex mu_;

@@ -15,7 +15,8 @@ from kiln.v1 import kiln_pb2, kiln_pb2_grpc
 
 
 def _stub(socket_path: str) -> tuple[grpc.Channel, kiln_pb2_grpc.KilnStub]:
-    channel = grpc.insecure_channel(daemon.target_for(socket_path))
+    # daemon.open_channel: a TCP daemon needs KILN_TOKEN (and KILN_TLS_CA).
+    channel = daemon.open_channel(socket_path)
     return channel, kiln_pb2_grpc.KilnStub(channel)
 
 
@@ -83,7 +84,7 @@ def _stop(socket_path: str) -> int:
 def _start(socket_path: str) -> int:
     try:
         daemon.ensure_daemon(socket_path, autostart=True)
-    except daemon.DaemonError as e:
+    except (daemon.DaemonError, OSError) as e:  # OSError: KILN_DAEMON names no program
         print(e, file=sys.stderr)
         return 1
     print(f"kilnd is serving on {socket_path}")

@@ -165,7 +165,7 @@ def _wait_ready(socket_path: str, proc: subprocess.Popen | None,
             raise (_LockHeld if proc.returncode == LOCK_HELD_EXIT else DaemonError)(message)
         time.sleep(0.05)
     raise DaemonError(
-        f"kilnd did not answer on {socket_path} within {START_TIMEOUT_S:.0f} s; "
+        f"kilnd did not answer on {socket_path} in the time allowed; "
         f"see {log_file}{_log_tail(log_file)}")
 
 

@@ -11,6 +11,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 
@@ -111,6 +112,12 @@ def test_tcp_calls_need_the_token(tmp_path, token_file, monkeypatch):
         # The backend over TCP (tensors still through shared memory: same host).
         monkeypatch.setenv("KILN_TOKEN", TOKEN)
         _compiled_matches_eager(f"tcp:127.0.0.1:{port}")
+        # The CLI sends it too.
+        status = subprocess.run(
+            [sys.executable, "-m", "kiln.cli", "--socket", f"tcp:127.0.0.1:{port}", "status"],
+            capture_output=True, text=True, timeout=60, env={**os.environ, "KILN_TOKEN": TOKEN})
+        assert status.returncode == 0, status.stderr
+        assert f"(pid {d.proc.pid})" in status.stdout
         monkeypatch.setenv("KILN_TOKEN", "wrong-token-0000000000")
         with pytest.raises(daemon.DaemonError, match="KILN_TOKEN"):
             daemon.ensure_daemon(f"tcp:127.0.0.1:{port}", autostart=True)
