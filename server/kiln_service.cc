@@ -95,6 +95,9 @@ KilnService::~KilnService() { Shutdown(); }
 
 void KilnService::Shutdown() {
   shutting_down_.store(true);
+  // gRPC's server waits for every call to end, and a Hold lasts as long as
+  // its client: end them all now.
+  holds_.EndAll(grpc::Status(grpc::StatusCode::UNAVAILABLE, "kilnd is shutting down"));
   {
     absl::MutexLock lock(&watch_mu_);
     watch_stop_ = true;
@@ -205,6 +208,7 @@ absl::Status KilnService::DoOpenSession(const grpc::CallbackServerContext& ctx,
   }
   resp->set_session_id(session->id());
   resp->set_runtime_version(KILN_RUNTIME_VERSION);
+  resp->set_hold_required(!watch.has_value());
   spdlog::info("session {} opened by pid {} ({}{})", session->id().substr(0, 8), pid,
                req.client_name(), peer.has_value() ? ", credentials checked" : "");
   return absl::OkStatus();
@@ -215,6 +219,31 @@ grpc::ServerUnaryReactor* KilnService::OpenSession(grpc::CallbackServerContext* 
                                                    kiln::v1::OpenSessionResponse* resp) {
   if (absl::Status admitted = Admit(*ctx); !admitted.ok()) return Done(ctx, admitted);
   return Done(ctx, DoOpenSession(*ctx, *req, resp));
+}
+
+grpc::ServerWriteReactor<kiln::v1::HoldResponse>* KilnService::Hold(
+    grpc::CallbackServerContext* ctx, const kiln::v1::HoldRequest* req) {
+  auto* hold = new HoldReactor(&holds_, [this, id = req->session_id()] { LoseHold(id); });
+  if (absl::Status admitted = Admit(*ctx); !admitted.ok()) {
+    hold->End(ToGrpcStatus(admitted));
+  } else if (auto session = sessions_.Find(req->session_id()); !session.ok()) {
+    hold->End(ToGrpcStatus(session.status()));
+  } else if (!holds_.Add(hold)) {
+    hold->End(grpc::Status(grpc::StatusCode::UNAVAILABLE, "kilnd is shutting down"));
+  }
+  return hold;
+}
+
+void KilnService::LoseHold(const std::string& session_id) {
+  auto session = sessions_.Find(session_id);
+  if (!session.ok() || (*session)->watched_pid() != 0) return;
+  if (!sessions_.Close(session_id).ok()) return;  // closed meanwhile
+  idle_.Touch();
+  const int unlinked = (*session)->UnlinkRegions();
+  spdlog::info("session {} closed: the connection of client pid {} (in another pid namespace) "
+               "closed ({} handles released{})",
+               session_id.substr(0, 8), (*session)->pid(), (*session)->handle_count(),
+               unlinked > 0 ? absl::StrCat(", ", unlinked, " shared-memory objects removed") : "");
 }
 
 grpc::ServerUnaryReactor* KilnService::CloseSession(grpc::CallbackServerContext* ctx,

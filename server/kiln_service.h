@@ -33,6 +33,7 @@
 #include "server/metrics_text.h"
 #include "server/peer_listener.h"
 #include "server/session.h"
+#include "server/session_hold.h"
 
 namespace kiln::server {
 
@@ -96,6 +97,10 @@ class KilnService final : public kiln::v1::Kiln::CallbackService {
   grpc::ServerUnaryReactor* CloseChannel(grpc::CallbackServerContext* ctx,
                                          const kiln::v1::CloseChannelRequest* req,
                                          kiln::v1::CloseChannelResponse* resp) override;
+  // Open until the client's connection closes or the daemon shuts down;
+  // see session_hold.h.
+  grpc::ServerWriteReactor<kiln::v1::HoldResponse>* Hold(
+      grpc::CallbackServerContext* ctx, const kiln::v1::HoldRequest* req) override;
 
   // The values --metrics-port serves: the counters GetStats reports, and
   // the latency histograms. Thread-safe.
@@ -123,6 +128,10 @@ class KilnService final : public kiln::v1::Kiln::CallbackService {
   absl::Status DoOpenSession(const grpc::CallbackServerContext& ctx,
                              const kiln::v1::OpenSessionRequest& req,
                              kiln::v1::OpenSessionResponse* resp);
+  // A Hold call ended without the daemon ending it: the client's process
+  // has gone. Closes its session if the daemon cannot watch that process
+  // (a watched one is closed by WatchClients).
+  void LoseHold(const std::string& session_id);
   absl::Status DoUpload(const kiln::v1::UploadConstantsRequest& req,
                         kiln::v1::UploadConstantsResponse* resp);
   absl::Status DoCompile(const kiln::v1::CompileRequest& req, kiln::v1::CompileResponse* resp);
@@ -143,6 +152,7 @@ class KilnService final : public kiln::v1::Kiln::CallbackService {
 
   const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   SessionRegistry sessions_;
+  HoldBoard holds_;
   const PeerListener* peers_ = nullptr;
   std::string tcp_token_;
   ClientLimits limits_;

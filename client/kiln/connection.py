@@ -196,6 +196,9 @@ class Connection:
         # flush (a finalizer must not make RPCs itself).
         self._dead_handles: list[tuple[int, int]] = []
         self._output_pool: output_pool_mod.OutputPool | None = None
+        # The Hold call a daemon that cannot see this process asks for
+        # (OpenSessionResponse.hold_required): open while the session is.
+        self._hold: grpc.Future | None = None
 
     # ------------------------------------------------------------ session --
 
@@ -221,6 +224,14 @@ class Connection:
         self._channel, self._stub = channel, stub
         self.session_id = response.session_id
         self.runtime_version = response.runtime_version
+        if response.hold_required:
+            # Another pid namespace: the daemon learns this process has gone
+            # when this call's connection closes. Never read; the call runs
+            # in gRPC's core, not in a thread of ours.
+            self._hold = kiln_pb2_grpc.KilnStub(channel).Hold(
+                kiln_pb2.HoldRequest(session_id=response.session_id))
+            log.debug("session %s: holding it open (the daemon cannot watch this process)",
+                      response.session_id)
         self._present = set()
         self.generation += 1
         log.debug("session %s opened on %s (generation %d)",
@@ -245,6 +256,9 @@ class Connection:
             self._open()
 
     def _drop_channel(self) -> None:
+        if self._hold is not None:
+            self._hold.cancel()
+            self._hold = None
         if self._channel is not None:
             self._channel.close()
         self._channel = self._stub = None

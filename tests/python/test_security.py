@@ -8,6 +8,7 @@ calls finish, refuses new ones and removes the socket and its lock.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -253,3 +254,59 @@ def test_sigterm_finishes_the_call_in_flight_then_refuses_and_cleans_up(tmp_path
     assert "draining" in d.log_text()
     torch._dynamo.reset()
     connection.get_connection(d.socket, autostart=False).close()
+
+
+def _can_unshare_pid() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    return subprocess.run(["unshare", "--pid", "--fork", "true"], capture_output=True,
+                          timeout=30).returncode == 0
+
+
+@pytest.mark.skipif(not _can_unshare_pid(), reason="needs unshare --pid (root or user namespaces)")
+def test_killed_client_the_daemon_cannot_watch_is_released_when_its_connection_closes(tmp_path):
+    # kilnd in a pid namespace of its own, like a container: the kernel
+    # reports this test's processes to it as pid 0, so it cannot watch them
+    # and asks each for a Hold call; a client's death ends the call.
+    sock = str(tmp_path / "kilnd.sock")
+    log = tmp_path / "kilnd.log"
+    with open(log, "ab") as out:
+        daemon_proc = subprocess.Popen(
+            ["unshare", "--pid", "--fork", find_kilnd(), "--socket", sock, "--no-cache"],
+            stdout=out, stderr=out, start_new_session=True)
+    code = (
+        "import sys, time, torch, torch.nn as nn\n"
+        "m = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)).eval()\n"
+        "c = torch.compile(m, backend='kiln', options={'fallback': 'error'})\n"
+        "x = torch.randn(3, 16)\n"
+        "with torch.no_grad():\n"
+        "    torch.testing.assert_close(c(x), m(x), rtol=1e-5, atol=1e-5)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(600)\n")
+    env = dict(os.environ, KILN_SOCKET=sock, KILN_AUTOSTART="0")
+    channel = grpc.insecure_channel(daemon.target_for(sock))
+    try:
+        _wait_for(lambda: daemon.probe(sock, 1.0), 30, "kilnd in its pid namespace")
+        client = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        try:
+            assert client.stdout.readline().strip() == "ready", client.stderr.read()[-3000:]
+            during = _stats_over(channel)
+            assert during.sessions >= 1 and during.live_handles >= 1
+        finally:
+            kill_and_wait(client.pid)
+            client.communicate()
+
+        def released() -> bool:
+            s = _stats_over(channel)
+            return s.sessions == 0 and s.live_handles == 0 and s.channels == 0
+        _wait_for(released, 15, "the killed client's session to close")
+        assert not [f for f in os.listdir("/dev/shm") if f.startswith(f"kiln-{client.pid}-")]
+        assert "in another pid namespace" in log.read_text(errors="replace")
+    finally:
+        channel.close()
+        try:
+            os.killpg(daemon_proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        daemon_proc.wait(timeout=30)

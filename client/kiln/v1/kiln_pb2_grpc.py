@@ -104,6 +104,11 @@ class KilnStub:
                 request_serializer=kiln_dot_v1_dot_kiln__pb2.StatsRequest.SerializeToString,
                 response_deserializer=kiln_dot_v1_dot_kiln__pb2.StatsResponse.FromString,
                 _registered_method=True)
+        self.Hold = channel.unary_stream(
+                '/kiln.v1.Kiln/Hold',
+                request_serializer=kiln_dot_v1_dot_kiln__pb2.HoldRequest.SerializeToString,
+                response_deserializer=kiln_dot_v1_dot_kiln__pb2.HoldResponse.FromString,
+                _registered_method=True)
 
 
 class KilnServicer:
@@ -193,6 +198,12 @@ class KilnServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Hold(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_KilnServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -265,6 +276,11 @@ def add_KilnServicer_to_server(servicer, server):
                     servicer.GetStats,
                     request_deserializer=kiln_dot_v1_dot_kiln__pb2.StatsRequest.FromString,
                     response_serializer=kiln_dot_v1_dot_kiln__pb2.StatsResponse.SerializeToString,
+            ),
+            'Hold': grpc.unary_stream_rpc_method_handler(
+                    servicer.Hold,
+                    request_deserializer=kiln_dot_v1_dot_kiln__pb2.HoldRequest.FromString,
+                    response_serializer=kiln_dot_v1_dot_kiln__pb2.HoldResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -645,6 +661,33 @@ class Kiln:
             '/kiln.v1.Kiln/GetStats',
             kiln_dot_v1_dot_kiln__pb2.StatsRequest.SerializeToString,
             kiln_dot_v1_dot_kiln__pb2.StatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Hold(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/kiln.v1.Kiln/Hold',
+            kiln_dot_v1_dot_kiln__pb2.HoldRequest.SerializeToString,
+            kiln_dot_v1_dot_kiln__pb2.HoldResponse.FromString,
             options,
             channel_credentials,
             insecure,
