@@ -79,6 +79,8 @@ std::string HelpText() {
       "  --constant-grace-s N  keep an uploaded weight no compiled graph holds (a graph\n",
       "                     holds only what its runs read, not weights it packed) for N\n",
       "                     seconds after its last use (default 60); clients upload again.\n",
+      "                     Run arenas that concurrent calls added to a graph (beyond\n",
+      "                     one) are freed after N seconds unused too.\n",
       "  --spin-us N        after a run, the threads that ran it with the calling one spin\n",
       "                     up to N microseconds waiting for the next run before sleeping\n",
       "                     (default 2000; 0: sleep at once). A thread that slept wakes\n",

@@ -177,4 +177,17 @@ GraphCache::LiveGraphs GraphCache::Live() {
   return live;
 }
 
+uint64_t GraphCache::TrimIdleArenas(std::chrono::steady_clock::duration idle) {
+  std::vector<std::shared_ptr<const runtime::CompiledGraph>> graphs;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [key, weak] : live_) {
+      if (auto g = weak.lock()) graphs.push_back(std::move(g));
+    }
+  }
+  uint64_t freed = 0;
+  for (const auto& g : graphs) freed += static_cast<uint64_t>(runtime::TrimIdleArenas(*g, idle));
+  return freed;
+}
+
 }  // namespace kiln::server

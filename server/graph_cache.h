@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <string>
@@ -65,6 +66,8 @@ class GraphCache {
   };
   // The compiled graphs some handle still holds.
   LiveGraphs Live();
+  // runtime::TrimIdleArenas on each of them; the bytes freed.
+  uint64_t TrimIdleArenas(std::chrono::steady_clock::duration idle);
 
  private:
   absl::StatusOr<std::shared_ptr<const runtime::CompiledGraph>> Build(

@@ -131,6 +131,14 @@ void KilnService::WatchClients() {
       }
     }
     const cache::ConstantStore::Evicted evicted = constants_.EvictUnreferenced(constant_grace_);
+    // Run arenas a burst of concurrent calls added, by the same measure of
+    // "not used lately" as weights.
+    const uint64_t arena_bytes = graphs_.TrimIdleArenas(absl::ToChronoSeconds(constant_grace_));
+    if (arena_bytes > 0) {
+      spdlog::debug("freed {:.1f} MiB of run arenas idle for {}", arena_bytes / 1048576.0,
+                    absl::FormatDuration(constant_grace_));
+      if (evicted.count == 0) malloc_trim(0);
+    }
     if (evicted.count > 0) {
       // Weights are freed in pieces of every size; without a trim glibc
       // keeps the freed heap pages and the daemon's footprint stays.

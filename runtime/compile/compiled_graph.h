@@ -9,6 +9,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <limits>
 #include <memory>
@@ -63,6 +64,9 @@ struct RunArena {
   RunArena(const RunArena&) = delete;
   RunArena& operator=(const RunArena&) = delete;
   uint8_t* data = nullptr;
+  // When its last run finished: pooled arenas idle long enough are freed
+  // (exec/executor.h, TrimIdleArenas).
+  std::chrono::steady_clock::time_point returned{};
 };
 
 struct CompiledGraph {

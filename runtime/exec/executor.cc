@@ -92,6 +92,7 @@ std::unique_ptr<RunArena> TakeArena(const CompiledGraph& g) {
 }
 
 void ReturnArena(const CompiledGraph& g, std::unique_ptr<RunArena> a) {
+  a->returned = std::chrono::steady_clock::now();
   absl::MutexLock lock(&g.pool_mu);
   g.pool.push_back(std::move(a));
 }
@@ -103,6 +104,21 @@ void KeepFastest(std::atomic<int64_t>& fastest_ns, int64_t ns) {
 }
 
 }  // namespace
+
+int64_t TrimIdleArenas(const CompiledGraph& g, std::chrono::steady_clock::duration idle) {
+  const auto cutoff = std::chrono::steady_clock::now() - idle;
+  std::vector<std::unique_ptr<RunArena>> freed;
+  {
+    absl::MutexLock lock(&g.pool_mu);
+    // The pool is a stack (the latest returned is taken first), so the
+    // front holds the arenas idle longest.
+    size_t n = 0;
+    while (g.pool.size() - n > 1 && g.pool[n]->returned < cutoff) ++n;
+    for (size_t i = 0; i < n; ++i) freed.push_back(std::move(g.pool[i]));
+    g.pool.erase(g.pool.begin(), g.pool.begin() + static_cast<std::ptrdiff_t>(n));
+  }
+  return static_cast<int64_t>(freed.size()) * g.TotalArenaBytes();
+}
 
 bool RunsConcurrently(const CompiledGraph& g, const Wave& w) {
   if (w.size() < 2) return false;

@@ -19,6 +19,8 @@
 // so; otherwise in order, each step free to use every thread.
 #pragma once
 
+#include <chrono>
+
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/types/span.h"
@@ -57,6 +59,12 @@ bool RunsConcurrently(const CompiledGraph& g, const Wave& w);
 // True once a run of g has taken under 250 us: short enough to run on a
 // thread that must not block for long (gRPC's callback threads).
 bool RunsShort(const CompiledGraph& g);
+
+// Frees the graph's pooled run arenas, except one, that no run has taken
+// for `idle`: concurrent runs grow the pool to one arena each, and a burst
+// should not hold its peak for the graph's lifetime. Returns the bytes
+// freed. Thread-safe.
+int64_t TrimIdleArenas(const CompiledGraph& graph, std::chrono::steady_clock::duration idle);
 
 // Runs `graph` with `inputs[i]` pointing at dense data of input_metas[i] and
 // `outputs[i]` at room for output_metas[i]. Thread-safe; the caller has

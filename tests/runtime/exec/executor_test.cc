@@ -244,3 +244,43 @@ TEST(Executor, ConcurrentExecutesOfConcurrentWavesStayIndependent) {
 
 }  // namespace
 }  // namespace kiln::runtime
+
+namespace kiln::runtime {
+namespace {
+
+// Pooled arenas as concurrent runs leave them: `ages` of their returns.
+void FillPool(const CompiledGraph& g, std::initializer_list<std::chrono::seconds> ages) {
+  const auto now = std::chrono::steady_clock::now();
+  absl::MutexLock lock(&g.pool_mu);
+  for (auto age : ages) {
+    g.pool.push_back(std::make_unique<RunArena>(g.TotalArenaBytes()));
+    g.pool.back()->returned = now - age;
+  }
+}
+
+TEST(Executor, IdleArenasBeyondOneAreTrimmed) {
+  CompiledGraph g;
+  g.arena_bytes = 1 << 20;
+  // Oldest at the front, as a stack of returns leaves them.
+  FillPool(g, {std::chrono::seconds(120), std::chrono::seconds(90), std::chrono::seconds(1)});
+  EXPECT_EQ(TrimIdleArenas(g, std::chrono::seconds(60)), 2 * g.TotalArenaBytes());
+  ASSERT_EQ(g.pool.size(), 1u);
+  EXPECT_GT(g.pool[0]->returned, std::chrono::steady_clock::now() - std::chrono::seconds(60));
+  // Recent ones stay; one always stays, however old.
+  EXPECT_EQ(TrimIdleArenas(g, std::chrono::seconds(60)), 0);
+  EXPECT_EQ(TrimIdleArenas(g, std::chrono::seconds(0)), 0);
+  EXPECT_EQ(g.pool.size(), 1u);
+}
+
+TEST(Executor, ArenasInUseLatelyAreKept) {
+  CompiledGraph g;
+  g.arena_bytes = 4096;
+  FillPool(g, {std::chrono::seconds(5), std::chrono::seconds(2)});
+  EXPECT_EQ(TrimIdleArenas(g, std::chrono::seconds(60)), 0);
+  EXPECT_EQ(g.pool.size(), 2u);
+  EXPECT_EQ(TrimIdleArenas(g, std::chrono::seconds(3)), g.TotalArenaBytes());
+  EXPECT_EQ(g.pool.size(), 1u);
+}
+
+}  // namespace
+}  // namespace kiln::runtime
