@@ -158,6 +158,8 @@ class SpecializedGraph:
 
 _NODE_IN_MESSAGE = re.compile(r"node '([^']+)'")
 MAX_REPARTITIONS = 8
+# Reasons for eager nodes the user chose (options), logged at info, not as warnings.
+_CHOSEN_REASONS = frozenset({"disabled by option", "partition too small (min_partition_size)"})
 
 
 def _rejected_node(sub: KilnSubgraph) -> str | None:
@@ -275,6 +277,13 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any],
                     reason = partition.eager_reason(node, caps, excluded, disabled)
                     eager_reasons.setdefault(reason, []).append(f"{node.name} ({node.target})")
     rejected_subs = [sub for sub in subgraphs if sub.fallback]
+    if opts.fallback != "error":
+        for reason, names in eager_reasons.items():
+            # What the user asked for is news, not a problem.
+            level = logging.INFO if reason in _CHOSEN_REASONS else logging.WARNING
+            log.log(level, "kiln: %d node(s) run in eager (%s): %s%s", len(names),
+                    reason, ", ".join(names[:8]),
+                    " ..." if len(names) > 8 else "")
     if opts.fallback == "error" and (eager_reasons or rejected_subs):
         for sub in subgraphs:
             sub.close()

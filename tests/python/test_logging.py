@@ -144,3 +144,28 @@ def test_kiln_log_env_in_a_fresh_process(daemon_up, level):
         assert all(re.search(r" \d+\.\d{3} ms OK ", line) for line in rpc_lines), rpc_lines
     else:
         assert not rpc_lines, done.stderr[-3000:]
+
+
+def test_nodes_left_in_eager_are_logged_with_their_reason(daemon_up, caplog):
+    caplog.set_level(logging.INFO, logger="kiln")
+
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            return torch.special.erfcx(torch.relu(x)) + torch.sigmoid(x)
+
+    x = torch.randn(4, 8)
+    with torch.no_grad():
+        torch.compile(Model(), backend="kiln")(x)
+    unsupported = [r for r in caplog.records if "run in eager (unsupported op)" in r.getMessage()]
+    assert len(unsupported) == 1 and unsupported[0].levelno == logging.WARNING
+    assert "erfcx" in unsupported[0].getMessage()
+
+    # Nodes the user asked to keep in eager: said, but not as a warning.
+    caplog.clear()
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.compile(Model(), backend="kiln",
+                      options={"disabled_ops": ["aten.sigmoid.default"]})(x)
+    chosen = [r for r in caplog.records if "run in eager (disabled by option)" in r.getMessage()]
+    assert len(chosen) == 1 and chosen[0].levelno == logging.INFO
+    assert "sigmoid" in chosen[0].getMessage()
