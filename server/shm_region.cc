@@ -44,7 +44,14 @@ absl::StatusOr<std::unique_ptr<ShmRegion>> ShmRegion::Open(const std::string& na
   int fd = shm_open(path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0);
   if (fd < 0) {
     int err = errno;
-    if (err == ENOENT) return absl::NotFoundError(absl::StrCat("no shared memory object /dev/shm/", name));
+    // Not NOT_FOUND: clients take that for state a restarted daemon forgot
+    // and reconnect, while this one is about where the two processes run.
+    if (err == ENOENT) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "no shared memory object /dev/shm/", name,
+          " where kilnd runs: the client and kilnd must share /dev/shm (same host and IPC "
+          "namespace; docs/troubleshooting.md)"));
+    }
     return absl::PermissionDeniedError(
         absl::StrCat("cannot open /dev/shm/", name, ": ", std::strerror(err)));
   }

@@ -37,9 +37,11 @@ TEST(ShmRegion, RejectsNamesOutsideThePrefixOrWithPathCharacters) {
   EXPECT_TRUE(IsValidRegionName("kiln-123_abc-XYZ"));
 }
 
-TEST(ShmRegion, MissingObjectIsNotFound) {
-  EXPECT_EQ(ShmRegion::Open("kiln-does-not-exist-42", 64).status().code(),
-            absl::StatusCode::kNotFound);
+TEST(ShmRegion, MissingObjectSaysTheTwoMustShareDevShm) {
+  // FAILED_PRECONDITION, not NOT_FOUND: a client reconnects on NOT_FOUND.
+  absl::Status s = ShmRegion::Open("kiln-does-not-exist-42", 64).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("must share /dev/shm"), std::string::npos) << s;
 }
 
 TEST(ShmRegion, RejectsSizeLargerThanTheObject) {
