@@ -3,6 +3,7 @@ and `kiln cache ...` (the on-disk cache, see cache_cli)."""
 from __future__ import annotations
 
 import argparse
+import fcntl
 import os
 import signal
 import sys
@@ -61,21 +62,55 @@ def _status(socket_path: str) -> int:
     return 0
 
 
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _unanswering_daemon(socket_path: str) -> int | None:
+    """Pid of a kilnd holding socket_path's lock without answering on it
+    (stopped, stuck), or None. The daemon writes its pid into the lock file
+    and holds an exclusive flock on it while it lives."""
+    if daemon.is_tcp(socket_path):
+        return None
+    try:
+        with open(socket_path + ".lock") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(f, fcntl.LOCK_UN)
+                return None  # nobody holds it
+            except BlockingIOError:
+                pid = int(f.read().strip() or 0)
+        with open(f"/proc/{pid}/comm") as f:
+            return pid if pid > 0 and f.read().strip() == "kilnd" else None
+    except (OSError, ValueError):
+        return None
+
+
 def _stop(socket_path: str) -> int:
     channel, stub = _stub(socket_path)
     try:
         pid = stub.GetStats(kiln_pb2.StatsRequest(), timeout=5.0).pid
     except grpc.RpcError:
-        print(f"kilnd is not running on {socket_path}")
-        return 0
+        pid = _unanswering_daemon(socket_path)
+        if pid is None:
+            print(f"kilnd is not running on {socket_path}")
+            return 0
+        print(f"kilnd (pid {pid}) holds {socket_path}.lock but does not answer; "
+              "sending SIGTERM (and SIGCONT, in case it is stopped)")
     finally:
         channel.close()
     os.kill(pid, signal.SIGTERM)
+    os.kill(pid, signal.SIGCONT)
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and daemon.probe(socket_path, 0.5):
+    while time.monotonic() < deadline and os.path.exists(f"/proc/{pid}"):
         time.sleep(0.1)
-    if daemon.probe(socket_path, 0.5):
-        print(f"kilnd (pid {pid}) did not stop within 10 s", file=sys.stderr)
+    if os.path.exists(f"/proc/{pid}") and not _zombie(pid):
+        print(f"kilnd (pid {pid}) did not stop within 10 s; `kill -9 {pid}` ends it "
+              "(calls in flight fail)", file=sys.stderr)
         return 1
     print(f"stopped kilnd (pid {pid}) on {socket_path}")
     return 0
