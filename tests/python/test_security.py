@@ -186,6 +186,47 @@ def test_socket_passed_by_a_service_manager_is_served(tmp_path):
     assert os.path.exists(path)
 
 
+def test_socket_activated_daemon_exits_when_idle_and_the_next_one_serves(tmp_path):
+    # deploy/systemd/kilnd.service: systemd keeps the listening socket, kilnd
+    # exits after --idle-exit-min unused, and the next connection starts
+    # another on the same socket. Here the test plays systemd.
+    path = str(tmp_path / "activated.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(16)
+    fd = listener.fileno()
+    prefix = (f"exec 3<&{fd} {fd}<&-; LISTEN_PID=$$ LISTEN_FDS=1; "
+              "export LISTEN_PID LISTEN_FDS;")
+    # A client process that comes and goes (its session ends with it); it
+    # imports torch first, so the daemon's idle clock does not run out on it.
+    code = ("import sys, torch\n"
+            "m = torch.nn.Linear(8, 4).eval()\n"
+            "x = torch.randn(2, 8)\n"
+            "print('imported', flush=True)\n"
+            "sys.stdin.readline()\n"
+            "c = torch.compile(m, backend='kiln', options={'fallback': 'error'})\n"
+            "with torch.no_grad():\n"
+            "    torch.testing.assert_close(c(x), m(x))\n")
+    env = {**os.environ, "KILN_SOCKET": path, "KILN_AUTOSTART": "0"}
+    try:
+        for round_ in range(2):
+            client = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                      env=env)
+            assert client.stdout.readline().strip() == "imported", client.stderr.read()[-3000:]
+            d = PrivateDaemon(tmp_path, "--idle-exit-min", "0.05", shell_prefix=prefix,
+                              pass_fds=(fd,))
+            d.wait_ready(lambda: daemon.probe(path, 1.0))
+            _, err = client.communicate("go\n", timeout=120)
+            assert client.returncode == 0, err[-3000:]
+            d.proc.wait(timeout=60)
+            assert d.proc.returncode == 0, d.log_text()
+            assert "--idle-exit-min" in d.log_text()
+            assert os.path.exists(path), f"round {round_}: the manager's socket was removed"
+    finally:
+        listener.close()
+
+
 def test_objects_of_dead_clients_are_removed_at_start(tmp_path):
     dead = subprocess.Popen(["true"])
     dead.wait()
