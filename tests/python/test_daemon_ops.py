@@ -24,7 +24,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from conftest import _alive, find_kilnd, kill_and_wait
+from conftest import _alive, find_kilnd, free_port, kill_and_wait, wait_for
 from kiln import connection, daemon
 from kiln.options import KilnOptions
 from kiln.v1 import kiln_pb2, kiln_pb2_grpc
@@ -32,21 +32,6 @@ from kiln.v1 import kiln_pb2, kiln_pb2_grpc
 # --idle-exit-min of these tests: 3 s.
 IDLE_MIN = 0.05
 IDLE_S = IDLE_MIN * 60
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_for(predicate, timeout_s=30.0, what="condition"):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 class Daemon:
@@ -59,7 +44,7 @@ class Daemon:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=log,
                                          env=dict(os.environ, **(env or {})))
-        _wait_for(lambda: self.proc.poll() is not None or daemon.probe(self.socket, 1.0),
+        wait_for(lambda: self.proc.poll() is not None or daemon.probe(self.socket, 1.0),
                   30, "kilnd ready")
         assert self.proc.poll() is None, self.log_text()
         self.ready_at = time.monotonic()
@@ -200,7 +185,7 @@ def _listening_addresses(port: int) -> list[str]:
 
 
 def test_metrics_endpoint_counts_a_real_torch_compile_run(tmp_path, daemons):
-    port = _free_port()
+    port = free_port()
     d = Daemon(tmp_path, "--no-cache", "--metrics-port", str(port))
     daemons.append(d)
     assert f"metrics on http://127.0.0.1:{port}/metrics" in d.log_text()
@@ -266,7 +251,7 @@ def test_metrics_endpoint_counts_a_real_torch_compile_run(tmp_path, daemons):
 
 
 def test_metrics_endpoint_answers_only_get_metrics(tmp_path, daemons):
-    port = _free_port()
+    port = free_port()
     d = Daemon(tmp_path, "--no-cache", "--metrics-port", str(port))
     daemons.append(d)
     assert _scrape(port, path="/")[0] == 404
@@ -307,7 +292,7 @@ def test_taken_metrics_port_fails_the_start(tmp_path):
 
 def _wait_exit(d: Daemon, timeout_s: float) -> float:
     """Waits for d to exit on its own; returns when (monotonic)."""
-    _wait_for(lambda: d.proc.poll() is not None, timeout_s, "kilnd to exit on its own")
+    wait_for(lambda: d.proc.poll() is not None, timeout_s, "kilnd to exit on its own")
     return time.monotonic()
 
 
@@ -388,7 +373,7 @@ def test_autostarted_daemon_gets_idle_exit_min_from_the_options(tmp_path, monkey
     # Gone once nobody uses it.
     try:
         # (_alive reaps it: the daemon is this process's child.)
-        _wait_for(lambda: not _alive(pid), IDLE_S + 15, "idle exit")
+        wait_for(lambda: not _alive(pid), IDLE_S + 15, "idle exit")
     finally:
         kill_and_wait(pid, signal.SIGTERM)
     assert "shutting down" in open(daemon.log_path_for(socket_path)).read()

@@ -21,26 +21,11 @@ import pytest
 import torch
 import torch.nn as nn
 
-from conftest import find_kilnd, kill_and_wait
+from conftest import find_kilnd, free_port, kill_and_wait, wait_for
 from kiln import connection, daemon
 from kiln.v1 import kiln_pb2, kiln_pb2_grpc
 
 TOKEN = "kiln-test-token-0123456789"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_for(predicate, timeout_s=30.0, what="condition"):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 class PrivateDaemon:
@@ -63,7 +48,7 @@ class PrivateDaemon:
         return self.log.read_text(errors="replace")
 
     def wait_ready(self, target_probe):
-        _wait_for(lambda: self.proc.poll() is not None or target_probe(), 30, "kilnd ready")
+        wait_for(lambda: self.proc.poll() is not None or target_probe(), 30, "kilnd ready")
         assert self.proc.poll() is None, self.log_text()
 
     def stop(self):
@@ -98,7 +83,7 @@ def token_file(tmp_path):
 
 
 def test_tcp_calls_need_the_token(tmp_path, token_file, monkeypatch):
-    port = _free_port()
+    port = free_port()
     d = PrivateDaemon(tmp_path, "--tcp", f"127.0.0.1:{port}", "--token-file", token_file)
     try:
         d.wait_ready(lambda: daemon.probe(d.socket, 1.0))
@@ -128,7 +113,7 @@ def test_tcp_calls_need_the_token(tmp_path, token_file, monkeypatch):
 
 def test_tcp_without_a_token_file_is_refused_at_start(tmp_path):
     proc = subprocess.run([find_kilnd(), "--socket", str(tmp_path / "s.sock"), "--tcp",
-                           f"127.0.0.1:{_free_port()}"], capture_output=True, text=True,
+                           f"127.0.0.1:{free_port()}"], capture_output=True, text=True,
                           timeout=30)
     assert proc.returncode == 2
     assert "--token-file" in proc.stderr
@@ -136,7 +121,7 @@ def test_tcp_without_a_token_file_is_refused_at_start(tmp_path):
     loose.write_text(TOKEN)
     loose.chmod(0o644)
     proc = subprocess.run([find_kilnd(), "--socket", str(tmp_path / "s.sock"), "--tcp",
-                           f"127.0.0.1:{_free_port()}", "--token-file", str(loose)],
+                           f"127.0.0.1:{free_port()}", "--token-file", str(loose)],
                           capture_output=True, text=True, timeout=30)
     assert proc.returncode == 2
     assert "chmod 600" in proc.stderr
@@ -147,7 +132,7 @@ def test_tcp_with_tls(tmp_path, token_file, monkeypatch):
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
                     "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
                     "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
-    port = _free_port()
+    port = free_port()
     d = PrivateDaemon(tmp_path, "--tcp", f"localhost:{port}", "--token-file", token_file,
                       "--tls-cert", str(cert), "--tls-key", str(key))
     try:
@@ -165,15 +150,22 @@ def test_tcp_with_tls(tmp_path, token_file, monkeypatch):
         d.stop()
 
 
-def test_socket_passed_by_a_service_manager_is_served(tmp_path):
+def _activation_socket(tmp_path):
+    """A listening socket as systemd's socket unit makes it, and the shell
+    prefix that passes it to kilnd the way systemd does (fd 3, LISTEN_FDS,
+    LISTEN_PID: PrivateDaemon's shell_prefix)."""
     path = str(tmp_path / "activated.sock")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(16)
     fd = listener.fileno()
-    d = PrivateDaemon(tmp_path, shell_prefix=f"exec 3<&{fd} {fd}<&-; "
-                      "LISTEN_PID=$$ LISTEN_FDS=1; export LISTEN_PID LISTEN_FDS;",
-                      pass_fds=(fd,))
+    prefix = f"exec 3<&{fd} {fd}<&-; LISTEN_PID=$$ LISTEN_FDS=1; export LISTEN_PID LISTEN_FDS;"
+    return path, listener, prefix
+
+
+def test_socket_passed_by_a_service_manager_is_served(tmp_path):
+    path, listener, prefix = _activation_socket(tmp_path)
+    d = PrivateDaemon(tmp_path, shell_prefix=prefix, pass_fds=(listener.fileno(),))
     listener.close()  # the daemon holds it now
     try:
         d.wait_ready(lambda: daemon.probe(path, 1.0))
@@ -190,13 +182,7 @@ def test_socket_activated_daemon_exits_when_idle_and_the_next_one_serves(tmp_pat
     # deploy/systemd/kilnd.service: systemd keeps the listening socket, kilnd
     # exits after --idle-exit-min unused, and the next connection starts
     # another on the same socket. Here the test plays systemd.
-    path = str(tmp_path / "activated.sock")
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)
-    listener.listen(16)
-    fd = listener.fileno()
-    prefix = (f"exec 3<&{fd} {fd}<&-; LISTEN_PID=$$ LISTEN_FDS=1; "
-              "export LISTEN_PID LISTEN_FDS;")
+    path, listener, prefix = _activation_socket(tmp_path)
     # A client process that comes and goes (its session ends with it); it
     # imports torch first, so the daemon's idle clock does not run out on it.
     code = ("import sys, torch\n"
@@ -215,7 +201,7 @@ def test_socket_activated_daemon_exits_when_idle_and_the_next_one_serves(tmp_pat
                                       env=env)
             assert client.stdout.readline().strip() == "imported", client.stderr.read()[-3000:]
             d = PrivateDaemon(tmp_path, "--idle-exit-min", "0.05", shell_prefix=prefix,
-                              pass_fds=(fd,))
+                              pass_fds=(listener.fileno(),))
             d.wait_ready(lambda: daemon.probe(path, 1.0))
             _, err = client.communicate("go\n", timeout=120)
             assert client.returncode == 0, err[-3000:]
@@ -327,7 +313,7 @@ def test_killed_client_the_daemon_cannot_watch_is_released_when_its_connection_c
     env = dict(os.environ, KILN_SOCKET=sock, KILN_AUTOSTART="0")
     channel = grpc.insecure_channel(daemon.target_for(sock))
     try:
-        _wait_for(lambda: daemon.probe(sock, 1.0), 30, "kilnd in its pid namespace")
+        wait_for(lambda: daemon.probe(sock, 1.0), 30, "kilnd in its pid namespace")
         client = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True)
         try:
@@ -341,7 +327,7 @@ def test_killed_client_the_daemon_cannot_watch_is_released_when_its_connection_c
         def released() -> bool:
             s = _stats_over(channel)
             return s.sessions == 0 and s.live_handles == 0 and s.channels == 0
-        _wait_for(released, 15, "the killed client's session to close")
+        wait_for(released, 15, "the killed client's session to close")
         assert not [f for f in os.listdir("/dev/shm") if f.startswith(f"kiln-{client.pid}-")]
         assert "in another pid namespace" in log.read_text(errors="replace")
     finally:

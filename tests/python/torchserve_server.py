@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,18 +18,14 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from conftest import free_port
+
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "deploy" / "torchserve"
 
 
 def venv_bin() -> str:
     return os.path.dirname(sys.executable)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def make_archive(store: Path, env: dict[str, str] | None = None) -> Path:

@@ -27,13 +27,7 @@ class SessionHoldTest : public ServiceFixture {
 };
 
 TEST_F(SessionHoldTest, AClientTheDaemonCanWatchIsNotAskedToHold) {
-  grpc::ClientContext ctx;
-  kiln::v1::OpenSessionRequest req;
-  req.set_pid(getpid());
-  req.set_pid_namespace(server::OwnPidNamespace());
-  kiln::v1::OpenSessionResponse resp;
-  ASSERT_TRUE(stub_->OpenSession(&ctx, req, &resp).ok());
-  EXPECT_FALSE(resp.hold_required());
+  EXPECT_FALSE(OpenSessionResponse().hold_required());
 }
 
 TEST_F(SessionHoldTest, HoldOnAnUnknownSessionIsNotFound) {

@@ -76,14 +76,16 @@ class ServiceFixture : public ::testing::Test {
     return base;
   }
 
-  std::string OpenSession() {
+  std::string OpenSession() { return OpenSessionResponse().session_id(); }
+  // As this process's client would open one: its pid, its pid namespace.
+  kiln::v1::OpenSessionResponse OpenSessionResponse() {
     grpc::ClientContext ctx;
     kiln::v1::OpenSessionRequest req;
     req.set_pid(getpid());
     req.set_pid_namespace(server::OwnPidNamespace());
     kiln::v1::OpenSessionResponse resp;
     EXPECT_TRUE(stub_->OpenSession(&ctx, req, &resp).ok());
-    return resp.session_id();
+    return resp;
   }
   // RegisterRegion's status, for tests of refusals; the id in *region_id.
   grpc::Status TryRegister(const std::string& session, const std::string& name, uint64_t bytes,
