@@ -116,11 +116,7 @@ void KilnService::WatchClients() {
     const auto exited = sessions_.CloseExited();
     if (!exited.empty()) idle_.Touch();
     for (const auto& s : exited) {
-      const int unlinked = s->UnlinkRegions();
-      spdlog::info("session {} closed: client pid {} exited ({} handles released{})",
-                   s->id().substr(0, 8), s->pid(), s->handle_count(),
-                   unlinked > 0 ? absl::StrCat(", ", unlinked, " shared-memory objects removed")
-                                : "");
+      ReleaseGoneClient(*s, absl::StrCat("client pid ", s->pid(), " exited"));
     }
     if (!exited.empty()) {
       // Objects a dead client created but never registered. Only old ones:
@@ -247,10 +243,14 @@ void KilnService::LoseHold(const std::string& session_id) {
   if (!session.ok() || (*session)->watched_pid() != 0) return;
   if (!sessions_.Close(session_id).ok()) return;  // closed meanwhile
   idle_.Touch();
-  const int unlinked = (*session)->UnlinkRegions();
-  spdlog::info("session {} closed: the connection of client pid {} (in another pid namespace) "
-               "closed ({} handles released{})",
-               session_id.substr(0, 8), (*session)->pid(), (*session)->handle_count(),
+  ReleaseGoneClient(**session, absl::StrCat("the connection of client pid ", (*session)->pid(),
+                                            " (in another pid namespace) closed"));
+}
+
+void KilnService::ReleaseGoneClient(Session& session, const std::string& how) {
+  const int unlinked = session.UnlinkRegions();
+  spdlog::info("session {} closed: {} ({} handles released{})", session.id().substr(0, 8), how,
+               session.handle_count(),
                unlinked > 0 ? absl::StrCat(", ", unlinked, " shared-memory objects removed") : "");
 }
 

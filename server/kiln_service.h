@@ -132,6 +132,9 @@ class KilnService final : public kiln::v1::Kiln::CallbackService {
   // has gone. Closes its session if the daemon cannot watch that process
   // (a watched one is closed by WatchClients).
   void LoseHold(const std::string& session_id);
+  // A closed session whose client has gone (exited, or its Hold dropped):
+  // removes its /dev/shm objects, which the client cannot, and logs `how`.
+  void ReleaseGoneClient(Session& session, const std::string& how);
   absl::Status DoUpload(const kiln::v1::UploadConstantsRequest& req,
                         kiln::v1::UploadConstantsResponse* resp);
   absl::Status DoCompile(const kiln::v1::CompileRequest& req, kiln::v1::CompileResponse* resp);
