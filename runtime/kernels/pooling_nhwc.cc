@@ -4,6 +4,8 @@
 // aten._adaptive_avg_pool2d. Same arguments and window arithmetic as the
 // NCHW kernels (pooling.cc); the inner loop runs over contiguous channels,
 // so it vectorizes.
+#include <immintrin.h>
+
 #include <algorithm>
 #include <limits>
 #include <memory>
@@ -24,6 +26,15 @@ namespace {
 int64_t RowGrain(const PoolGeometry& g, int64_t channels) {
   return std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(1, g.ow * channels));
 }
+
+// ATen propagates NaN: a NaN maximum stays, a NaN input wins.
+inline float NanMax(float acc, float v) { return (acc > v || acc != acc) ? acc : v; }
+inline __m256 NanMax(__m256 acc, __m256 v) {
+  const __m256 keep = _mm256_or_ps(_mm256_cmp_ps(acc, v, _CMP_GT_OQ),
+                                   _mm256_cmp_ps(acc, acc, _CMP_UNORD_Q));
+  return _mm256_blendv_ps(v, acc, keep);
+}
+inline __m256 NegInf() { return _mm256_set1_ps(-std::numeric_limits<float>::infinity()); }
 
 class MaxPool2dNhwcKernel final : public Kernel {
  public:
@@ -46,15 +57,43 @@ class MaxPool2dNhwcKernel final : public Kernel {
           int64_t x0 = ox * g.sw - g.pw;
           const int64_t x1 = std::min(x0 + (g.kw - 1) * g.dw + 1, g.iw);
           while (x0 < 0) x0 += g.dw;
-          std::fill(y, y + c, -std::numeric_limits<float>::infinity());
-          for (int64_t iy = y0; iy < y1; iy += g.dh) {
-            for (int64_t ix = x0; ix < x1; ix += g.dw) {
-              const float* v = x + (iy * g.iw + ix) * c;
-              // ATen propagates NaN: a NaN maximum stays, a NaN input wins.
-              for (int64_t k = 0; k < c; ++k) {
-                y[k] = (y[k] > v[k] || y[k] != y[k]) ? y[k] : v[k];
+          // Four vectors of channels at a time held in registers across the
+          // whole window, instead of reading and writing the output once
+          // per window element.
+          int64_t k0 = 0;
+          for (; k0 + 32 <= c; k0 += 32) {
+            __m256 a0 = NegInf(), a1 = NegInf(), a2 = NegInf(), a3 = NegInf();
+            for (int64_t iy = y0; iy < y1; iy += g.dh) {
+              for (int64_t ix = x0; ix < x1; ix += g.dw) {
+                const float* v = x + (iy * g.iw + ix) * c + k0;
+                a0 = NanMax(a0, _mm256_loadu_ps(v));
+                a1 = NanMax(a1, _mm256_loadu_ps(v + 8));
+                a2 = NanMax(a2, _mm256_loadu_ps(v + 16));
+                a3 = NanMax(a3, _mm256_loadu_ps(v + 24));
               }
             }
+            _mm256_storeu_ps(y + k0, a0);
+            _mm256_storeu_ps(y + k0 + 8, a1);
+            _mm256_storeu_ps(y + k0 + 16, a2);
+            _mm256_storeu_ps(y + k0 + 24, a3);
+          }
+          for (; k0 + 8 <= c; k0 += 8) {
+            __m256 a = NegInf();
+            for (int64_t iy = y0; iy < y1; iy += g.dh) {
+              for (int64_t ix = x0; ix < x1; ix += g.dw) {
+                a = NanMax(a, _mm256_loadu_ps(x + (iy * g.iw + ix) * c + k0));
+              }
+            }
+            _mm256_storeu_ps(y + k0, a);
+          }
+          for (; k0 < c; ++k0) {
+            float a = -std::numeric_limits<float>::infinity();
+            for (int64_t iy = y0; iy < y1; iy += g.dh) {
+              for (int64_t ix = x0; ix < x1; ix += g.dw) {
+                a = NanMax(a, x[(iy * g.iw + ix) * c + k0]);
+              }
+            }
+            y[k0] = a;
           }
         }
       }

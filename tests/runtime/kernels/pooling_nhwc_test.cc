@@ -76,6 +76,9 @@ INSTANTIATE_TEST_SUITE_P(
              Window(3, 2, 0, {IntListArg({1, 1}), BoolArg(true)})},
         Case{"aten.max_pool2d_with_indices.default", "kiln.max_pool2d_nhwc", {1, 3, 9, 9},
              Window(3, 2, 1, {IntListArg({2, 2}), BoolArg(false)})},
+        // 44 channels: the kernel's 32-, 8- and 1-channel loops.
+        Case{"aten.max_pool2d_with_indices.default", "kiln.max_pool2d_nhwc", {2, 44, 11, 11},
+             Window(3, 2, 1, {IntListArg({1, 1}), BoolArg(true)})},
         // densenet transitions, inception (count_include_pad off), ceil.
         Case{"aten.avg_pool2d.default", "kiln.avg_pool2d_nhwc", {2, 6, 8, 8}, Window(2, 2, 0)},
         Case{"aten.avg_pool2d.default", "kiln.avg_pool2d_nhwc", {1, 4, 7, 7},
