@@ -139,6 +139,10 @@ void LayoutArgs(benchmark::internal::Benchmark* b) {
       {16, 112, 64, 1, 1, 1},    // mobilenet_v3 1x1 expand at 112x112
       {64, 112, 64, 3, 2, 0},    // mobilenet_v3 3x3 depthwise stride 2
       {672, 14, 112, 1, 1, 1},   // mobilenet_v3 1x1 project at 14x14
+      {48, 112, 48, 3, 2, 6},    // regnet_y_400mf grouped 3x3 (8 channels a group)
+      {48, 112, 48, 3, 2, 1},    // the same as a dense convolution
+      {104, 56, 104, 3, 2, 13},  // regnet_y_400mf stage 2 grouped 3x3
+      {104, 28, 104, 3, 1, 13},  // regnet_y_400mf stage 2 grouped 3x3, stride 1
   };
   for (int64_t batch : {1, 8}) {
     for (const auto& sh : shapes) {

@@ -14,6 +14,7 @@
 #include "runtime/compile/shared_constants.h"
 #include "runtime/ops/registry.h"
 #include "runtime/passes/pass_context.h"
+#include "runtime/plan/in_place.h"
 #include "runtime/plan/memory_plan.h"
 #include "runtime/plan/waves.h"
 #include "runtime/util/status_macros.h"
@@ -208,6 +209,48 @@ void ScheduleSteps(BranchMode branches, const std::vector<StepUse>& uses,
   cg->steps = std::move(steps);
   cg->threading.step_ns = std::vector<std::atomic<int64_t>>(cg->steps.size());
   for (auto& ns : cg->threading.step_ns) ns = std::numeric_limits<int64_t>::max();
+}
+
+// Convolutions with a fused residual add write their output over the
+// residual when nothing else reads it any more (plan/in_place.h); the
+// kernel then skips copying the residual into its output. Returns each
+// request's owner. Call after ScheduleSteps (lifetimes in waves).
+std::vector<int> PlanInPlace(const Graph& graph, const CompiledGraph& cg,
+                             const std::vector<std::vector<int>>& request_of,
+                             const std::vector<int>& output_of_request,
+                             std::vector<BufferRequest>* requests) {
+  constexpr size_t kResidualArg = 7;  // kiln.conv2d (kernels/convolution.cc)
+  std::vector<std::vector<int>> reads_in_wave(cg.waves.size());
+  std::vector<InPlaceCandidate> candidates;
+  for (size_t w = 0; w < cg.waves.size(); ++w) {
+    for (int i = cg.waves[w].begin; i < cg.waves[w].end; ++i) {
+      const CompiledStep& step = cg.steps[i];
+      for (const ValueRef& ref : step.inputs) {
+        reads_in_wave[w].push_back(request_of[ref.node][ref.output]);
+      }
+      const Node& node = graph.nodes[step.node];
+      if (node.target != "kiln.conv2d" || node.args.size() <= kResidualArg ||
+          node.args[kResidualArg].kind != Arg::Kind::kTensor || node.outputs.size() != 1) {
+        continue;
+      }
+      const ValueRef residual = node.args[kResidualArg].tensor;
+      InPlaceCandidate c;
+      c.wave = static_cast<int>(w);
+      c.output = request_of[step.node][0];
+      c.input = request_of[residual.node][residual.output];
+      if (c.output < 0 || c.input < 0 || output_of_request[c.output] >= 0) continue;
+      bool skipped = false;  // the residual's own read, once
+      for (const ValueRef& ref : step.inputs) {
+        if (!skipped && ref == residual) {
+          skipped = true;
+          continue;
+        }
+        c.other_reads.push_back(request_of[ref.node][ref.output]);
+      }
+      candidates.push_back(std::move(c));
+    }
+  }
+  return ShareInPlace(candidates, reads_in_wave, requests);
 }
 
 constexpr char kBadSavedConstant[] =
@@ -447,7 +490,10 @@ absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
   for (size_t r = 0; r < requests.size(); ++r) {
     if (output_of_request[r] >= 0) requests[r].bytes = 0;  // in the caller's memory
   }
+  const std::vector<int> owner =
+      PlanInPlace(graph, *cg, request_of, output_of_request, &requests);
   MemoryPlan plan = PlanMemory(requests);
+  for (size_t r = 0; r < requests.size(); ++r) plan.offsets[r] = plan.offsets[owner[r]];
   for (int i = 0; i < n; ++i) {
     for (size_t o = 0; o < request_of[i].size(); ++o) {
       const int r = request_of[i][o];
