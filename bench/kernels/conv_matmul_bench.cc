@@ -85,6 +85,7 @@ BENCHMARK(BM_Conv2d)
     ->Args({8, 256, 56, 64, 1, 1})   // resnet50 bottleneck reduce
     ->Args({8, 64, 56, 256, 1, 1})   // resnet50 bottleneck expand
     ->Args({1, 256, 56, 256, 3, 1})  // vgg16 conv3
+    ->Args({1, 8, 4, 8, 1, 1})       // next to no work: the per-call overhead
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 

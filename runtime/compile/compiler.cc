@@ -74,12 +74,18 @@ absl::StatusOr<PreparedOp> PrepareNode(const Graph& g, const Node& node,
 }
 
 // Ops whose output is their input's bytes unchanged (dense tensors): they
-// become aliases in the memory plan instead of copies.
+// become aliases in the memory plan instead of copies. A clone is one too:
+// the graph is functional (nothing writes a value after computing it, bar
+// plan/in_place.h, which checks every reader of the shared bytes), and
+// every value here is dense, so the copy would be byte for byte; it
+// follows each materialized permute of a `.contiguous()` (attention heads,
+// shufflenet's channel shuffle).
 bool IsAliasOp(const std::string& target) {
   static const auto* ops = new absl::flat_hash_set<std::string>{
       "aten.view.default", "aten._unsafe_view.default", "aten.reshape.default",
       "aten.flatten.using_ints", "aten.unsqueeze.default", "aten.squeeze.dim",
-      "aten.squeeze.dims", "aten.squeeze.default", "aten.alias.default"};
+      "aten.squeeze.dims", "aten.squeeze.default", "aten.alias.default",
+      "aten.clone.default"};
   return ops->contains(target);
 }
 

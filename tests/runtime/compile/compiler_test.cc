@@ -126,6 +126,40 @@ TEST(Compiler, AValueReturnedTwiceOrWithItsViewIsCopiedToEachOutput) {
   }
 }
 
+TEST(Compiler, CloneIsAnAliasNotACopy) {
+  // relu(x).permute(0, 2, 1).contiguous(), and relu of that: the permute is
+  // computed, the clone after it shares its bytes.
+  GraphBuilder b;
+  int x = b.Input({2, 3, 4});
+  int relu = b.Call("aten.relu.default", {Ref(x)});
+  int perm = b.Call("aten.permute.default", {Ref(relu), IntList({0, 2, 1})});
+  int clone = b.Call("aten.clone.default", {Ref(perm)});
+  b.Output(b.Call("aten.relu.default", {Ref(clone)}));
+  b.Output(clone);
+  auto ir = GraphFromProto(b.graph());
+  ASSERT_TRUE(ir.ok()) << ir.status();
+  Constants none;
+  auto cg = Compile(*std::move(ir), none.Resolver());
+  ASSERT_TRUE(cg.ok()) << cg.status();
+  for (const CompiledStep& step : (*cg)->steps) {
+    EXPECT_NE((*cg)->graph.nodes[step.node].target, "aten.clone.default");
+  }
+  std::vector<float> in(24), plus(24), copy(24);
+  for (int i = 0; i < 24; ++i) in[i] = static_cast<float>(i % 7) - 3.f;
+  const void* inputs[] = {in.data()};
+  void* outputs[] = {plus.data(), copy.data()};
+  ASSERT_TRUE(Execute(**cg, inputs, outputs).ok());
+  for (int n = 0; n < 2; ++n) {
+    for (int j = 0; j < 4; ++j) {
+      for (int c = 0; c < 3; ++c) {
+        const float want = std::max(in[(n * 3 + c) * 4 + j], 0.f);
+        EXPECT_EQ(copy[(n * 4 + j) * 3 + c], want);
+        EXPECT_EQ(plus[(n * 4 + j) * 3 + c], want);
+      }
+    }
+  }
+}
+
 TEST(Compiler, RefusesMissingConstant) {
   GraphBuilder b;
   int x = b.Input({3});
