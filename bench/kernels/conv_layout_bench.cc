@@ -29,7 +29,7 @@ using dt = memory::data_type;
 // kNhwcDefault: NHWC with oneDNN's own choice of depthwise kernel
 // (brdgmm_dw) instead of jit_dw. kBlocked16: 16-channel blocks (nChw16c,
 // oneDNN's AVX-512 direct kernels), channels a multiple of 16.
-enum Layout { kNhwc = 0, kBlocked = 1, kNhwcDefault = 2, kBlocked16 = 3 };
+enum Layout { kNhwc = 0, kBlocked = 1, kNhwcDefault = 2, kBlocked16 = 3, kPlain = 4 };
 
 const dnnl::engine& Engine() {
   static const dnnl::engine* e = new dnnl::engine(dnnl::engine::kind::cpu, 0);
@@ -57,11 +57,13 @@ void BM_ConvLayout(benchmark::State& state) {
   const int64_t groups = state.range(7) == 0 ? c : state.range(7);
   const int64_t p = k / 2, oh = (h + 2 * p - k) / s + 1;
   const memory::dims src_dims = {n, c, h, h}, dst_dims = {n, oc, oh, oh};
-  const bool nhwc = layout != kBlocked;
+  const bool nhwc = layout != kBlocked && layout != kPlain;
   const tag block_tag = layout == kBlocked16 ? tag::nChw16c : tag::nChw8c;
   const int64_t block = layout == kBlocked16 ? 16 : 8;
-  const tag src_tag = nhwc ? tag::nhwc : (c % block == 0 ? block_tag : tag::nchw);
-  const tag dst_tag = nhwc ? tag::nhwc : block_tag;
+  const tag src_tag = layout == kPlain ? tag::nchw
+                      : nhwc           ? tag::nhwc
+                                       : (c % block == 0 ? block_tag : tag::nchw);
+  const tag dst_tag = layout == kPlain ? tag::nchw : nhwc ? tag::nhwc : block_tag;
   const memory::dims w_dims = groups == 1 ? memory::dims{oc, c, k, k}
                                           : memory::dims{groups, oc / groups, c / groups, k, k};
   dnnl::primitive_attr attr;
@@ -143,10 +145,13 @@ void LayoutArgs(benchmark::internal::Benchmark* b) {
       {48, 112, 48, 3, 2, 1},    // the same as a dense convolution
       {104, 56, 104, 3, 2, 13},  // regnet_y_400mf stage 2 grouped 3x3
       {104, 28, 104, 3, 1, 13},  // regnet_y_400mf stage 2 grouped 3x3, stride 1
+      {58, 28, 58, 1, 1, 1},     // shufflenet_v2 1x1 at 28x28
+      {116, 14, 116, 1, 1, 1},   // shufflenet_v2 1x1 at 14x14
+      {232, 7, 232, 1, 1, 1},    // shufflenet_v2 1x1 at 7x7
   };
   for (int64_t batch : {1, 8}) {
     for (const auto& sh : shapes) {
-      for (int64_t layout : {kNhwc, kBlocked, kNhwcDefault, kBlocked16}) {
+      for (int64_t layout : {kNhwc, kBlocked, kNhwcDefault, kBlocked16, kPlain}) {
         if (layout == kNhwcDefault && sh[5] != 0) continue;
         if (layout == kBlocked16 && (sh[0] % 16 != 0 && sh[0] != 3)) continue;
         b->Args({layout, batch, sh[0], sh[1], sh[2], sh[3], sh[4], sh[5]});
