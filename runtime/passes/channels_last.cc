@@ -18,7 +18,10 @@
 // converted shapes (their dimension arguments remapped; per-channel or
 // per-pixel broadcast operands become views that broadcast the same way),
 // pooling runs its NHWC kernel on the blocked tensor seen as N * C/8 images
-// of 8 channels, and conversions are explicit aten.permute nodes (or free
+// of 8 channels. In channels-last, split_with_sizes splits along the
+// dimension's new position and shufflenet's channel shuffle (ShuffleChain)
+// becomes the same permutation of channels within each pixel. Conversions
+// are explicit aten.permute nodes (or free
 // aten.view aliases when the bytes agree), so the optimized graph's dump
 // shows every reorder that remains. Ops with no form in the layout (e.g.
 // unfolded batch norm in the blocked layout) read a converted plain value.
@@ -30,6 +33,7 @@
 #include <array>
 #include <optional>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/ir/arg_builders.h"
@@ -117,6 +121,89 @@ bool IsToNhwc(const Node& node) {
   return true;
 }
 
+// A channel shuffle (shufflenet): view(x, [N, g, C/g, H, W]) ->
+// permute([0, 2, 1, 3, 4]) -> optional clone -> view([N, C, H, W]), each
+// step read only by the next. In channels-last order the same permutation
+// of channels is view(x, [N, H, W, g, C/g]) -> permute([0, 1, 2, 4, 3]) ->
+// view([N, H, W, C]): the activations need not leave the layout for it.
+struct ShuffleChain {
+  ValueRef x;                  // the [N, C, H, W] input
+  std::vector<int> steps;      // the chain's nodes, first to last
+  int64_t groups = 0;
+};
+
+bool IsView(const Node& n) {
+  return n.kind == Node::Kind::kOp && !n.dead &&
+         (n.target == "aten.view.default" || n.target == "aten._unsafe_view.default" ||
+          n.target == "aten.reshape.default");
+}
+
+// The node reading node i's only output, when it is the only reader.
+int SoleUser(const Uses& uses, int i) {
+  if (uses.users[i].size() != 1 || uses.users[i][0].size() != 1 || uses.is_output[i][0]) {
+    return -1;
+  }
+  return uses.users[i][0][0];
+}
+
+// The chain ending at node `last` (the final view), if it is one.
+std::optional<ShuffleChain> MatchShuffle(const Graph& g, const Uses& uses, int last) {
+  const Node& y = g.nodes[last];
+  if (!IsView(y) || y.args.empty() || y.args[0].kind != Arg::Kind::kTensor ||
+      y.outputs.size() != 1 || y.outputs[0].rank() != 4 || y.outputs[0].dtype != DType::kF32) {
+    return std::nullopt;
+  }
+  std::vector<int> steps = {last};
+  int at = y.args[0].tensor.node;
+  auto sole_arg = [&](int node) -> const Node* {
+    const Node& n = g.nodes[node];
+    if (n.dead || n.kind != Node::Kind::kOp || n.outputs.size() != 1 || n.args.empty() ||
+        n.args[0].kind != Arg::Kind::kTensor || SoleUser(uses, node) != steps.back()) {
+      return nullptr;
+    }
+    return &n;
+  };
+  const Node* n = sole_arg(at);
+  if (n != nullptr && n->target == "aten.clone.default") {
+    for (size_t a = 1; a < n->args.size(); ++a) {
+      if (n->args[a].kind == Arg::Kind::kMemoryFormat && n->args[a].i == 2) return std::nullopt;
+    }
+    steps.push_back(at);
+    at = n->args[0].tensor.node;
+    n = sole_arg(at);
+  }
+  if (n == nullptr || n->target != "aten.permute.default" || n->args.size() != 2 ||
+      n->args[1].kind != Arg::Kind::kList || n->args[1].list.size() != 5) {
+    return std::nullopt;
+  }
+  const std::array<int64_t, 5> swap = {0, 2, 1, 3, 4};
+  for (int d = 0; d < 5; ++d) {
+    const Arg& a = n->args[1].list[d];
+    if (a.kind != Arg::Kind::kInt || (a.i < 0 ? a.i + 5 : a.i) != swap[d]) return std::nullopt;
+  }
+  steps.push_back(at);
+  at = n->args[0].tensor.node;
+  n = sole_arg(at);
+  if (n == nullptr || !IsView(*n) || n->outputs[0].rank() != 5) return std::nullopt;
+  steps.push_back(at);
+  const ValueRef x = n->args[0].tensor;
+  const TensorMeta& in = g.MetaOf(x);
+  const std::vector<int64_t>& v = n->outputs[0].shape;  // [N, g, C/g, H, W]
+  if (in.rank() != 4 || in.shape != y.outputs[0].shape || v[0] != in.shape[0] ||
+      v[1] * v[2] != in.shape[1] || v[3] != in.shape[2] || v[4] != in.shape[3]) {
+    return std::nullopt;
+  }
+  std::reverse(steps.begin(), steps.end());
+  return ShuffleChain{x, steps, v[1]};
+}
+
+// split_with_sizes of a rank-4 f32 tensor.
+bool IsSplit(const Graph& g, const Node& n) {
+  return n.target == "aten.split_with_sizes.default" && !n.args.empty() &&
+         n.args[0].kind == Arg::Kind::kTensor && g.MetaOf(n.args[0].tensor).rank() == 4 &&
+         g.MetaOf(n.args[0].tensor).dtype == DType::kF32;
+}
+
 // Per value: whether a convolution (directly or through ops that follow
 // the layout) reads it, so that producing it in `layout` saves a reorder.
 // A convolution whose output only reaches ops that need NCHW keeps a plain
@@ -125,6 +212,7 @@ bool IsToNhwc(const Node& node) {
 std::vector<std::vector<bool>> WantsLayout(const Graph& g, Layout layout) {
   std::vector<std::vector<bool>> wants(g.nodes.size());
   for (size_t i = 0; i < g.nodes.size(); ++i) wants[i].assign(g.nodes[i].outputs.size(), false);
+  const Uses uses = ComputeUses(g);
   for (int i = static_cast<int>(g.nodes.size()) - 1; i >= 0; --i) {
     const Node& node = g.nodes[i];
     if (node.dead || node.kind != Node::Kind::kOp) continue;
@@ -138,6 +226,14 @@ std::vector<std::vector<bool>> WantsLayout(const Graph& g, Layout layout) {
                IsToNhwc(node)) {
       // permute(x, [0, 2, 3, 1]) of a channels-last x is free.
       mark(node.args[0]);
+    } else if (layout == Layout::kNhwc && IsSplit(g, node)) {
+      for (size_t o = 0; o < node.outputs.size(); ++o) {
+        if (wants[i][o]) mark(node.args[0]);
+      }
+    } else if (std::optional<ShuffleChain> chain;
+               layout == Layout::kNhwc && wants[i].size() == 1 && wants[i][0] &&
+               (chain = MatchShuffle(g, uses, i))) {
+      wants[chain->x.node][chain->x.output] = true;
     } else if (FollowsLayout(node.target, layout) && !node.outputs.empty() &&
                (wants[i][0] || (node.outputs[0].rank() == 4 &&
                                 LayoutAmbiguous(node.outputs[0].shape, layout)))) {
@@ -161,6 +257,14 @@ class Rewriter {
         wants_cl_(WantsLayout(old_, layout)) {
     plain_.resize(old_.nodes.size());
     cl_.resize(old_.nodes.size());
+    handled_.assign(old_.nodes.size(), false);
+    if (!blocked()) {
+      for (int i = 0; i < static_cast<int>(old_.nodes.size()); ++i) {
+        if (std::optional<ShuffleChain> chain = MatchShuffle(old_, uses_, i)) {
+          shuffle_at_.emplace(chain->steps.front(), *chain);
+        }
+      }
+    }
     for (size_t i = 0; i < old_.nodes.size(); ++i) {
       plain_[i].assign(old_.nodes[i].outputs.size(), std::nullopt);
       cl_[i].assign(old_.nodes[i].outputs.size(), std::nullopt);
@@ -178,7 +282,10 @@ class Rewriter {
     }
     for (int i = 0; i < static_cast<int>(old_.nodes.size()); ++i) {
       const Node& node = old_.nodes[i];
-      if (node.dead || node.kind != Node::Kind::kOp) continue;
+      if (node.dead || node.kind != Node::Kind::kOp || handled_[i]) continue;
+      if (auto chain = shuffle_at_.find(i); chain != shuffle_at_.end() && Shuffle(chain->second)) {
+        continue;
+      }
       if (!Rewrite(i)) CopyPlain(i);
     }
     std::vector<ValueRef> outputs;
@@ -342,8 +449,53 @@ class Rewriter {
 
   // Emits node i in channels-last form when it has one; false to copy it
   // in plain form instead.
+  // A channel shuffle of a channels-last value, kept channels-last (see
+  // ShuffleChain); its steps are then skipped. False: done plain.
+  bool Shuffle(const ShuffleChain& chain) {
+    const std::optional<ValueRef> x = cl_[chain.x.node][chain.x.output];
+    if (!x) return false;
+    const std::vector<int64_t> s = nodes_[x->node].outputs[x->output].shape;  // [N, H, W, C]
+    const int last = chain.steps.back();
+    const std::string& name = old_.nodes[last].name;
+    const ValueRef split = View(*x, {s[0], s[1], s[2], chain.groups, s[3] / chain.groups},
+                                absl::StrCat(name, ".groups_view"));
+    const ValueRef swapped = Permute(split, {0, 1, 2, 4, 3}, absl::StrCat(name, ".shuffle"));
+    cl_[last][0] = View(swapped, s, absl::StrCat(name, ".nhwc_view"));
+    for (int step : chain.steps) handled_[step] = true;
+    return true;
+  }
+
+  // split_with_sizes of a channels-last value along any dimension: the
+  // same split along that dimension's channels-last position.
+  bool RewriteSplit(int i) {
+    Node n = old_.nodes[i];
+    const ValueRef in = n.args[0].tensor;
+    if (blocked() || !cl_[in.node][in.output] || !n.kwargs.empty()) return false;
+    Arg* dim = FindArg(n, 2, "dim");
+    int64_t d = 0;
+    if (dim != nullptr) {
+      if (dim->kind != Arg::Kind::kInt) return false;
+      d = dim->i;
+    }
+    if (d < -4 || d > 3) return false;
+    n.args[0].tensor = *cl_[in.node][in.output];
+    const int64_t physical = kToPhysical[WrapDim(d, 4)];
+    if (dim != nullptr) {
+      *dim = IntArg(physical);
+    } else {
+      n.args.resize(3);
+      n.args[2] = IntArg(physical);
+    }
+    for (TensorMeta& out : n.outputs) out.shape = PhysicalShape(out.shape);
+    const int outputs = static_cast<int>(n.outputs.size());
+    const ValueRef first = Emit(std::move(n));
+    for (int o = 0; o < outputs; ++o) cl_[i][o] = ValueRef{first.node, o};
+    return true;
+  }
+
   bool Rewrite(int i) {
     const Node& node = old_.nodes[i];
+    if (IsSplit(old_, node)) return RewriteSplit(i);
     if (node.target == "aten.max_pool2d_with_indices.default" ||
         (IsBatchNorm(node.target) && !blocked())) {
       return RewriteFirstOutputOnly(i);
@@ -620,6 +772,10 @@ class Rewriter {
   const int permute_index_;
   const Uses uses_;  // of the old graph
   const std::vector<std::vector<bool>> wants_cl_;
+  // Nodes already emitted as part of a channel shuffle, and shuffles by
+  // their first node.
+  std::vector<bool> handled_;
+  absl::flat_hash_map<int, ShuffleChain> shuffle_at_;
   std::vector<Node> nodes_;
   std::vector<const void*> constant_data_;
   // Per old value: its new reference in plain / channels-last order.

@@ -143,6 +143,78 @@ TEST_F(SmallCnn, RunsChannelsLastWithoutReorderSteps) {
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5 * (1 + std::abs(b[i]))) << i;
 }
 
+// Shufflenet units: the channel shuffle (view to [N, 2, C/2, H, W],
+// transpose of the two channel dims, contiguous, view back) and the split
+// of the channels into the two branches stay channels-last, so no value
+// leaves the layout between the first convolution and the pooled output.
+TEST_F(SmallCnn, ChannelShuffleAndSplitStayChannelsLast) {
+  auto build = [&](bool with_clone) {
+    data_.clear();
+    GraphBuilder b;
+    const int x = b.Input({2, 3, 8, 8}, "x");
+    int y = b.Call("aten.relu.default", {Ref(Conv(b, x, 3, 16, 3, "stem"))}, "stem_relu");
+    for (int unit = 0; unit < 2; ++unit) {
+      const std::string u = std::to_string(unit);
+      const int split = b.Call("aten.split_with_sizes.default",
+                               {Ref(y), IntList({8, 8}), Int(1)}, "split" + u);
+      // A 1x1 convolution of the split's second half.
+      const int conv = b.Call("aten.convolution.default",
+                              {Ref(split, 1), Ref(Const(b, {8, 8, 1, 1}, -0.3f, 0.3f)),
+                               Ref(Const(b, {8}, -0.1f, 0.1f)), IntList({1, 1}),
+                               IntList({0, 0}), IntList({1, 1}), Bool(false), IntList({0, 0}),
+                               Int(1)},
+                              "conv" + u);
+      const int branch = b.Call("aten.relu.default", {Ref(conv)}, "relu" + u);
+      const int cat = b.Call("aten.cat.default", {Tensors({split, branch}), Int(1)}, "cat" + u);
+      const int grouped = b.Call("aten.view.default", {Ref(cat), IntList({2, 2, 8, 8, 8})},
+                                 "groups" + u);
+      int swapped = b.Call("aten.permute.default", {Ref(grouped), IntList({0, 2, 1, 3, 4})},
+                           "swap" + u);
+      if (with_clone) swapped = b.Call("aten.clone.default", {Ref(swapped)}, "contig" + u);
+      y = b.Call("aten.view.default", {Ref(swapped), IntList({2, 16, 8, 8})}, "shuffled" + u);
+    }
+    const int head = Conv(b, y, 16, 8, 1, "head");
+    b.Output(b.Call("aten.mean.dim", {Ref(head), IntList({-1, -2})}, "pool"));
+    return b.graph();
+  };
+  for (bool with_clone : {true, false}) {
+    const kiln::v1::Graph proto = build(with_clone);
+    Graph cl_graph = *GraphFromProto(proto);
+    cl_graph.options.layout = LayoutOption::kNhwc;
+    auto cl = Compile(std::move(cl_graph), Resolver());
+    ASSERT_TRUE(cl.ok()) << cl.status();
+    const std::string dump = DumpCompiledGraph(**cl);
+    // The permutes left are the two shuffles themselves (on [N, H, W, 2,
+    // C/2]); nothing converts to or from NCHW, and every convolution after
+    // the stem reads channels-last (the head writes the plain value the
+    // mean reads).
+    EXPECT_EQ(CountSteps(**cl, "aten.permute.default"), 2) << dump;
+    EXPECT_EQ(dump.find("to_nchw"), std::string::npos) << dump;
+    EXPECT_EQ(dump.find("to_nhwc"), std::string::npos) << dump;
+    int convs = 0;
+    for (const CompiledStep& step : (*cl)->steps) {
+      const Node& node = (*cl)->graph.nodes[step.node];
+      if (node.target != "kiln.conv2d") continue;
+      ++convs;
+      if (convs > 1) EXPECT_EQ(node.args[9].i, 1) << dump;
+    }
+    EXPECT_EQ(convs, 4) << dump;
+
+    Graph plain_graph = *GraphFromProto(proto);
+    plain_graph.options.layout = LayoutOption::kNchw;
+    auto plain = Compile(std::move(plain_graph), Resolver());
+    ASSERT_TRUE(plain.ok()) << plain.status();
+    const std::vector<float> x = Random(2 * 3 * 8 * 8, -1.f, 1.f, 7);
+    std::vector<float> a(2 * 8), b(2 * 8);
+    const void* in[] = {x.data()};
+    void* out_a[] = {a.data()};
+    void* out_b[] = {b.data()};
+    ASSERT_TRUE(Execute(**cl, in, out_a).ok());
+    ASSERT_TRUE(Execute(**plain, in, out_b).ok());
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5 * (1 + std::abs(b[i]))) << i;
+  }
+}
+
 // Every pattern the blocked layout handles, and the ones it converts for:
 // an RGB input (the first convolution reads it plain), max pooling, a
 // concatenation of blocked parts, a depthwise convolution, a residual add
