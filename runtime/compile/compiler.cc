@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/compile/constant_persistence.h"
 #include "runtime/compile/shared_constants.h"
+#include "runtime/kernels/conv2d_args.h"
 #include "runtime/ops/registry.h"
 #include "runtime/passes/pass_context.h"
 #include "runtime/plan/in_place.h"
@@ -225,7 +226,6 @@ std::vector<int> PlanInPlace(const Graph& graph, const CompiledGraph& cg,
                              const std::vector<std::vector<int>>& request_of,
                              const std::vector<int>& output_of_request,
                              std::vector<BufferRequest>* requests) {
-  constexpr size_t kResidualArg = 7;  // kiln.conv2d (kernels/convolution.cc)
   std::vector<std::vector<int>> reads_in_wave(cg.waves.size());
   std::vector<InPlaceCandidate> candidates;
   for (size_t w = 0; w < cg.waves.size(); ++w) {
@@ -235,11 +235,12 @@ std::vector<int> PlanInPlace(const Graph& graph, const CompiledGraph& cg,
         reads_in_wave[w].push_back(request_of[ref.node][ref.output]);
       }
       const Node& node = graph.nodes[step.node];
-      if (node.target != "kiln.conv2d" || node.args.size() <= kResidualArg ||
-          node.args[kResidualArg].kind != Arg::Kind::kTensor || node.outputs.size() != 1) {
+      if (node.target != "kiln.conv2d" || node.args.size() <= conv2d_args::kResidual ||
+          node.args[conv2d_args::kResidual].kind != Arg::Kind::kTensor ||
+          node.outputs.size() != 1) {
         continue;
       }
-      const ValueRef residual = node.args[kResidualArg].tensor;
+      const ValueRef residual = node.args[conv2d_args::kResidual].tensor;
       InPlaceCandidate c;
       c.wave = static_cast<int>(w);
       c.output = request_of[step.node][0];

@@ -197,6 +197,15 @@ std::optional<ShuffleChain> MatchShuffle(const Graph& g, const Uses& uses, int l
   return ShuffleChain{x, steps, v[1]};
 }
 
+// Every channel shuffle of the graph, by its last node.
+absl::flat_hash_map<int, ShuffleChain> FindShuffles(const Graph& g, const Uses& uses) {
+  absl::flat_hash_map<int, ShuffleChain> chains;
+  for (int i = 0; i < static_cast<int>(g.nodes.size()); ++i) {
+    if (std::optional<ShuffleChain> chain = MatchShuffle(g, uses, i)) chains.emplace(i, *chain);
+  }
+  return chains;
+}
+
 // split_with_sizes of a rank-4 f32 tensor.
 bool IsSplit(const Graph& g, const Node& n) {
   return n.target == "aten.split_with_sizes.default" && !n.args.empty() &&
@@ -208,11 +217,12 @@ bool IsSplit(const Graph& g, const Node& n) {
 // the layout) reads it, so that producing it in `layout` saves a reorder.
 // A convolution whose output only reaches ops that need NCHW keeps a plain
 // output (its kernel reorders internally): converting it with a separate
-// node would cost the same and add a step.
-std::vector<std::vector<bool>> WantsLayout(const Graph& g, Layout layout) {
+// node would cost the same and add a step. `shuffles`: the channel
+// shuffles the layout keeps (FindShuffles; none for the blocked layout).
+std::vector<std::vector<bool>> WantsLayout(const Graph& g, Layout layout,
+                                           const absl::flat_hash_map<int, ShuffleChain>& shuffles) {
   std::vector<std::vector<bool>> wants(g.nodes.size());
   for (size_t i = 0; i < g.nodes.size(); ++i) wants[i].assign(g.nodes[i].outputs.size(), false);
-  const Uses uses = ComputeUses(g);
   for (int i = static_cast<int>(g.nodes.size()) - 1; i >= 0; --i) {
     const Node& node = g.nodes[i];
     if (node.dead || node.kind != Node::Kind::kOp) continue;
@@ -230,10 +240,8 @@ std::vector<std::vector<bool>> WantsLayout(const Graph& g, Layout layout) {
       for (size_t o = 0; o < node.outputs.size(); ++o) {
         if (wants[i][o]) mark(node.args[0]);
       }
-    } else if (std::optional<ShuffleChain> chain;
-               layout == Layout::kNhwc && wants[i].size() == 1 && wants[i][0] &&
-               (chain = MatchShuffle(g, uses, i))) {
-      wants[chain->x.node][chain->x.output] = true;
+    } else if (auto chain = shuffles.find(i); chain != shuffles.end() && wants[i][0]) {
+      wants[chain->second.x.node][chain->second.x.output] = true;
     } else if (FollowsLayout(node.target, layout) && !node.outputs.empty() &&
                (wants[i][0] || (node.outputs[0].rank() == 4 &&
                                 LayoutAmbiguous(node.outputs[0].shape, layout)))) {
@@ -254,16 +262,16 @@ class Rewriter {
         view_index_(FindOp("aten.view.default")),
         permute_index_(FindOp("aten.permute.default")),
         uses_(ComputeUses(old_)),
-        wants_cl_(WantsLayout(old_, layout)) {
+        shuffles_(layout == Layout::kNhwc ? FindShuffles(old_, uses_)
+                                          : absl::flat_hash_map<int, ShuffleChain>()),
+        wants_cl_(WantsLayout(old_, layout, shuffles_)) {
     plain_.resize(old_.nodes.size());
     cl_.resize(old_.nodes.size());
-    handled_.assign(old_.nodes.size(), false);
-    if (!blocked()) {
-      for (int i = 0; i < static_cast<int>(old_.nodes.size()); ++i) {
-        if (std::optional<ShuffleChain> chain = MatchShuffle(old_, uses_, i)) {
-          shuffle_at_.emplace(chain->steps.front(), *chain);
-        }
-      }
+    // A shuffle's steps are emitted together at its last node (read by
+    // nothing but the next step, they can wait).
+    in_shuffle_.assign(old_.nodes.size(), false);
+    for (const auto& [last, chain] : shuffles_) {
+      for (int step : chain.steps) in_shuffle_[step] = step != last;
     }
     for (size_t i = 0; i < old_.nodes.size(); ++i) {
       plain_[i].assign(old_.nodes[i].outputs.size(), std::nullopt);
@@ -282,8 +290,11 @@ class Rewriter {
     }
     for (int i = 0; i < static_cast<int>(old_.nodes.size()); ++i) {
       const Node& node = old_.nodes[i];
-      if (node.dead || node.kind != Node::Kind::kOp || handled_[i]) continue;
-      if (auto chain = shuffle_at_.find(i); chain != shuffle_at_.end() && Shuffle(chain->second)) {
+      if (node.dead || node.kind != Node::Kind::kOp || in_shuffle_[i]) continue;
+      if (auto chain = shuffles_.find(i); chain != shuffles_.end()) {
+        if (!Shuffle(chain->second)) {
+          for (int step : chain->second.steps) CopyPlain(step);
+        }
         continue;
       }
       if (!Rewrite(i)) CopyPlain(i);
@@ -443,14 +454,8 @@ class Rewriter {
     }
   }
 
-  bool HasChannelsLast(const Arg& a) const {
-    return a.kind == Arg::Kind::kTensor && cl_[a.tensor.node][a.tensor.output].has_value();
-  }
-
-  // Emits node i in channels-last form when it has one; false to copy it
-  // in plain form instead.
   // A channel shuffle of a channels-last value, kept channels-last (see
-  // ShuffleChain); its steps are then skipped. False: done plain.
+  // ShuffleChain). False: the caller copies its steps plain.
   bool Shuffle(const ShuffleChain& chain) {
     const std::optional<ValueRef> x = cl_[chain.x.node][chain.x.output];
     if (!x) return false;
@@ -461,7 +466,28 @@ class Rewriter {
                                 absl::StrCat(name, ".groups_view"));
     const ValueRef swapped = Permute(split, {0, 1, 2, 4, 3}, absl::StrCat(name, ".shuffle"));
     cl_[last][0] = View(swapped, s, absl::StrCat(name, ".nhwc_view"));
-    for (int step : chain.steps) handled_[step] = true;
+    return true;
+  }
+
+  // Moves node n's dimension argument (at `pos`, named `name`, default 0)
+  // to where that dimension of a rank-4 value sits in the graph's layout.
+  // Blocked: N, C (in whole blocks), H and W keep their positions. False
+  // when it is not an int naming one of the four dimensions.
+  bool RemapDim(Node& n, size_t pos, const char* name) const {
+    Arg* dim = FindArg(n, pos, name);
+    int64_t d = 0;
+    if (dim != nullptr) {
+      if (dim->kind != Arg::Kind::kInt) return false;
+      d = dim->i;
+    }
+    if (d < -4 || d > 3) return false;
+    const int64_t physical = blocked() ? WrapDim(d, 4) : kToPhysical[WrapDim(d, 4)];
+    if (dim != nullptr) {
+      *dim = IntArg(physical);
+    } else {
+      n.args.resize(pos + 1);
+      n.args[pos] = IntArg(physical);
+    }
     return true;
   }
 
@@ -471,21 +497,8 @@ class Rewriter {
     Node n = old_.nodes[i];
     const ValueRef in = n.args[0].tensor;
     if (blocked() || !cl_[in.node][in.output] || !n.kwargs.empty()) return false;
-    Arg* dim = FindArg(n, 2, "dim");
-    int64_t d = 0;
-    if (dim != nullptr) {
-      if (dim->kind != Arg::Kind::kInt) return false;
-      d = dim->i;
-    }
-    if (d < -4 || d > 3) return false;
+    if (!RemapDim(n, 2, "dim")) return false;
     n.args[0].tensor = *cl_[in.node][in.output];
-    const int64_t physical = kToPhysical[WrapDim(d, 4)];
-    if (dim != nullptr) {
-      *dim = IntArg(physical);
-    } else {
-      n.args.resize(3);
-      n.args[2] = IntArg(physical);
-    }
     for (TensorMeta& out : n.outputs) out.shape = PhysicalShape(out.shape);
     const int outputs = static_cast<int>(n.outputs.size());
     const ValueRef first = Emit(std::move(n));
@@ -493,6 +506,8 @@ class Rewriter {
     return true;
   }
 
+  // Emits node i in channels-last form when it has one; false to copy it
+  // in plain form instead.
   bool Rewrite(int i) {
     const Node& node = old_.nodes[i];
     if (IsSplit(old_, node)) return RewriteSplit(i);
@@ -677,22 +692,8 @@ class Rewriter {
         return false;
       }
     }
-    Arg* dim = FindArg(n, 1, "dim");
-    int64_t d = 0;
-    if (dim != nullptr) {
-      if (dim->kind != Arg::Kind::kInt) return false;
-      d = dim->i;
-    }
-    if (d < -4 || d > 3) return false;
+    if (!RemapDim(n, 1, "dim")) return false;
     for (Arg& a : tensors->list) a.tensor = *cl_[a.tensor.node][a.tensor.output];
-    // Blocked: N, C (in whole blocks), H and W keep their positions.
-    const int64_t physical = blocked() ? WrapDim(d, 4) : kToPhysical[WrapDim(d, 4)];
-    if (dim != nullptr) {
-      *dim = IntArg(physical);
-    } else {
-      n.args.resize(2);
-      n.args[1] = IntArg(physical);
-    }
     n.outputs[0].shape = PhysicalShape(n.outputs[0].shape);
     cl_[i][0] = Emit(std::move(n));
     return true;
@@ -771,11 +772,9 @@ class Rewriter {
   const int view_index_;
   const int permute_index_;
   const Uses uses_;  // of the old graph
+  const absl::flat_hash_map<int, ShuffleChain> shuffles_;  // by last node
   const std::vector<std::vector<bool>> wants_cl_;
-  // Nodes already emitted as part of a channel shuffle, and shuffles by
-  // their first node.
-  std::vector<bool> handled_;
-  absl::flat_hash_map<int, ShuffleChain> shuffle_at_;
+  std::vector<bool> in_shuffle_;  // a shuffle's steps before its last
   std::vector<Node> nodes_;
   std::vector<const void*> constant_data_;
   // Per old value: its new reference in plain / channels-last order.

@@ -5,6 +5,7 @@
 // input and output are all in one activation layout (channels-last or
 // blocked) fuse, and the fused node carries that layout.
 #include "runtime/ir/arg_builders.h"
+#include "runtime/kernels/conv2d_args.h"
 #include "runtime/kernels/conv_dw_fusion.h"
 #include "runtime/ops/registry.h"
 #include "runtime/passes/pass_context.h"
@@ -12,11 +13,7 @@
 namespace kiln::runtime {
 namespace {
 
-// kiln.conv2d argument positions (see kernels/convolution.cc).
-enum ConvArg {
-  kInput = 0, kWeight, kBias, kStride, kPadding, kDilation, kGroups, kResidual, kPostOps,
-  kLayoutIn, kLayoutOut, kNumConvArgs
-};
+using namespace conv2d_args;  // NOLINT: the positions read as a[kWeight]
 
 bool IsIntList(const Arg& a, std::initializer_list<int64_t> want) {
   if (a.kind != Arg::Kind::kList || a.list.size() != want.size()) return false;
@@ -41,7 +38,7 @@ ActivationLayout LayoutOf(const Arg& a) {
 // any), no residual and only eltwise post-ops, which it returns.
 bool PlainLayoutConv(const PassContext& ctx, const Node& n, std::vector<PostOp>* post_ops,
                      ActivationLayout* layout) {
-  if (n.dead || n.target != "kiln.conv2d" || n.args.size() != kNumConvArgs || !n.kwargs.empty()) {
+  if (n.dead || n.target != "kiln.conv2d" || n.args.size() != kNumArgs || !n.kwargs.empty()) {
     return false;
   }
   const std::vector<Arg>& a = n.args;

@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "runtime/compile/dump.h"
 #include "runtime/exec/executor.h"
+#include "runtime/kernels/conv2d_args.h"
 #include "runtime/ir/from_proto.h"
 #include "runtime/util/sha256.h"
 #include "tests/testing/proto_graph.h"
@@ -251,16 +252,18 @@ kiln::v1::Argument RefList(const std::vector<int>& nodes) {
   return a;
 }
 
-// Two squeezenet fire modules: squeeze 1x1 conv + relu, then expand 1x1 and
-// 3x3 convs + relu side by side, concatenated; a view of the first module's
-// output is a graph output too (an alias living to the end).
-struct FireGraph {
+// A test graph and the constants it refers to.
+struct BuiltGraph {
   Constants constants;
   kiln::v1::Graph graph;
 };
 
-FireGraph BuildFireGraph() {
-  FireGraph f;
+// Two squeezenet fire modules: squeeze 1x1 conv + relu, then expand 1x1 and
+// 3x3 convs + relu side by side, concatenated; a view of the first module's
+// output is a graph output too (an alias living to the end).
+
+BuiltGraph BuildFireGraph() {
+  BuiltGraph f;
   GraphBuilder b;
   int x = b.Input({1, 8, 12, 12});
   int seed = 1;
@@ -290,7 +293,7 @@ FireGraph BuildFireGraph() {
   return f;
 }
 
-absl::StatusOr<std::unique_ptr<CompiledGraph>> CompileWith(FireGraph& f, BranchMode branches) {
+absl::StatusOr<std::unique_ptr<CompiledGraph>> CompileWith(BuiltGraph& f, BranchMode branches) {
   auto ir = GraphFromProto(f.graph);
   if (!ir.ok()) return ir.status();
   ir->options.branches = branches;
@@ -373,11 +376,11 @@ void ExpectNoSharedBytesWithinAWave(const CompiledGraph& cg) {
   // residual (plan/in_place.h), in the residual's last wave.
   auto in_place = [&](const Live& residual, const Live& out) {
     const Node& node = cg.graph.nodes[out.value.node];
-    if (node.target != "kiln.conv2d" || node.args.size() <= 7 ||
-        node.args[7].kind != Arg::Kind::kTensor) {
+    if (node.target != "kiln.conv2d" || node.args.size() <= conv2d_args::kResidual ||
+        node.args[conv2d_args::kResidual].kind != Arg::Kind::kTensor) {
       return false;
     }
-    const auto origin = Origin(cg, step_of, node.args[7].tensor);
+    const auto origin = Origin(cg, step_of, node.args[conv2d_args::kResidual].tensor);
     return origin && *origin == residual.value && residual.last == out.first &&
            residual.bytes.begin == out.bytes.begin;
   };
@@ -407,7 +410,7 @@ void ExpectNoSharedBytesWithinAWave(const CompiledGraph& cg) {
 }
 
 TEST(Compiler, WithoutBranchesEveryWaveIsOneStepInGraphOrder) {
-  FireGraph f = BuildFireGraph();
+  BuiltGraph f = BuildFireGraph();
   auto cg = CompileWith(f, BranchMode::kOff);
   ASSERT_TRUE(cg.ok()) << cg.status();
   ASSERT_EQ((*cg)->waves.size(), (*cg)->steps.size());
@@ -418,7 +421,7 @@ TEST(Compiler, WithoutBranchesEveryWaveIsOneStepInGraphOrder) {
 }
 
 TEST(Compiler, BranchesPutExpandConvolutionsInOneWaveWithDisjointMemory) {
-  FireGraph f = BuildFireGraph();
+  BuiltGraph f = BuildFireGraph();
   for (BranchMode mode : {BranchMode::kAuto, BranchMode::kOn}) {
     auto cg = CompileWith(f, mode);
     ASSERT_TRUE(cg.ok()) << cg.status();
@@ -432,7 +435,7 @@ TEST(Compiler, BranchesPutExpandConvolutionsInOneWaveWithDisjointMemory) {
 }
 
 TEST(Compiler, BranchesGiveTheSameResultsAsGraphOrder) {
-  FireGraph f = BuildFireGraph();
+  BuiltGraph f = BuildFireGraph();
   auto serial = CompileWith(f, BranchMode::kOff);
   auto waves = CompileWith(f, BranchMode::kOn);
   ASSERT_TRUE(serial.ok() && waves.ok());
@@ -459,8 +462,8 @@ namespace {
 // + x)) and a last convolution. With `stem_read_late`, a second output
 // adds the stem to the last block's output, so the stem is read after the
 // first block and that block cannot overwrite it.
-FireGraph BuildResidualGraph(bool stem_read_late) {
-  FireGraph f;
+BuiltGraph BuildResidualGraph(bool stem_read_late) {
+  BuiltGraph f;
   GraphBuilder b;
   int x = b.Input({2, 8, 10, 10});
   int seed = 11;
@@ -494,8 +497,10 @@ std::vector<bool> WritesOverResidual(const CompiledGraph& cg) {
   std::vector<bool> same;
   for (const CompiledStep& step : cg.steps) {
     const Node& node = cg.graph.nodes[step.node];
-    if (node.target != "kiln.conv2d" || node.args[7].kind != Arg::Kind::kTensor) continue;
-    const ValueRef r = node.args[7].tensor;
+    if (node.target != "kiln.conv2d") continue;
+    const Arg& residual = node.args[conv2d_args::kResidual];
+    if (residual.kind != Arg::Kind::kTensor) continue;
+    const ValueRef r = residual.tensor;
     const ValueSlot& out = cg.slots[step.node][0];
     const ValueSlot& res = cg.slots[r.node][r.output];
     same.push_back(out.kind == res.kind && out.index == res.index && out.offset == res.offset);
@@ -504,7 +509,7 @@ std::vector<bool> WritesOverResidual(const CompiledGraph& cg) {
 }
 
 TEST(Compiler, ConvolutionWritesOverAResidualNothingReadsAfterIt) {
-  FireGraph shared = BuildResidualGraph(false), read_late = BuildResidualGraph(true);
+  BuiltGraph shared = BuildResidualGraph(false), read_late = BuildResidualGraph(true);
   for (BranchMode mode : {BranchMode::kOff, BranchMode::kOn}) {
     auto in_place = CompileWith(shared, mode);
     auto separate = CompileWith(read_late, mode);

@@ -51,10 +51,15 @@ class SmallCnn : public ::testing::Test {
     return b.Constant(data_.back(), shape);
   }
   int Conv(GraphBuilder& b, int x, int64_t ic, int64_t oc, int64_t k, const std::string& name) {
+    return Conv(b, Ref(x), ic, oc, k, name);
+  }
+  // The same with the input given as an argument (e.g. one output of a split).
+  int Conv(GraphBuilder& b, const kiln::v1::Argument& x, int64_t ic, int64_t oc, int64_t k,
+           const std::string& name) {
     const int w = Const(b, {oc, ic, k, k}, -0.3f, 0.3f);
     const int bias = Const(b, {oc}, -0.1f, 0.1f);
     return b.Call("aten.convolution.default",
-                  {Ref(x), Ref(w), Ref(bias), IntList({1, 1}), IntList({k / 2, k / 2}),
+                  {x, Ref(w), Ref(bias), IntList({1, 1}), IntList({k / 2, k / 2}),
                    IntList({1, 1}), Bool(false), IntList({0, 0}), Int(1)},
                   name);
   }
@@ -102,6 +107,14 @@ class SmallCnn : public ::testing::Test {
     };
   }
 
+  // The graph compiled with its layout option set to `layout`.
+  absl::StatusOr<std::unique_ptr<CompiledGraph>> CompileAs(const kiln::v1::Graph& proto,
+                                                           LayoutOption layout) {
+    Graph graph = *GraphFromProto(proto);
+    graph.options.layout = layout;
+    return Compile(std::move(graph), Resolver());
+  }
+
   std::vector<float> Run(const CompiledGraph& cg, const std::vector<float>& x) {
     std::vector<float> y(2 * 8);
     const void* in[] = {x.data()};
@@ -121,9 +134,7 @@ int CountSteps(const CompiledGraph& cg, const std::string& target) {
 
 TEST_F(SmallCnn, RunsChannelsLastWithoutReorderSteps) {
   const kiln::v1::Graph proto = Build();
-  Graph cl_graph = *GraphFromProto(proto);
-  cl_graph.options.layout = LayoutOption::kNhwc;
-  auto cl = Compile(std::move(cl_graph), Resolver());
+  auto cl = CompileAs(proto, LayoutOption::kNhwc);
   ASSERT_TRUE(cl.ok()) << cl.status();
   const std::string dump = DumpCompiledGraph(**cl);
   EXPECT_EQ(CountSteps(**cl, "aten.permute.default"), 0) << dump;
@@ -132,9 +143,7 @@ TEST_F(SmallCnn, RunsChannelsLastWithoutReorderSteps) {
   EXPECT_EQ(CountSteps(**cl, "kiln.avg_pool2d_nhwc"), 1) << dump;
   EXPECT_EQ(CountSteps(**cl, "kiln.adaptive_avg_pool2d_nhwc"), 1) << dump;
 
-  Graph plain_graph = *GraphFromProto(proto);
-  plain_graph.options.layout = LayoutOption::kNchw;
-  auto plain = Compile(std::move(plain_graph), Resolver());
+  auto plain = CompileAs(proto, LayoutOption::kNchw);
   ASSERT_TRUE(plain.ok()) << plain.status();
   EXPECT_EQ(CountSteps(**plain, "kiln.max_pool2d_nhwc"), 0);
 
@@ -158,12 +167,7 @@ TEST_F(SmallCnn, ChannelShuffleAndSplitStayChannelsLast) {
       const int split = b.Call("aten.split_with_sizes.default",
                                {Ref(y), IntList({8, 8}), Int(1)}, "split" + u);
       // A 1x1 convolution of the split's second half.
-      const int conv = b.Call("aten.convolution.default",
-                              {Ref(split, 1), Ref(Const(b, {8, 8, 1, 1}, -0.3f, 0.3f)),
-                               Ref(Const(b, {8}, -0.1f, 0.1f)), IntList({1, 1}),
-                               IntList({0, 0}), IntList({1, 1}), Bool(false), IntList({0, 0}),
-                               Int(1)},
-                              "conv" + u);
+      const int conv = Conv(b, Ref(split, 1), 8, 8, 1, "conv" + u);
       const int branch = b.Call("aten.relu.default", {Ref(conv)}, "relu" + u);
       const int cat = b.Call("aten.cat.default", {Tensors({split, branch}), Int(1)}, "cat" + u);
       const int grouped = b.Call("aten.view.default", {Ref(cat), IntList({2, 2, 8, 8, 8})},
@@ -179,9 +183,7 @@ TEST_F(SmallCnn, ChannelShuffleAndSplitStayChannelsLast) {
   };
   for (bool with_clone : {true, false}) {
     const kiln::v1::Graph proto = build(with_clone);
-    Graph cl_graph = *GraphFromProto(proto);
-    cl_graph.options.layout = LayoutOption::kNhwc;
-    auto cl = Compile(std::move(cl_graph), Resolver());
+    auto cl = CompileAs(proto, LayoutOption::kNhwc);
     ASSERT_TRUE(cl.ok()) << cl.status();
     const std::string dump = DumpCompiledGraph(**cl);
     // The permutes left are the two shuffles themselves (on [N, H, W, 2,
@@ -196,13 +198,13 @@ TEST_F(SmallCnn, ChannelShuffleAndSplitStayChannelsLast) {
       const Node& node = (*cl)->graph.nodes[step.node];
       if (node.target != "kiln.conv2d") continue;
       ++convs;
-      if (convs > 1) EXPECT_EQ(node.args[9].i, 1) << dump;
+      if (convs > 1) {
+        EXPECT_EQ(node.args[9].i, 1) << dump;
+      }
     }
     EXPECT_EQ(convs, 4) << dump;
 
-    Graph plain_graph = *GraphFromProto(proto);
-    plain_graph.options.layout = LayoutOption::kNchw;
-    auto plain = Compile(std::move(plain_graph), Resolver());
+    auto plain = CompileAs(proto, LayoutOption::kNchw);
     ASSERT_TRUE(plain.ok()) << plain.status();
     const std::vector<float> x = Random(2 * 3 * 8 * 8, -1.f, 1.f, 7);
     std::vector<float> a(2 * 8), b(2 * 8);
@@ -289,9 +291,7 @@ class BlockedCnn : public SmallCnn {
 
 TEST_F(BlockedCnn, MatchesNchwWithReordersOnlyWhereNoBlockedFormExists) {
   const kiln::v1::Graph proto = Build();
-  Graph blocked_graph = *GraphFromProto(proto);
-  blocked_graph.options.layout = LayoutOption::kBlocked;
-  auto blocked = Compile(std::move(blocked_graph), Resolver());
+  auto blocked = CompileAs(proto, LayoutOption::kBlocked);
   ASSERT_TRUE(blocked.ok()) << blocked.status();
   const std::string dump = DumpCompiledGraph(**blocked);
   // The one reorder: the unfolded batch norm's input, back to NCHW. The
@@ -304,9 +304,7 @@ TEST_F(BlockedCnn, MatchesNchwWithReordersOnlyWhereNoBlockedFormExists) {
   EXPECT_EQ(CountSteps(**blocked, "kiln.batch_norm_nhwc"), 0) << dump;
   EXPECT_NE(dump.find("f32[2,2,8,8,8]"), std::string::npos) << dump;  // blocked values
 
-  Graph plain_graph = *GraphFromProto(proto);
-  plain_graph.options.layout = LayoutOption::kNchw;
-  auto plain = Compile(std::move(plain_graph), Resolver());
+  auto plain = CompileAs(proto, LayoutOption::kNchw);
   ASSERT_TRUE(plain.ok()) << plain.status();
 
   const std::vector<float> x = Random(2 * 3 * 16 * 16, -1.f, 1.f, 99);
@@ -319,13 +317,9 @@ TEST_F(BlockedCnn, MatchesNchwWithReordersOnlyWhereNoBlockedFormExists) {
 
 TEST_F(BlockedCnn, ForcedChannelsLastMatchesNchwToo) {
   const kiln::v1::Graph proto = Build();
-  Graph nhwc_graph = *GraphFromProto(proto);
-  nhwc_graph.options.layout = LayoutOption::kNhwc;
-  auto nhwc = Compile(std::move(nhwc_graph), Resolver());
+  auto nhwc = CompileAs(proto, LayoutOption::kNhwc);
   ASSERT_TRUE(nhwc.ok()) << nhwc.status();
-  Graph plain_graph = *GraphFromProto(proto);
-  plain_graph.options.layout = LayoutOption::kNchw;
-  auto plain = Compile(std::move(plain_graph), Resolver());
+  auto plain = CompileAs(proto, LayoutOption::kNchw);
   ASSERT_TRUE(plain.ok()) << plain.status();
   const std::vector<float> x = Random(2 * 3 * 16 * 16, -1.f, 1.f, 97);
   const std::vector<float> mask = Random(2 * 8 * 8, 0.f, 1.f, 96);
