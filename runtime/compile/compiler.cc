@@ -360,6 +360,7 @@ absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
     }
     KILN_RETURN_IF_ERROR(FoldNode(ctx, static_cast<int>(i)));
   }
+  KILN_RETURN_IF_ERROR(DropEmptyCatInputs(ctx));
   KILN_RETURN_IF_ERROR(FuseConvPostOps(ctx));
   KILN_RETURN_IF_ERROR(FuseMatmulPostOps(ctx));
   KILN_RETURN_IF_ERROR(FuseElementwise(ctx));

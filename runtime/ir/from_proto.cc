@@ -104,7 +104,8 @@ absl::StatusOr<TensorMeta> MetaFromProto(const kiln::v1::TensorMeta& proto) {
   meta.dtype = static_cast<DType>(proto.dtype());
   meta.shape.assign(proto.shape().begin(), proto.shape().end());
   KILN_RETURN_IF_ERROR(ValidateMeta(meta));
-  if (proto.strides_size() != 0) {
+  // A tensor with no elements has no layout, whatever strides it reports.
+  if (proto.strides_size() != 0 && meta.NumElements() != 0) {
     if (proto.strides_size() != proto.shape_size()) {
       return absl::InvalidArgumentError("strides and shape differ in rank");
     }

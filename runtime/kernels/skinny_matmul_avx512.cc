@@ -1,8 +1,14 @@
 // The AVX-512 panel loop of SkinnyMatmul (skinny_matmul.h): a row of a
 // 64-column panel is four 16-float vectors, so R rows of A keep 4R
-// accumulators and up to 8 rows keep up with memory. Built with AVX-512
-// enabled (runtime/CMakeLists.txt), called only after a CPU check; see
-// skinny_panel.h for what it may include.
+// accumulators. Rows go 6 at a time (24 accumulators, 4 of B and a
+// broadcast fit the 32 registers), then 4, 2, 1: 8 rows are two passes
+// over the panel's chunk (6 + 2) rather than 4 + 4, and keep up with
+// memory. No software prefetch: asking for B's rows ahead made these
+// loops slower here, at 1 to 8 rows, with the weight out of cache
+// (bench/kernels BM_LinearCold 8/512/32000: 2.48 ms with prefetching and
+// 4 + 4 rows, 2.07 without, in one session).
+// Built with AVX-512 enabled (runtime/CMakeLists.txt), called only after
+// a CPU check; see skinny_panel.h for what it may include.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -11,11 +17,6 @@
 
 namespace kiln::runtime::skinny_internal {
 namespace {
-
-// With 4 rows at a time the loop has too few loads in flight for the
-// hardware prefetchers to keep B streaming from memory on their own:
-// B's rows this far ahead are asked for explicitly.
-constexpr int64_t kPrefetchRows = 16;
 
 // acc[r][0..16 V) += sum over k < kc of a[r * lda + k] * b[k * ldb][0..16 V),
 // R rows at once (acc's rows kSkinnyPanel apart). `tail` masks the last
@@ -33,9 +34,6 @@ inline void AccumulateRows(const float* a, int64_t lda, const float* b, int64_t 
   }
   auto step = [&](int u, int64_t k) {
     const float* bk = b + k * ldb;
-    if (R >= 4) {
-      _mm_prefetch(reinterpret_cast<const char*>(bk + kPrefetchRows * ldb), _MM_HINT_T0);
-    }
     __m512 bv[V];
     _Pragma("GCC unroll 4") for (int v = 0; v < V; ++v) {
       bv[v] = v == V - 1 ? _mm512_maskz_loadu_ps(tail, bk + 16 * v) : _mm512_loadu_ps(bk + 16 * v);
@@ -66,6 +64,9 @@ template <int V>
 void Rows(const float* a, int64_t lda, int64_t m, const float* b, int64_t ldb, int64_t kc,
           __mmask16 tail, float* acc) {
   int64_t r = 0;
+  for (; r + 6 <= m; r += 6) {
+    AccumulateRows<6, V>(a + r * lda, lda, b, ldb, kc, tail, acc + r * kSkinnyPanel);
+  }
   for (; r + 4 <= m; r += 4) {
     AccumulateRows<4, V>(a + r * lda, lda, b, ldb, kc, tail, acc + r * kSkinnyPanel);
   }

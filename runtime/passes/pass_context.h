@@ -64,6 +64,8 @@ absl::Status FoldBatchNorm(PassContext& ctx);
 // mm / addmm of a transposed constant -> kiln.addmm reading the constant as
 // it is (before folding, which would otherwise copy it transposed).
 absl::Status AbsorbWeightTranspose(PassContext& ctx);
+// cat inputs with no elements dropped; a cat of one input -> its alias.
+absl::Status DropEmptyCatInputs(PassContext& ctx);
 absl::Status FuseConvPostOps(PassContext& ctx);
 absl::Status FuseMatmulPostOps(PassContext& ctx);
 // Chains and trees of f32 elementwise ops -> kiln.elementwise (after the
