@@ -14,6 +14,14 @@ calls (fewer, but at least --min-runs, when the timed calls pass
 --max-seconds); compile time is the first call including compilation (for
 ONNX Runtime: export plus session creation); correctness is max|out - eager|
 / max|eager|, passing at 1e-3.
+
+The backends of one model and batch size are timed in lockstep: each
+child compiles and warms up in turn (alone on the machine, so compile
+times stay clean), then waits; the timed calls are dealt out in --rounds
+blocks, one backend at a time, the order turning every round. The
+machine's speed drifts by tens of percent over minutes (a shared VM's
+memory bandwidth), and a ratio of two cells timed minutes apart carries
+that drift; interleaved, both sides see the same spells.
 """
 from __future__ import annotations
 
@@ -22,6 +30,7 @@ import datetime
 import json
 import os
 import platform
+import select
 import signal
 import statistics
 import subprocess
@@ -53,21 +62,46 @@ def _default_threads() -> int:
 # --------------------------------------------------------------------------
 # Child: one model x batch x backend.
 
-def _time_runs(fn: Any, inputs: tuple, runs: int, min_runs: int,
-               max_seconds: float) -> list[float]:
-    times: list[float] = []
-    start = time.perf_counter()
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn(*inputs)
-        times.append((time.perf_counter() - t0) * 1e3)
-        if len(times) >= min_runs and time.perf_counter() - start > max_seconds:
-            break
-    return times
+class _Control:
+    """The child's end of the lockstep protocol (see _run_group): after the
+    warm-up it says "ready", then for every "run N T M" makes one untimed
+    call (the other backends' blocks have just evicted its weights from the
+    caches) and N timed ones (at least M, fewer once they pass T seconds),
+    replying with their times, until "stop"."""
+
+    def __init__(self, cmd_fd: int, reply_fd: int):
+        self.cmd = os.fdopen(cmd_fd, "r")
+        self.reply = os.fdopen(reply_fd, "w")
+
+    def _say(self, message: dict[str, Any]) -> None:
+        self.reply.write(json.dumps(message) + "\n")
+        self.reply.flush()
+
+    def serve(self, fn: Any, inputs: tuple) -> list[float]:
+        self._say({"ready": True})
+        times: list[float] = []
+        for line in self.cmd:
+            words = line.split()
+            if not words or words[0] == "stop":
+                break
+            most, seconds, least = int(words[1]), float(words[2]), int(words[3])
+            fn(*inputs)
+            block: list[float] = []
+            start = time.perf_counter()
+            while len(block) < most:
+                t0 = time.perf_counter()
+                fn(*inputs)
+                block.append((time.perf_counter() - t0) * 1e3)
+                if len(block) >= least and time.perf_counter() - start > seconds:
+                    break
+            times += block
+            self._say({"ms": block})
+        return times
 
 
-def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
-    """Runs one cell in this process and returns its record (raises on failure)."""
+def run_cell(spec: dict[str, Any], control: _Control) -> dict[str, Any]:
+    """Runs one cell in this process and returns its record (raises on
+    failure); the timed calls are made when the parent asks (`control`)."""
     import torch
     import backends
     import models
@@ -109,8 +143,9 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
 
             for _ in range(spec["warmup"]):
                 fn(*inputs)
-            times = _time_runs(fn, inputs, spec["runs"], spec["min_runs"],
-                               spec["max_seconds"])
+            times = control.serve(fn, inputs)
+            if not times:
+                raise RuntimeError("no timed calls (the parent stopped the cell)")
         record.update(
             status="ok", latency_ms=statistics.median(times), min_ms=min(times),
             max_ms=max(times), runs=len(times), description=workload.description,
@@ -129,8 +164,9 @@ def child_main(spec_path: str) -> int:
     """Entry point of the child process: spec file in, result file out."""
     with open(spec_path) as f:
         spec = json.load(f)
+    control = _Control(spec["cmd_fd"], spec["reply_fd"])
     try:
-        record = run_cell(spec)
+        record = run_cell(spec, control)
     except BaseException as e:  # noqa: BLE001  (any failure becomes an error cell)
         traceback.print_exc()
         message = f"{type(e).__name__}: {e}".strip().splitlines()
@@ -143,12 +179,23 @@ def child_main(spec_path: str) -> int:
 # --------------------------------------------------------------------------
 # Parent: schedule cells, aggregate.
 
-def _run_child(spec: dict[str, Any], timeout_s: float, log_path: str) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="kiln-bench-cell-") as tmp:
-        spec = dict(spec, result_path=os.path.join(tmp, "result.json"))
+# Seconds of quiet before each block: thread pools that spin after a run
+# (ONNX Runtime's, OpenMP's, kilnd's keep-warm of 2 ms) stop first.
+SETTLE_S = 0.05
+
+
+class _Child:
+    """One cell's child process, driven in lockstep (_Control is its end)."""
+
+    def __init__(self, spec: dict[str, Any], log_path: str, tmp: str):
+        os.makedirs(tmp)
+        cmd_read, self._cmd_write = os.pipe()
+        self._reply_read, reply_write = os.pipe()
+        self.spec = dict(spec, result_path=os.path.join(tmp, "result.json"),
+                         cmd_fd=cmd_read, reply_fd=reply_write)
         spec_path = os.path.join(tmp, "spec.json")
         with open(spec_path, "w") as f:
-            json.dump(spec, f)
+            json.dump(self.spec, f)
         env = dict(os.environ)
         threads = str(spec["threads"])
         # OpenMP pools (torch, Inductor's C++ kernels) sized like everyone else;
@@ -160,31 +207,133 @@ def _run_child(spec: dict[str, Any], timeout_s: float, log_path: str) -> dict[st
         with open(log_path, "w") as log:
             # A new session: on timeout the whole group (child, compiler
             # workers, a private kilnd) is killed, and nothing else.
-            proc = subprocess.Popen([sys.executable, os.path.abspath(__file__),
-                                     "--_cell", spec_path],
-                                    stdout=log, stderr=subprocess.STDOUT, env=env,
-                                    start_new_session=True)
-            try:
-                proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                return {"status": "timeout", "error": f"timed out after {timeout_s:.0f} s"}
-            finally:
-                # Leftovers of a finished child (compile workers) go too.
-                # Also on Ctrl-C or SIGTERM of this process (see main).
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+            self.proc = subprocess.Popen(
+                [sys.executable, os.path.abspath(__file__), "--_cell", spec_path],
+                stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                pass_fds=(cmd_read, reply_write))
+        os.close(cmd_read)
+        os.close(reply_write)
+        self.log_path = log_path
+        self.record: dict[str, Any] | None = None  # set once the child is done
+        self.runs = 0
+        self.wall_s = 0.0
+        self._buffer = b""
+
+    def message(self, timeout_s: float) -> dict[str, Any] | None:
+        """The child's next message; None once it has exited (or closed its end)."""
+        deadline = time.monotonic() + timeout_s
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self._reply_read], [], [], left)[0]:
+                raise TimeoutError
+            chunk = os.read(self._reply_read, 1 << 16)
+            if not chunk:
+                return None
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return json.loads(line)
+
+    def send(self, command: str) -> bool:
         try:
-            with open(spec["result_path"]) as f:
-                return json.load(f)
+            os.write(self._cmd_write, (command + "\n").encode())
+            return True
+        except BrokenPipeError:
+            return False
+
+    def finish(self, timeout_s: float, why: dict[str, Any] | None = None) -> None:
+        """Stops the child (or, with `why`, kills it) and takes its record."""
+        if why is None:
+            self.send("stop")
+            try:
+                self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                why = {"status": "timeout", "error": f"timed out after {timeout_s:.0f} s"}
+        self.kill()
+        if why is not None:
+            self.record = why
+            return
+        try:
+            with open(self.spec["result_path"]) as f:
+                self.record = json.load(f)
         except (OSError, ValueError):
-            with open(log_path, errors="replace") as f:
+            with open(self.log_path, errors="replace") as f:
                 tail = f.read()[-400:].strip().replace("\n", " | ")
-            return {"status": "crash",
-                    "error": f"child exited with code {proc.returncode}: {tail}"}
+            self.record = {"status": "crash",
+                           "error": f"child exited with code {self.proc.returncode}: {tail}"}
+
+    def kill(self) -> None:
+        # Leftovers of a finished child (compile workers) go too. Also on
+        # Ctrl-C or SIGTERM of this process (see main).
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+        for fd in (self._cmd_write, self._reply_read):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._cmd_write = self._reply_read = -1
+
+
+def _run_group(specs: list[dict[str, Any]], log_paths: list[str],
+               args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The cells of one model and batch size, one per backend, in lockstep
+    (see the module docstring); returns their records with wall_s and load."""
+    timeout = args.timeout
+    with tempfile.TemporaryDirectory(prefix="kiln-bench-cell-") as tmp:
+        children: list[_Child] = []
+        loads: list[list[float]] = []
+        try:
+            for spec, log_path in zip(specs, log_paths):
+                loads.append([round(os.getloadavg()[0], 2)])
+                t0 = time.perf_counter()
+                child = _Child(spec, log_path, os.path.join(tmp, spec["backend"]))
+                children.append(child)
+                try:
+                    if child.message(timeout) is None:  # failed before its timed calls
+                        child.finish(timeout)
+                except TimeoutError:
+                    child.finish(timeout, {"status": "timeout",
+                                           "error": f"timed out after {timeout:.0f} s"})
+                child.wall_s = time.perf_counter() - t0
+            per_block = -(-args.runs // args.rounds)
+            least = -(-args.min_runs // args.rounds)
+            seconds = args.max_seconds / args.rounds
+            for r in range(args.rounds):
+                live = [c for c in children if c.record is None]
+                if not live:
+                    break
+                k = r % len(live)
+                order = live[k:] + live[:k]
+                if r % 2:
+                    order.reverse()
+                for child in order:
+                    time.sleep(SETTLE_S)
+                    t0 = time.perf_counter()
+                    child.send(f"run {per_block} {seconds} {least}")
+                    try:
+                        reply = child.message(timeout)
+                    except TimeoutError:
+                        child.finish(timeout, {"status": "timeout",
+                                               "error": f"timed out after {timeout:.0f} s"})
+                        reply = None
+                    if reply is None and child.record is None:
+                        child.finish(timeout)
+                    elif reply is not None:
+                        child.runs += len(reply["ms"])
+                    child.wall_s += time.perf_counter() - t0
+            for child in children:
+                if child.record is None:
+                    child.finish(timeout)
+        finally:
+            for child in children:
+                child.kill()
+        for load in loads:
+            load.append(round(os.getloadavg()[0], 2))
+        return [dict(c.record or {"status": "crash", "error": "no record"},
+                     wall_s=c.wall_s, load=load) for c, load in zip(children, loads)]
 
 
 def _progress_line(i: int, total: int, cell: dict[str, Any]) -> str:
@@ -246,6 +395,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-seconds", type=float, default=20.0,
                    help="stop timing a cell after this long (once --min-runs are done)")
     p.add_argument("--warmup", type=int, default=3, help="untimed runs after the first call")
+    p.add_argument("--rounds", type=int, default=5,
+                   help="blocks the timed calls of each cell are dealt out in, interleaved "
+                        "with the other backends' (see above)")
     p.add_argument("--threads", type=int, default=_default_threads(),
                    help="threads for every backend (default: the cores this process may use)")
     p.add_argument("--timeout", type=float, default=1200.0,
@@ -268,6 +420,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for name in args.models:
         if name not in models.MODELS:
             p.error(f"unknown model {name!r}; valid: {', '.join(models.MODELS)}")
+    if args.rounds < 1:
+        p.error("--rounds must be at least 1")
     for name in args.backends:
         if name not in ALL_BACKENDS:
             p.error(f"unknown backend {name!r}; valid: {', '.join(ALL_BACKENDS)}")
@@ -305,30 +459,31 @@ def main(argv: list[str] | None = None) -> int:
         "started": datetime.datetime.now().isoformat(timespec="seconds"),
         "settings": {k: getattr(args, k) for k in (
             "models", "batch", "backends", "runs", "min_runs", "max_seconds", "warmup",
-            "threads", "timeout")} | {"rel_tolerance": REL_TOLERANCE},
+            "rounds", "threads", "timeout")} | {"rel_tolerance": REL_TOLERANCE},
         "environment": _environment(args.threads),
         "cells": [],
     }
     print("versions: " + ", ".join(f"{k} {v}" for k, v in
                                    results["environment"]["versions"].items()), flush=True)
-    cells = [(b, m, k) for b in args.batch for m in args.models for k in args.backends]
+    groups = [(b, m) for b in args.batch for m in args.models]
+    total = len(groups) * len(args.backends)
     start = time.perf_counter()
-    for i, (batch, model, backend) in enumerate(cells, 1):
-        spec = {"model": model, "batch": batch, "backend": backend, "threads": args.threads,
-                "runs": args.runs, "min_runs": args.min_runs,
-                "max_seconds": args.max_seconds, "warmup": args.warmup}
-        log_path = os.path.join(args.out, "logs", f"{model}-b{batch}-{backend}.log")
+    done = 0
+    for batch, model in groups:
+        specs = [{"model": model, "batch": batch, "backend": backend, "threads": args.threads,
+                  "runs": args.runs, "min_runs": args.min_runs,
+                  "max_seconds": args.max_seconds, "warmup": args.warmup}
+                 for backend in args.backends]
+        log_paths = [os.path.join(args.out, "logs", f"{model}-b{batch}-{backend}.log")
+                     for backend in args.backends]
         # The load average is kept with each cell: other work on the machine
         # (a build, another benchmark) shows up in latencies, and this says when.
-        load_before = os.getloadavg()[0]
-        t0 = time.perf_counter()
-        record = _run_child(spec, args.timeout, log_path)
-        cell = {"model": model, "batch": batch, "backend": backend, **record,
-                "wall_s": time.perf_counter() - t0,
-                "load": [round(load_before, 2), round(os.getloadavg()[0], 2)]}
-        results["cells"].append(cell)
-        print(_progress_line(i, len(cells), cell), flush=True)
-        # Written after every cell, so an interrupted run keeps what it measured.
+        for spec, record in zip(specs, _run_group(specs, log_paths, args)):
+            cell = {"model": model, "batch": batch, "backend": spec["backend"], **record}
+            results["cells"].append(cell)
+            done += 1
+            print(_progress_line(done, total, cell), flush=True)
+        # Written after every model, so an interrupted run keeps what it measured.
         _write_outputs(args.out, results)
     results["total_s"] = time.perf_counter() - start
     _write_outputs(args.out, results)
