@@ -6,7 +6,10 @@
 // Runtime tensors are always dense and contiguous, so every one of these
 // writes its own output: views and clones are parallel copies, permute and
 // t are strided gathers (tiled when the innermost output dim is not the
-// input's innermost, so both sides stay cache friendly).
+// input's innermost, so both sides stay cache friendly; interleaved when
+// that dim is short).
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -22,6 +25,32 @@ namespace kiln::runtime {
 namespace {
 
 constexpr int64_t kCopyGrainBytes = int64_t{1} << 18;
+
+// Output rows this short whose columns are contiguous runs of the input
+// are interleavings rather than transposes: a channel shuffle in NHWC,
+// [.., g, C/g] -> [.., C/g, g] with g = 2 in shufflenet. The tiled
+// transpose below spent 3 loop levels per 2 floats on them (shufflenet_v2
+// batch 8: 16 shuffles, 4.1 ms of a 20 ms run).
+constexpr int64_t kInterleaveMaxCols = 8;
+
+// dst[r * cols + c] = src[c * cs + r] for r < rows, c < cols.
+void Interleave(const float* src, int64_t cs, int64_t rows, int64_t cols, float* dst) {
+  int64_t r = 0;
+  if (cols == 2) {
+    const float* a = src;
+    const float* b = src + cs;
+    for (; r + 8 <= rows; r += 8) {
+      const __m256 x = _mm256_loadu_ps(a + r), y = _mm256_loadu_ps(b + r);
+      // a0 b0 a1 b1 | a4 b4 a5 b5  and  a2 b2 a3 b3 | a6 b6 a7 b7
+      const __m256 lo = _mm256_unpacklo_ps(x, y), hi = _mm256_unpackhi_ps(x, y);
+      _mm256_storeu_ps(dst + 2 * r, _mm256_permute2f128_ps(lo, hi, 0x20));
+      _mm256_storeu_ps(dst + 2 * r + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+    }
+  }
+  for (; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] = src[c * cs + r];
+  }
+}
 
 class CopyKernel final : public Kernel {
  public:
@@ -89,10 +118,20 @@ class PermuteKernel final : public Kernel {
       });
       return absl::OkStatus();
     }
-    // Tiled transpose of the last two dims for each outer index.
     const int64_t rows = shape_[nd - 2], cols = shape_[nd - 1];
     const int64_t rs = strides_[nd - 2], cs = strides_[nd - 1];
     const int64_t outer = numel_ / (rows * cols);
+    if (rs == 1 && cols <= kInterleaveMaxCols) {
+      ParallelFor(outer, std::max<int64_t>(1, (int64_t{1} << 14) / (rows * cols)),
+                  [&](int64_t b, int64_t e) {
+                    for (int64_t o = b; o < e; ++o) {
+                      Interleave(in + RowOffset(o, nd - 2), cs, rows, cols,
+                                 out + o * rows * cols);
+                    }
+                  });
+      return absl::OkStatus();
+    }
+    // Tiled transpose of the last two dims for each outer index.
     constexpr int64_t kTile = 32;
     const int64_t row_tiles = (rows + kTile - 1) / kTile;
     ParallelFor(outer * row_tiles, 4, [&](int64_t b, int64_t e) {

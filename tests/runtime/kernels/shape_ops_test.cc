@@ -171,7 +171,13 @@ INSTANTIATE_TEST_SUITE_P(
                       PermuteCase{{2, 3, 4}, {0, 1, 2}},  // identity
                       PermuteCase{{2, 1, 4}, {-1, 0, 1}},
                       PermuteCase{{5, 1, 1, 7}, {3, 1, 2, 0}},
-                      PermuteCase{{}, {}}));
+                      PermuteCase{{}, {}},
+                      // NHWC channel shuffles, groups 2 and 3: interleaved
+                      // (8 floats at a time for 2 groups, then the tail).
+                      PermuteCase{{2, 3, 3, 2, 58}, {0, 1, 2, 4, 3}},
+                      PermuteCase{{4, 2, 5}, {0, 2, 1}},
+                      PermuteCase{{3, 3, 7}, {0, 2, 1}},
+                      PermuteCase{{2, 8, 16}, {0, 2, 1}}));
 
 TEST(PermuteTest, PermuteRejectsRepeatedDim) {
   ShapeRun r =
