@@ -64,10 +64,11 @@ def _default_threads() -> int:
 
 class _Control:
     """The child's end of the lockstep protocol (see _run_group): after the
-    warm-up it says "ready", then for every "run N T M" makes one untimed
-    call (the other backends' blocks have just evicted its weights from the
-    caches) and N timed ones (at least M, fewer once they pass T seconds),
-    replying with their times, until "stop"."""
+    warm-up it says "ready", then for every "run N T M W" makes untimed
+    calls for W seconds (at least one: the other backends' blocks have just
+    evicted its weights from the caches and let its threads fall asleep)
+    and N timed ones (at least M, fewer once they pass T seconds), replying
+    with their times, until "stop"."""
 
     def __init__(self, cmd_fd: int, reply_fd: int):
         self.cmd = os.fdopen(cmd_fd, "r")
@@ -77,15 +78,19 @@ class _Control:
         self.reply.write(json.dumps(message) + "\n")
         self.reply.flush()
 
-    def serve(self, fn: Any, inputs: tuple) -> list[float]:
+    def serve(self, fn: Any, inputs: tuple) -> list[list[float]]:
+        """The timed calls' milliseconds, block by block."""
         self._say({"ready": True})
-        times: list[float] = []
+        blocks: list[list[float]] = []
         for line in self.cmd:
             words = line.split()
             if not words or words[0] == "stop":
                 break
             most, seconds, least = int(words[1]), float(words[2]), int(words[3])
+            warm_until = time.perf_counter() + float(words[4])
             fn(*inputs)
+            while time.perf_counter() < warm_until:
+                fn(*inputs)
             block: list[float] = []
             start = time.perf_counter()
             while len(block) < most:
@@ -94,9 +99,9 @@ class _Control:
                 block.append((time.perf_counter() - t0) * 1e3)
                 if len(block) >= least and time.perf_counter() - start > seconds:
                     break
-            times += block
+            blocks.append(block)
             self._say({"ms": block})
-        return times
+        return blocks
 
 
 def run_cell(spec: dict[str, Any], control: _Control) -> dict[str, Any]:
@@ -143,12 +148,14 @@ def run_cell(spec: dict[str, Any], control: _Control) -> dict[str, Any]:
 
             for _ in range(spec["warmup"]):
                 fn(*inputs)
-            times = control.serve(fn, inputs)
+            blocks = control.serve(fn, inputs)
+            times = [t for block in blocks for t in block]
             if not times:
                 raise RuntimeError("no timed calls (the parent stopped the cell)")
         record.update(
             status="ok", latency_ms=statistics.median(times), min_ms=min(times),
-            max_ms=max(times), runs=len(times), description=workload.description,
+            max_ms=max(times), runs=len(times), blocks_ms=blocks,
+            description=workload.description,
             extra=backend.extra())
     except Exception as e:
         note = backend.diagnose()
@@ -182,6 +189,12 @@ def child_main(spec_path: str) -> int:
 # Seconds of quiet before each block: thread pools that spin after a run
 # (ONNX Runtime's, OpenMP's, kilnd's keep-warm of 2 ms) stop first.
 SETTLE_S = 0.05
+# Seconds of untimed calls at the start of each block. After another
+# backend's block a process comes back with cold caches and sleeping
+# threads; one call did not undo that for every backend (Kiln on
+# shufflenet_v2 at batch 1: 9 of 30 timed calls at 1.6-2.3x the median of
+# a back-to-back loop, ONNX Runtime's within 1.15x of its own).
+BLOCK_WARMUP_S = 0.2
 
 
 class _Child:
@@ -312,7 +325,7 @@ def _run_group(specs: list[dict[str, Any]], log_paths: list[str],
                 for child in order:
                     time.sleep(SETTLE_S)
                     t0 = time.perf_counter()
-                    child.send(f"run {per_block} {seconds} {least}")
+                    child.send(f"run {per_block} {seconds} {least} {BLOCK_WARMUP_S}")
                     try:
                         reply = child.message(timeout)
                     except TimeoutError:
