@@ -13,7 +13,6 @@
 // dtype. Runs after constant folding, where such empties become constants.
 #include <vector>
 
-#include "runtime/ir/arg_builders.h"
 #include "runtime/ops/registry.h"
 #include "runtime/passes/pass_context.h"
 
@@ -30,18 +29,18 @@ absl::Status DropEmptyCatInputs(PassContext& ctx) {
     }
     const TensorMeta& out = node.outputs[0];
     std::vector<Arg> kept;
-    bool same_dtype = true;
+    bool droppable = true;  // a plain list of tensors, the kept ones of out's dtype
     for (const Arg& a : node.args[0].list) {
       if (a.kind != Arg::Kind::kTensor) {
-        same_dtype = false;  // not a plain list of tensors: leave the node
+        droppable = false;
         break;
       }
       const TensorMeta& m = g.MetaOf(a.tensor);
       if (m.NumElements() == 0) continue;
-      same_dtype = same_dtype && m.dtype == out.dtype;
+      droppable = droppable && m.dtype == out.dtype;
       kept.push_back(a);
     }
-    if (!same_dtype || kept.empty() || kept.size() == node.args[0].list.size()) continue;
+    if (!droppable || kept.empty() || kept.size() == node.args[0].list.size()) continue;
     if (kept.size() == 1 && g.MetaOf(kept[0].tensor).shape == out.shape &&
         (AllOps()[alias_index].dtypes & DTypeBit(out.dtype)) != 0) {
       node.target = "aten.alias.default";

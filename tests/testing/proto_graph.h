@@ -64,6 +64,13 @@ inline kiln::v1::Argument IntList(const std::vector<int64_t>& v) {
   return a;
 }
 
+// A list argument of node references: a tensor list (cat's inputs).
+inline kiln::v1::Argument RefList(const std::vector<int>& nodes) {
+  kiln::v1::Argument a;
+  for (int n : nodes) *a.mutable_list()->add_items() = Ref(n);
+  return a;
+}
+
 class GraphBuilder {
  public:
   int Input(const std::vector<int64_t>& shape, const std::string& name = "") {

@@ -27,6 +27,7 @@ using kiln::testing::GraphBuilder;
 using kiln::testing::Int;
 using kiln::testing::IntList;
 using kiln::testing::Ref;
+using kiln::testing::RefList;
 
 // Holds constant bytes by hash, as the daemon's constant store does.
 struct Constants {
@@ -244,12 +245,6 @@ std::vector<float> RandomData(size_t n, uint32_t seed) {
   std::vector<float> v(n);
   for (float& x : v) x = dist(gen);
   return v;
-}
-
-kiln::v1::Argument RefList(const std::vector<int>& nodes) {
-  kiln::v1::Argument a;
-  for (int n : nodes) *a.mutable_list()->add_items() = Ref(n);
-  return a;
 }
 
 // A test graph and the constants it refers to.

@@ -20,13 +20,8 @@ using kiln::testing::ConstantTable;
 using kiln::testing::GraphBuilder;
 using kiln::testing::Int;
 using kiln::testing::Ref;
+using kiln::testing::RefList;
 using kiln::testing::UniformFloats;
-
-kiln::v1::Argument RefList(const std::vector<int>& nodes) {
-  kiln::v1::Argument a;
-  for (int n : nodes) *a.mutable_list()->add_items() = Ref(n);
-  return a;
-}
 
 // The cat steps of a compiled graph, and how many tensors each reads.
 std::vector<size_t> CatSteps(const CompiledGraph& cg) {
