@@ -89,6 +89,47 @@ BENCHMARK(BM_Conv2d)
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 
+// kiln.conv2d 3x3 stride 1 with bias, as the compiled models run it, in
+// the given activation layouts. Args: layout_in, layout_out (0 plain NCHW,
+// 1 channels-last), N, C_in, H (= W), C_out. GFLOPS counts a direct
+// convolution's products, so the Winograd kernel (kernels/conv_winograd.h)
+// shows as its speed-up over that; KILN_WINOGRAD=0 gives oneDNN's direct
+// kernel for comparison.
+void BM_Conv3x3(benchmark::State& state) {
+  const int64_t in_layout = state.range(0), out_layout = state.range(1), b = state.range(2),
+                c = state.range(3), h = state.range(4), oc = state.range(5);
+  OneNode n("kiln.conv2d");
+  Arg x = n.Tensor(in_layout == 1 ? std::vector<int64_t>{b, h, h, c}
+                                  : std::vector<int64_t>{b, c, h, h},
+                   false);
+  Arg w = n.Tensor({oc, c, 3, 3}, true, -0.1f, 0.1f);
+  Arg bias = n.Tensor({oc}, true);
+  Arg none;
+  if (!n.Prepare({x, w, bias, IntListArg({1, 1}), IntListArg({1, 1}), IntListArg({1, 1}),
+                  IntArg(1), none, IntListArg({}), IntArg(in_layout), IntArg(out_layout)},
+                 state)) {
+    return;
+  }
+  TimeFlops(state, 2.0 * b * oc * h * h * c * 9, [&] {
+    for (auto _ : state) {
+      if (!n.Run(state)) break;
+    }
+  });
+}
+BENCHMARK(BM_Conv3x3)
+    ->Args({1, 1, 1, 128, 32, 128})  // UNet (small) at 32x32 latents
+    ->Args({0, 0, 1, 128, 32, 128})  // ... after a group norm (plain NCHW)
+    ->Args({0, 1, 1, 384, 32, 128})  // ... the up block's concatenated input
+    ->Args({1, 1, 1, 256, 16, 256})  // ... at 16x16
+    ->Args({1, 1, 1, 512, 16, 512})  // ... the up block's first convolution
+    ->Args({1, 1, 8, 128, 32, 128})  // ... batch 8
+    ->Args({1, 1, 1, 64, 56, 64})    // resnet layer1
+    ->Args({1, 1, 1, 128, 28, 128})  // resnet layer2
+    ->Args({1, 1, 1, 256, 14, 256})  // resnet layer3
+    ->Args({1, 1, 8, 512, 7, 512})   // resnet layer4, batch 8
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+
 // Args: M, K, N, weight constant (1) or computed (0).
 void BM_Linear(benchmark::State& state) {
   const int64_t m = state.range(0), k = state.range(1), nn = state.range(2);

@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/kernels/activation_layout.h"
+#include "runtime/kernels/conv_winograd.h"
 #include "runtime/kernels/kernel_util.h"
 #include "runtime/kernels/onednn_util.h"
 #include "runtime/kernels/post_ops.h"
@@ -341,6 +342,21 @@ static absl::StatusOr<PreparedOp> PrepareConv(const NodeArgs& args, bool fused) 
   if (n == 0) {
     cfg.empty = true;
     op.kernel = std::make_unique<ConvolutionKernel>(std::move(cfg));
+    return op;
+  }
+  const WinogradConvShape wino{n, c, h, w, oc, out_hw[0], out_hw[1], padding[0], padding[1],
+                               layout_in, layout_out};
+  const void* constant_weight = args.ConstantData(1, "weight");
+  if (WinogradApplies(wino, kh, kw, stride, dilation, groups, constant_weight != nullptr,
+                      ComputeType(args.options()) == dt::f32, post_ops)) {
+    KILN_ASSIGN_OR_RETURN(op.kernel,
+                          MakeWinogradConv(args, wino, static_cast<const float*>(constant_weight),
+                                           cfg.input_index, cfg.bias_index, cfg.residual_index,
+                                           post_ops));
+    op.consumed_constants.push_back(constant_weight);
+    if (const void* b = bias ? args.ConstantData(2, "bias") : nullptr) {
+      op.consumed_constants.push_back(b);
+    }
     return op;
   }
 

@@ -230,6 +230,38 @@ TEST(VectorMath, GeluAndSiluOfMinusInfinityAreNaNAsInATen) {
   EXPECT_TRUE(s == 0.0f && std::signbit(s)) << s;
 }
 
+TEST(VectorMath, ExpShiftedIsAccurateFromMinus80Up) {
+  // Every 1031st float of [-80, 88] (about two million).
+  int bad = 0;
+  double worst = 0;
+  for (float lo : {-80.0f, 0.0f}) {
+    const float hi = lo < 0 ? -0.0f : 88.0f;
+    uint32_t a, b;
+    std::memcpy(&a, lo < 0 ? &hi : &lo, 4);
+    std::memcpy(&b, lo < 0 ? &lo : &hi, 4);
+    for (uint32_t bits = a; bits <= b; bits += 1031) {
+      float x;
+      std::memcpy(&x, &bits, 4);
+      const double r = std::exp(static_cast<double>(x));
+      const double rel = std::abs(Scalar(x, [](__m256 v) { return ExpShifted(v); }) - r) / r;
+      worst = std::max(worst, rel);
+      if (rel > 2e-7) ++bad;
+    }
+  }
+  EXPECT_EQ(bad, 0) << "worst relative error " << worst;
+}
+
+TEST(VectorMath, ExpShiftedIsZeroBelowMinus80AndKeepsNaN) {
+  const auto f = [](float x) { return Scalar(x, [](__m256 v) { return ExpShifted(v); }); };
+  EXPECT_EQ(f(-kInf), 0.0f);
+  EXPECT_EQ(f(-80.001f), 0.0f);
+  EXPECT_EQ(f(-1e30f), 0.0f);
+  EXPECT_GT(f(-80.0f), 0.0f);
+  EXPECT_EQ(f(0.0f), 1.0f);
+  EXPECT_EQ(f(-0.0f), 1.0f);
+  EXPECT_TRUE(std::isnan(f(kNaN)));
+}
+
 TEST(VectorMath, ExpShiftedSumMatchesScalarLoop) {
   for (int n : {1, 7, 8, 9, 31, 100}) {
     std::vector<float> x(n), y(n);
