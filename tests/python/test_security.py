@@ -184,10 +184,13 @@ def test_socket_activated_daemon_exits_when_idle_and_the_next_one_serves(tmp_pat
     # another on the same socket. Here the test plays systemd.
     path, listener, prefix = _activation_socket(tmp_path)
     # A client process that comes and goes (its session ends with it); it
-    # imports torch first, so the daemon's idle clock does not run out on it.
-    code = ("import sys, torch\n"
+    # imports torch and kiln and sets Dynamo up first (a first compile took
+    # over the daemon's 3 s of idle time on a loaded machine), so the idle
+    # clock does not run out on it.
+    code = ("import sys, torch, kiln.backend\n"
             "m = torch.nn.Linear(8, 4).eval()\n"
             "x = torch.randn(2, 8)\n"
+            "torch.compile(lambda t: t + 1, backend='eager')(x)\n"
             "print('imported', flush=True)\n"
             "sys.stdin.readline()\n"
             "c = torch.compile(m, backend='kiln', options={'fallback': 'error'})\n"
