@@ -127,6 +127,10 @@ BENCHMARK(BM_Conv3x3)
     ->Args({1, 1, 1, 128, 28, 128})  // resnet layer2
     ->Args({1, 1, 1, 256, 14, 256})  // resnet layer3
     ->Args({1, 1, 8, 512, 7, 512})   // resnet layer4, batch 8
+    ->Args({1, 1, 1, 128, 56, 32})   // densenet121 block 1 (growth 32)
+    ->Args({1, 1, 1, 128, 28, 32})   // densenet121 block 2
+    ->Args({1, 1, 8, 128, 14, 32})   // densenet121 block 3, batch 8
+    ->Args({1, 1, 1, 64, 224, 64})   // vgg16 block 1
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 
