@@ -356,6 +356,28 @@ TEST_F(SmallCnn, AutoLayoutFollowsTheConvolutionMix) {
   EXPECT_EQ(wide.find(",8]"), std::string::npos) << wide;
 }
 
+// A ResNeXt block (1x1, 3x3 in groups of 4 channels, 1x1) and another
+// 1x1: the 1x1 convolutions alone would pick blocked on AVX2, but oneDNN has no blocked
+// kernel for groups narrower than a block (its reference kernel ran
+// resnext50_32x4d about 12x slower than NHWC), so the graph stays NHWC.
+TEST_F(SmallCnn, AutoLayoutKeepsNarrowGroupsChannelsLast) {
+  GraphBuilder b;
+  int x = b.Input({1, 256, 56, 56}, "x");
+  x = Conv(b, x, 256, 64, 1, "reduce");
+  const int w = Const(b, {64, 4, 3, 3}, -0.3f, 0.3f);
+  x = b.Call("aten.convolution.default",
+             {Ref(x), Ref(w), None(), IntList({1, 1}), IntList({1, 1}), IntList({1, 1}),
+              Bool(false), IntList({0, 0}), Int(16)},
+             "grouped");
+  x = Conv(b, x, 64, 256, 1, "expand");
+  x = Conv(b, x, 256, 256, 1, "mix");
+  b.Output(b.Call("aten.mean.dim", {Ref(x), IntList({2, 3})}, "pool"));
+  auto cg = Compile(*GraphFromProto(b.graph()), Resolver());
+  ASSERT_TRUE(cg.ok()) << cg.status();
+  const std::string dump = DumpCompiledGraph(**cg);
+  EXPECT_EQ(dump.find(",8]"), std::string::npos) << dump;
+}
+
 TEST_F(SmallCnn, ConvolutionFeedingOnlyAGraphOutputStaysPlain) {
   GraphBuilder b;
   const int x = b.Input({1, 3, 5, 5}, "x");
