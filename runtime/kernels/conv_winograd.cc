@@ -20,7 +20,8 @@
 // computed channels-last in scratch and reordered at the end (with a
 // residual, that is first reordered into scratch too, which keeps sharing
 // its bytes with the output safe). Scattering a block's pixels straight
-// into NCHW touched one cache line per channel and ran 1.7x slower.
+// into NCHW touched one cache line per channel: unet's plain 128-channel
+// 32x32 convolution ran 1.7x slower than oneDNN's direct one that way.
 #include "runtime/kernels/conv_winograd.h"
 
 #include <immintrin.h>
@@ -310,8 +311,8 @@ bool WinogradApplies(const WinogradConvShape& s, int64_t kh, int64_t kw,
 }
 
 absl::StatusOr<std::unique_ptr<Kernel>> MakeWinogradConv(
-    const NodeArgs& args, const WinogradConvShape& s, const float* weight, int input_index,
-    int bias_index, int residual_index, std::vector<PostOp> post_ops) {
+    const NodeArgs& args, const WinogradConvShape& s, const float* weight, const float* bias,
+    int input_index, int bias_index, int residual_index, std::vector<PostOp> post_ops) {
   WinogradConvKernel::Config cfg;
   cfg.s = s;
   cfg.tiles_h = (s.oh + 1) / 2;
@@ -386,11 +387,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakeWinogradConv(
     return args.Unimplemented(
         absl::StrCat("oneDNN cannot build the Winograd products: ", e.what()));
   }
-  const void* bias_data = bias_index >= 0 ? args.ConstantData(2, "bias") : nullptr;
-  if (bias_data != nullptr) {
-    const float* b = static_cast<const float*>(bias_data);
-    cfg.bias.assign(b, b + s.oc);
-  }
+  if (bias != nullptr) cfg.bias.assign(bias, bias + s.oc);
   return std::unique_ptr<Kernel>(std::make_unique<WinogradConvKernel>(std::move(cfg)));
 }
 

@@ -45,10 +45,11 @@ bool WinogradApplies(const WinogradConvShape& s, int64_t kh, int64_t kw,
                      bool constant_weight, bool f32_compute, const std::vector<PostOp>& post_ops);
 
 // The kernel for a node WinogradApplies to: `weight` is the constant OIHW
-// weight (transformed and packed here, once), the inputs' slots are the
-// node's (bias_index and residual_index -1 when absent).
+// weight (transformed and packed here, once), `bias` a constant bias
+// (copied) or nullptr when the bias is absent or computed; the inputs'
+// slots are the node's (bias_index and residual_index -1 when absent).
 absl::StatusOr<std::unique_ptr<Kernel>> MakeWinogradConv(
-    const NodeArgs& args, const WinogradConvShape& s, const float* weight,
+    const NodeArgs& args, const WinogradConvShape& s, const float* weight, const float* bias,
     int input_index, int bias_index, int residual_index, std::vector<PostOp> post_ops);
 
 }  // namespace kiln::runtime

@@ -349,14 +349,13 @@ static absl::StatusOr<PreparedOp> PrepareConv(const NodeArgs& args, bool fused) 
   const void* constant_weight = args.ConstantData(1, "weight");
   if (WinogradApplies(wino, kh, kw, stride, dilation, groups, constant_weight != nullptr,
                       ComputeType(args.options()) == dt::f32, post_ops)) {
-    KILN_ASSIGN_OR_RETURN(op.kernel,
-                          MakeWinogradConv(args, wino, static_cast<const float*>(constant_weight),
-                                           cfg.input_index, cfg.bias_index, cfg.residual_index,
-                                           post_ops));
+    const void* constant_bias = bias ? args.ConstantData(2, "bias") : nullptr;
+    KILN_ASSIGN_OR_RETURN(
+        op.kernel, MakeWinogradConv(args, wino, static_cast<const float*>(constant_weight),
+                                    static_cast<const float*>(constant_bias), cfg.input_index,
+                                    cfg.bias_index, cfg.residual_index, post_ops));
     op.consumed_constants.push_back(constant_weight);
-    if (const void* b = bias ? args.ConstantData(2, "bias") : nullptr) {
-      op.consumed_constants.push_back(b);
-    }
+    if (constant_bias != nullptr) op.consumed_constants.push_back(constant_bias);
     return op;
   }
 

@@ -53,7 +53,16 @@ class SmallCnn : public ::testing::Test {
   int Conv(GraphBuilder& b, int x, int64_t ic, int64_t oc, int64_t k, const std::string& name) {
     return Conv(b, Ref(x), ic, oc, k, name);
   }
-  // The same with the input given as an argument (e.g. one output of a split).
+  // A 3x3 convolution of c channels in `groups` groups, no bias (groups = c:
+  // depthwise).
+  int Grouped3x3(GraphBuilder& b, int x, int64_t c, int64_t groups, const std::string& name) {
+    const int w = Const(b, {c, c / groups, 3, 3}, -0.3f, 0.3f);
+    return b.Call("aten.convolution.default",
+                  {Ref(x), Ref(w), None(), IntList({1, 1}), IntList({1, 1}), IntList({1, 1}),
+                   Bool(false), IntList({0, 0}), Int(groups)},
+                  name);
+  }
+  // Conv with the input given as an argument (e.g. one output of a split).
   int Conv(GraphBuilder& b, const kiln::v1::Argument& x, int64_t ic, int64_t oc, int64_t k,
            const std::string& name) {
     const int w = Const(b, {oc, ic, k, k}, -0.3f, 0.3f);
@@ -336,11 +345,7 @@ TEST_F(SmallCnn, AutoLayoutFollowsTheConvolutionMix) {
     int x = b.Input({1, mobile ? 32 : 256, mobile ? 56 : 14, mobile ? 56 : 14}, "x");
     if (mobile) {
       x = Conv(b, x, 32, 192, 1, "expand");
-      const int w = Const(b, {192, 1, 3, 3}, -0.3f, 0.3f);
-      x = b.Call("aten.convolution.default",
-                 {Ref(x), Ref(w), None(), IntList({1, 1}), IntList({1, 1}), IntList({1, 1}),
-                  Bool(false), IntList({0, 0}), Int(192)},
-                 "dw");
+      x = Grouped3x3(b, x, 192, 192, "dw");
       x = Conv(b, x, 192, 32, 1, "project");
     } else {
       x = Conv(b, Conv(b, x, 256, 256, 3, "c1"), 256, 256, 3, "c2");
@@ -364,11 +369,7 @@ TEST_F(SmallCnn, AutoLayoutKeepsNarrowGroupsChannelsLast) {
   GraphBuilder b;
   int x = b.Input({1, 256, 56, 56}, "x");
   x = Conv(b, x, 256, 64, 1, "reduce");
-  const int w = Const(b, {64, 4, 3, 3}, -0.3f, 0.3f);
-  x = b.Call("aten.convolution.default",
-             {Ref(x), Ref(w), None(), IntList({1, 1}), IntList({1, 1}), IntList({1, 1}),
-              Bool(false), IntList({0, 0}), Int(16)},
-             "grouped");
+  x = Grouped3x3(b, x, 64, 16, "grouped");
   x = Conv(b, x, 64, 256, 1, "expand");
   x = Conv(b, x, 256, 256, 1, "mix");
   b.Output(b.Call("aten.mean.dim", {Ref(x), IntList({2, 3})}, "pool"));
