@@ -202,7 +202,7 @@ void BM_LinearCold(benchmark::State& state) {
 }
 BENCHMARK(BM_LinearCold)
     ->Args({1, 512, 32000})->Args({8, 512, 32000})
-    ->Args({1, 9216, 4096})->Args({8, 9216, 4096})
+    ->Args({1, 9216, 4096})->Args({2, 9216, 4096})->Args({4, 9216, 4096})->Args({8, 9216, 4096})
     ->Args({1, 512, 1376})->Args({8, 512, 1376})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);

@@ -1,20 +1,20 @@
 // Matrix products with few rows and a constant right-hand matrix,
 // out[M, N] = A[M, K] @ B[K, N] (+ addend) then activations, for M up to
-// SkinnyMaxRows(): classifier heads at small batch, a decode step's
+// kSkinnyMaxRows: classifier heads at small batch, a decode step's
 // projections. With so few rows the time is reading B once (its bytes
 // dwarf A's and the output's), so the loops are built around streaming B
 // panel by panel (64 columns, split between threads) while the rows of A
 // stay in L1. oneDNN's matmul reads such a B at 0.6-0.8 of the rate these
 // loops reach (bench/kernels BM_Linear, M 1 to 8, weights of 4 to 400 MiB).
 //
-// B is read in the layout oneDNN's matmul packs a constant weight into on
-// this CPU, so that a graph's shape variants with few and with many rows
-// (a decode step and a prefill) share one packed copy (PackConstant):
-//   AVX-512: BA16a64b, panels of 64 columns, K rounded up to 16, padding 0;
-//   AVX2 (oneDNN's jit gemm): plain row-major [K, N].
-// The loops run on AVX-512 where the CPU has it, and then take up to 8
-// rows; with AVX2 only up to 2 (from 4 rows on, its FMAs no longer keep up
-// with memory and oneDNN's kernels are faster).
+// B is packed once into oneDNN's BA16a64b (panels of 64 columns, each
+// contiguous: a thread streams whole pages; plain [K, N] rows 16 KiB
+// apart read at half the rate on AVX2, bench/kernels BM_LinearCold). On
+// AVX-512 that is the layout oneDNN's own matmul packs a constant weight
+// into, so a graph's shape variants with few and with many rows (a decode
+// step and a prefill) share one packed copy (PackConstant); oneDNN's AVX2
+// gemm reads plain rows, so there such a weight is packed twice. The loops
+// run on AVX-512 where the CPU has it, else on AVX2.
 //
 // Used by kernels/matmul.cc; the epilogue (addend broadcast to [M, N],
 // activations) is applied per panel while the panel's results are in
@@ -31,22 +31,16 @@
 
 namespace kiln::runtime {
 
-// Rows up to which the skinny kernel computes a product on this CPU (8
-// with AVX-512, else 2), and on any.
-int64_t SkinnyMaxRows();
-inline constexpr int64_t kSkinnyMaxRowsAnyCpu = 8;
-
-// Where B's panels lie: panel p's row k starts at
-// b + p * panel_stride + k * row_stride.
-struct SkinnyLayout {
-  int64_t row_stride = 0, panel_stride = 0;
-  bool padded = false;  // columns up to the panel's width are readable (zeros)
-};
+// Rows up to which the skinny kernel computes a product: with 8 rows it
+// still reads a streamed weight 1.3x to 2x faster than oneDNN's AVX2
+// gemm (bench/kernels BM_Linear and BM_LinearCold, M 8).
+inline constexpr int64_t kSkinnyMaxRows = 8;
 
 struct SkinnyMatmul {
   int64_t m = 0, k = 0, n = 0;
-  SkinnyLayout layout;
+  // Panel p's row k starts at packed + p * panel_stride + k * kSkinnyPanel.
   PackedConstant packed;
+  int64_t panel_stride = 0;
   // The addend broadcast to [M, N]: element (i, j) at
   // addend[i * addend_row_stride + j * addend_col_stride].
   bool has_addend = false;
@@ -56,13 +50,13 @@ struct SkinnyMatmul {
   std::vector<float> constant_addend;
   std::vector<PostOp> activations;
 
-  // Whether this product (f32, unit scales) runs here: SkinnyMaxRows() rows
+  // Whether this product (f32, unit scales) runs here: kSkinnyMaxRows rows
   // at most, B a constant of at least a few KiB (below that oneDNN's call
   // costs nothing worth saving), activations the loops implement.
   static bool Applies(int64_t m, int64_t k, int64_t n, const std::vector<PostOp>& activations);
 
   // Packs the constant `b` (laid out as b_md, [K, N] logically) under
-  // sharing key `key` (PackConstant) into the layout above.
+  // sharing key `key` (PackConstant) into BA16a64b.
   static SkinnyMatmul Make(int64_t m, int64_t k, int64_t n, const dnnl::memory::desc& b_md,
                            const void* b, const std::string& key);
 

@@ -19,12 +19,11 @@ namespace kiln::runtime::skinny_internal {
 namespace {
 
 // acc[r][0..16 V) += sum over k < kc of a[r * lda + k] * b[k * ldb][0..16 V),
-// R rows at once (acc's rows kSkinnyPanel apart). `tail` masks the last
-// vector's lanes (all set unless B's row ends there). U rows of B per step
+// R rows at once (acc's rows kSkinnyPanel apart). U rows of B per step
 // with their own accumulators keep R * V * U >= 4 FMA chains going.
 template <int R, int V>
 inline void AccumulateRows(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t kc,
-                           __mmask16 tail, float* acc) {
+                           float* acc) {
   constexpr int U = R * V >= 4 ? 1 : 4 / (R * V);
   __m512 c[U][R][V];
   _Pragma("GCC unroll 16") for (int u = 0; u < U; ++u) {
@@ -36,7 +35,7 @@ inline void AccumulateRows(const float* a, int64_t lda, const float* b, int64_t 
     const float* bk = b + k * ldb;
     __m512 bv[V];
     _Pragma("GCC unroll 4") for (int v = 0; v < V; ++v) {
-      bv[v] = v == V - 1 ? _mm512_maskz_loadu_ps(tail, bk + 16 * v) : _mm512_loadu_ps(bk + 16 * v);
+      bv[v] = _mm512_loadu_ps(bk + 16 * v);
     }
     _Pragma("GCC unroll 16") for (int r = 0; r < R; ++r) {
       const __m512 x = _mm512_set1_ps(a[r * lda + k]);
@@ -62,34 +61,32 @@ inline void AccumulateRows(const float* a, int64_t lda, const float* b, int64_t 
 
 template <int V>
 void Rows(const float* a, int64_t lda, int64_t m, const float* b, int64_t ldb, int64_t kc,
-          __mmask16 tail, float* acc) {
+          float* acc) {
   int64_t r = 0;
   for (; r + 6 <= m; r += 6) {
-    AccumulateRows<6, V>(a + r * lda, lda, b, ldb, kc, tail, acc + r * kSkinnyPanel);
+    AccumulateRows<6, V>(a + r * lda, lda, b, ldb, kc, acc + r * kSkinnyPanel);
   }
   for (; r + 4 <= m; r += 4) {
-    AccumulateRows<4, V>(a + r * lda, lda, b, ldb, kc, tail, acc + r * kSkinnyPanel);
+    AccumulateRows<4, V>(a + r * lda, lda, b, ldb, kc, acc + r * kSkinnyPanel);
   }
   if (r + 2 <= m) {
-    AccumulateRows<2, V>(a + r * lda, lda, b, ldb, kc, tail, acc + r * kSkinnyPanel);
+    AccumulateRows<2, V>(a + r * lda, lda, b, ldb, kc, acc + r * kSkinnyPanel);
     r += 2;
   }
-  if (r < m) AccumulateRows<1, V>(a + r * lda, lda, b, ldb, kc, tail, acc + r * kSkinnyPanel);
+  if (r < m) AccumulateRows<1, V>(a + r * lda, lda, b, ldb, kc, acc + r * kSkinnyPanel);
 }
 
 }  // namespace
 
-void AccumulatePanelAvx512(const float* a, int64_t lda, int64_t m, const float* b, int64_t ldb,
-                           int64_t width, bool padded, int64_t kc, float* acc) {
-  const int64_t vectors = (width + 15) / 16;
-  const int64_t last = width - 16 * (vectors - 1);
-  const __mmask16 tail =
-      padded || last == 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << last) - 1);
-  switch (vectors) {
-    case 1: return Rows<1>(a, lda, m, b, ldb, kc, tail, acc);
-    case 2: return Rows<2>(a, lda, m, b, ldb, kc, tail, acc);
-    case 3: return Rows<3>(a, lda, m, b, ldb, kc, tail, acc);
-    default: return Rows<4>(a, lda, m, b, ldb, kc, tail, acc);
+void AccumulatePanelAvx512(const float* a, int64_t lda, int64_t m, const float* b, int64_t width,
+                           int64_t kc, float* acc) {
+  // Whole vectors: the panel is zero past `width`.
+  constexpr int64_t ldb = kSkinnyPanel;
+  switch ((width + 15) / 16) {
+    case 1: return Rows<1>(a, lda, m, b, ldb, kc, acc);
+    case 2: return Rows<2>(a, lda, m, b, ldb, kc, acc);
+    case 3: return Rows<3>(a, lda, m, b, ldb, kc, acc);
+    default: return Rows<4>(a, lda, m, b, ldb, kc, acc);
   }
 }
 

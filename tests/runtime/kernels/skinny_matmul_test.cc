@@ -1,9 +1,9 @@
 // SkinnyMatmul's panel loops, AVX2 and (where the CPU has it) AVX-512,
 // against a double-precision product, for every row count the kernel
-// takes and panels of every width, in both of B's layouts: padded blocks
-// (AVX-512's BA16a64b) and plain rows that end where B ends (AVX2), whose
-// last row is followed by an unreadable page. Whole products (packing,
-// epilogue) are tested through kiln.addmm in matmul_test.cc.
+// takes and panels of every width, B a BA16a64b panel (rows of 64 floats,
+// zeros past the width) whose last row is followed by an unreadable page.
+// Whole products (packing, epilogue) are tested through kiln.addmm in
+// matmul_test.cc.
 #include "runtime/kernels/skinny_panel.h"
 
 #include <sys/mman.h>
@@ -19,8 +19,8 @@
 namespace kiln::runtime::testing {
 namespace {
 
-using PanelFn = std::function<void(const float*, int64_t, int64_t, const float*, int64_t,
-                                   int64_t, bool, int64_t, float*)>;
+using PanelFn =
+    std::function<void(const float*, int64_t, int64_t, const float*, int64_t, int64_t, float*)>;
 
 // `floats` floats ending right before a PROT_NONE page: a read past the
 // end faults.
@@ -44,15 +44,13 @@ class GuardedFloats {
   float* data_;
 };
 
-// (rows, width, padded)
-class SkinnyPanelTest : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, bool>> {
+// (rows, width)
+class SkinnyPanelTest : public ::testing::TestWithParam<std::tuple<int64_t, int64_t>> {
  protected:
   void Check(const PanelFn& fn) {
-    const auto [m, width, padded] = GetParam();
+    const auto [m, width] = GetParam();
     const int64_t kc = 37, lda = 50;  // an odd chunk inside wider rows of A
-    // Padded: rows of a whole panel (zeros past `width`); plain: rows of
-    // exactly `width` floats, the last one at the end of readable memory.
-    const int64_t ldb = padded ? kSkinnyPanel : width;
+    const int64_t ldb = kSkinnyPanel;
     const auto a = RandomFloats(m * lda, 1);
     const auto values = RandomFloats(kc * width, 2);
     GuardedFloats b(kc * ldb);
@@ -63,7 +61,7 @@ class SkinnyPanelTest : public ::testing::TestWithParam<std::tuple<int64_t, int6
     const auto start = RandomFloats(m * kSkinnyPanel, 3);
     float* acc = static_cast<float*>(std::aligned_alloc(64, m * kSkinnyPanel * sizeof(float)));
     std::memcpy(acc, start.data(), m * kSkinnyPanel * sizeof(float));
-    fn(a.data(), lda, m, b.data(), ldb, width, padded, kc, acc);
+    fn(a.data(), lda, m, b.data(), width, kc, acc);
     for (int64_t r = 0; r < m; ++r) {
       for (int64_t j = 0; j < width; ++j) {
         double want = start[r * kSkinnyPanel + j];
@@ -88,8 +86,7 @@ TEST_P(SkinnyPanelTest, Avx512AccumulatesTheProduct) {
 
 INSTANTIATE_TEST_SUITE_P(Panels, SkinnyPanelTest,
                          ::testing::Combine(::testing::Range<int64_t>(1, 9),
-                                            ::testing::Values<int64_t>(64, 40, 16, 7),
-                                            ::testing::Bool()));
+                                            ::testing::Values<int64_t>(64, 40, 16, 7)));
 
 }  // namespace
 }  // namespace kiln::runtime::testing
