@@ -389,9 +389,15 @@ INSTANTIATE_TEST_SUITE_P(
                        {"hardswish"}},
         FusedAddmmCase{"row_sigmoid_family", 1, 96, 100, {100}, true, true, true,
                        {"sigmoid", "hardsigmoid", "gelu_tanh"}},
-        // Up to 8 rows on AVX-512 (else oneDNN): the row groups of 8, 4, 2, 1.
+        // Up to 8 rows: AVX-512's row groups of 6, 4, 2, 1; AVX2's passes
+        // that prefetch the next chunk (K over several 64-row chunks, N
+        // over several panels).
         FusedAddmmCase{"five_rows", 5, 70, 40, {40}, true, true, true, {"relu"}},
         FusedAddmmCase{"eight_rows", 8, 33, 100, {8, 100}, true, false, true, {}},
+        FusedAddmmCase{"eight_rows_chunks_and_panels", 8, 200, 150, {150}, true, true, true,
+                       {"silu"}},
+        FusedAddmmCase{"three_rows_chunks_and_panels", 3, 129, 130, {3, 1}, true, false, true,
+                       {}},
         // oneDNN: more rows, or a computed weight.
         FusedAddmmCase{"rows_on_onednn", 24, 40, 72, {72}, true, true, true, {"relu"}},
         FusedAddmmCase{"computed_transposed", 2, 40, 72, {72}, true, true, false,
