@@ -134,6 +134,41 @@ BENCHMARK(BM_Conv3x3)
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 
+// Grouped 3x3 kiln.conv2d with bias and relu, channels-last, as ResNeXt
+// and RegNet run them. Args: N, C (= C_out), H (= W), groups, stride.
+// Groups of 4 channels take Kiln's narrow-group kernel
+// (kernels/conv_narrow_group.h); KILN_NARROW_GROUPS=0 gives oneDNN's.
+void BM_GroupedConv3x3(benchmark::State& state) {
+  const int64_t b = state.range(0), c = state.range(1), h = state.range(2),
+                g = state.range(3), s = state.range(4);
+  OneNode n("kiln.conv2d");
+  Arg x = n.Tensor({b, h, h, c}, false);
+  Arg w = n.Tensor({c, c / g, 3, 3}, true, -0.1f, 0.1f);
+  Arg bias = n.Tensor({c}, true);
+  Arg none;
+  Arg relu = IntListArg({});
+  relu.list.push_back(StringArg("relu"));
+  if (!n.Prepare({x, w, bias, IntListArg({s, s}), IntListArg({1, 1}), IntListArg({1, 1}),
+                  IntArg(g), none, relu, IntArg(1), IntArg(1)},
+                 state)) {
+    return;
+  }
+  const int64_t oh = (h - 1) / s + 1;
+  TimeFlops(state, 2.0 * b * c * oh * oh * (c / g) * 9, [&] {
+    for (auto _ : state) {
+      if (!n.Run(state)) break;
+    }
+  });
+}
+BENCHMARK(BM_GroupedConv3x3)
+    ->Args({1, 128, 56, 32, 1})  // resnext50_32x4d layer1 (4 channels a group)
+    ->Args({8, 128, 56, 32, 1})  // ... batch 8
+    ->Args({1, 256, 56, 32, 2})  // ... layer2's first block (8 a group)
+    ->Args({1, 256, 28, 32, 1})  // ... layer2
+    ->Args({1, 104, 28, 13, 1})  // regnet_y_400mf stage 2 (8 a group)
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+
 // Args: M, K, N, weight constant (1) or computed (0).
 void BM_Linear(benchmark::State& state) {
   const int64_t m = state.range(0), k = state.range(1), nn = state.range(2);

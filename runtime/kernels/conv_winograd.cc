@@ -60,12 +60,6 @@ bool Enabled() {
   return on;
 }
 
-// A run of post-ops: one residual add, or activations applied together.
-struct PostOpRun {
-  bool add = false;
-  std::vector<PostOp> activations;
-};
-
 struct Gemm {
   dnnl::matmul::primitive_desc pd;
   dnnl::matmul prim;
@@ -323,14 +317,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakeWinogradConv(
   cfg.input_index = input_index;
   cfg.bias_index = bias_index;
   cfg.residual_index = residual_index;
-  for (PostOp& op : post_ops) {
-    if (op.kind == PostOp::Kind::kAdd) {
-      cfg.post_ops.push_back(PostOpRun{true, {}});
-    } else {
-      if (cfg.post_ops.empty() || cfg.post_ops.back().add) cfg.post_ops.emplace_back();
-      cfg.post_ops.back().activations.push_back(std::move(op));
-    }
-  }
+  cfg.post_ops = SplitPostOpRuns(std::move(post_ops));
   try {
     const dnnl::engine& engine = CpuEngine();
     // [OC, C] per position when the outputs are at least as wide as the

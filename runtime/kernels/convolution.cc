@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/kernels/activation_layout.h"
+#include "runtime/kernels/conv_narrow_group.h"
 #include "runtime/kernels/conv_winograd.h"
 #include "runtime/kernels/kernel_util.h"
 #include "runtime/kernels/onednn_util.h"
@@ -354,6 +355,19 @@ static absl::StatusOr<PreparedOp> PrepareConv(const NodeArgs& args, bool fused) 
         op.kernel, MakeWinogradConv(args, wino, static_cast<const float*>(constant_weight),
                                     static_cast<const float*>(constant_bias), cfg.input_index,
                                     cfg.bias_index, cfg.residual_index, post_ops));
+    op.consumed_constants.push_back(constant_weight);
+    if (constant_bias != nullptr) op.consumed_constants.push_back(constant_bias);
+    return op;
+  }
+
+  const NarrowGroupConvShape narrow{n, c, h, w, oc, out_hw[0], out_hw[1], kh, kw, groups,
+                                    stride, padding, dilation, layout_in, layout_out};
+  if (NarrowGroupApplies(narrow, constant_weight != nullptr,
+                         ComputeType(args.options()) == dt::f32, post_ops)) {
+    const void* constant_bias = bias ? args.ConstantData(2, "bias") : nullptr;
+    op.kernel = MakeNarrowGroupConv(narrow, static_cast<const float*>(constant_weight),
+                                    static_cast<const float*>(constant_bias), cfg.input_index,
+                                    cfg.bias_index, cfg.residual_index, post_ops);
     op.consumed_constants.push_back(constant_weight);
     if (constant_bias != nullptr) op.consumed_constants.push_back(constant_bias);
     return op;

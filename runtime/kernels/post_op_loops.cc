@@ -77,4 +77,33 @@ void ApplyPostOps(const std::vector<PostOp>& ops, float* data, int64_t n) {
   }
 }
 
+std::vector<PostOpRun> SplitPostOpRuns(std::vector<PostOp> ops) {
+  std::vector<PostOpRun> runs;
+  for (PostOp& op : ops) {
+    if (op.kind == PostOp::Kind::kAdd) {
+      runs.push_back(PostOpRun{true, {}});
+      continue;
+    }
+    if (runs.empty() || runs.back().add) runs.emplace_back();
+    runs.back().activations.push_back(std::move(op));
+  }
+  return runs;
+}
+
+void ApplyPostOpRuns(const std::vector<PostOpRun>& runs, float* data, const float* residual,
+                     int64_t n) {
+  for (const PostOpRun& run : runs) {
+    if (!run.add) {
+      ApplyPostOps(run.activations, data, n);
+      continue;
+    }
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      _mm256_storeu_ps(data + i, _mm256_add_ps(_mm256_loadu_ps(data + i),
+                                               _mm256_loadu_ps(residual + i)));
+    }
+    for (; i < n; ++i) data[i] += residual[i];
+  }
+}
+
 }  // namespace kiln::runtime

@@ -20,4 +20,19 @@ bool LoopsImplement(const std::vector<PostOp>& ops);
 // LoopsImplement(ops) must hold.
 void ApplyPostOps(const std::vector<PostOp>& ops, float* data, int64_t n);
 
+// A post-op chain as the loops apply it: residual adds, and the runs of
+// activations between them (applied together, one pass over the data).
+struct PostOpRun {
+  bool add = false;
+  std::vector<PostOp> activations;
+};
+
+// `ops` as runs; each op is an "add" or one LoopsImplement takes.
+std::vector<PostOpRun> SplitPostOpRuns(std::vector<PostOp> ops);
+
+// data[i] = runs applied in order to data[i], for i in [0, n); an add
+// adds residual[i]. residual must not overlap data.
+void ApplyPostOpRuns(const std::vector<PostOpRun>& runs, float* data, const float* residual,
+                     int64_t n);
+
 }  // namespace kiln::runtime

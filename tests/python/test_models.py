@@ -29,6 +29,24 @@ class WithErfcx(nn.Module):
         return self.b(torch.special.erfcx(torch.relu(self.a(x))))
 
 
+class NarrowGroupBlock(nn.Module):
+    """A ResNeXt bottleneck whose 3x3 convolution has 4 channels a group
+    (kilnd's narrow-group kernel), stride 1 then 2."""
+
+    def __init__(self):
+        super().__init__()
+        self.reduce = nn.Sequential(nn.Conv2d(16, 32, 1, bias=False), nn.BatchNorm2d(32),
+                                    nn.ReLU())
+        self.grouped = nn.Sequential(nn.Conv2d(32, 32, 3, padding=1, groups=8, bias=False),
+                                     nn.BatchNorm2d(32), nn.ReLU())
+        self.expand = nn.Sequential(nn.Conv2d(32, 16, 1, bias=False), nn.BatchNorm2d(16))
+        self.down = nn.Conv2d(16, 16, 3, stride=2, padding=1, groups=4)
+
+    def forward(self, x):
+        y = torch.relu(self.expand(self.grouped(self.reduce(x))) + x)
+        return self.down(y)
+
+
 def test_mlp_matches_eager(daemon_up):
     torch.manual_seed(0)
     model = MLP().eval()
@@ -39,6 +57,22 @@ def test_mlp_matches_eager(daemon_up):
             got, want = compiled(x), model(x)
             assert got.shape == want.shape and got.dtype == want.dtype
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    s = backend.stats()
+    assert s.nodes_in_daemon > 0 and s.nodes_in_eager == 0, s
+
+
+def test_narrow_group_convolutions_match_eager(daemon_up):
+    torch.manual_seed(0)
+    model = NarrowGroupBlock().eval()
+    for bn in (m for m in model.modules() if isinstance(m, nn.BatchNorm2d)):
+        nn.init.uniform_(bn.running_var, 0.5, 2.0)
+        nn.init.normal_(bn.running_mean, std=0.1)
+    compiled = torch.compile(model, backend="kiln")
+    x = torch.randn(2, 16, 19, 23)
+    with torch.no_grad():
+        got, want = compiled(x), model(x)
+    assert got.shape == want.shape
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
     s = backend.stats()
     assert s.nodes_in_daemon > 0 and s.nodes_in_eager == 0, s
 

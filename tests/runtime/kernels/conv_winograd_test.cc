@@ -17,16 +17,6 @@ struct WinoCase {
   std::vector<std::string> post_ops;  // "add" reads the residual
 };
 
-// NCHW <-> NHWC of a [n, c, hw] tensor.
-template <typename T>
-std::vector<T> ToNhwc(const std::vector<T>& x, int64_t n, int64_t c, int64_t hw) {
-  std::vector<T> y(x.size());
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t k = 0; k < c; ++k)
-      for (int64_t p = 0; p < hw; ++p) y[(i * hw + p) * c + k] = x[(i * c + k) * hw + p];
-  return y;
-}
-
 double Activate(const std::string& op, double v) {
   if (op == "relu") return v > 0 ? v : 0;
   if (op == "silu") return v / (1 + std::exp(-v));

@@ -252,6 +252,16 @@ inline ::testing::AssertionResult AllClose(const std::vector<float>& actual,
   return result;
 }
 
+// NCHW -> NHWC of a [n, c, hw] tensor.
+template <typename T>
+std::vector<T> ToNhwc(const std::vector<T>& x, int64_t n, int64_t c, int64_t hw) {
+  std::vector<T> y(x.size());
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t k = 0; k < c; ++k)
+      for (int64_t p = 0; p < hw; ++p) y[(i * hw + p) * c + k] = x[(i * c + k) * hw + p];
+  return y;
+}
+
 inline std::vector<double> ToDouble(const std::vector<float>& v) {
   return std::vector<double>(v.begin(), v.end());
 }

@@ -1,0 +1,205 @@
+// Narrow-group convolution (see conv_narrow_group.h).
+//
+// Output channels go in blocks of 8 (two groups); because a group has as
+// many input as output channels, block b of the output reads exactly block
+// b of the input's channels. For one output pixel and one tap, the 8 input
+// channels are loaded once per multiply-add with an in-lane shuffle that
+// spreads channel i of each group over the group's 4 lanes, times the
+// weights w[o][i] of the 8 output channels o. The shuffle and the
+// multiply-add run on different ports, and there is nothing to reduce
+// across lanes afterwards.
+//
+// A task computes whole output rows: strips of 8 pixels per channel block
+// (8 accumulators), the pixels whose taps all fall inside the input
+// without bounds checks, the border pixels one at a time with them. The
+// row is then finished (bias first, post-ops after) in one pass; with a
+// residual it is computed into a row of its own and stored last, so the
+// output may share the residual's bytes.
+#include "runtime/kernels/conv_narrow_group.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "runtime/exec/parallel.h"
+#include "runtime/kernels/post_op_loops.h"
+
+namespace kiln::runtime {
+namespace {
+
+constexpr int64_t kG = kNarrowGroupWidth;
+constexpr int64_t kBlock = 8;  // output channels in a vector: two groups
+constexpr int kStrip = 8;      // output pixels computed together
+
+static_assert(kBlock == 2 * kG, "the shuffle below spreads within 128-bit halves");
+
+bool Enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("KILN_NARROW_GROUPS");
+    return e == nullptr || std::string(e) != "0";
+  }();
+  return on;
+}
+
+// Input channel I of each group in the 8 channels at px, over its group's
+// lanes.
+template <int I>
+inline __m256 GroupChannel(const float* px) {
+  return _mm256_permute_ps(_mm256_loadu_ps(px), I * 0x55);
+}
+
+// acc[j] += one tap for X output pixels: px is the first one's input pixel
+// (at the block's channels), `step` the floats between consecutive ones'
+// input pixels, wk the tap's [4][8] weights.
+template <int X>
+inline void Tap(const float* px, int64_t step, const float* wk, __m256* acc) {
+  const __m256 w0 = _mm256_loadu_ps(wk), w1 = _mm256_loadu_ps(wk + 8),
+               w2 = _mm256_loadu_ps(wk + 16), w3 = _mm256_loadu_ps(wk + 24);
+  for (int j = 0; j < X; ++j) {
+    const float* p = px + j * step;
+    acc[j] = _mm256_fmadd_ps(GroupChannel<0>(p), w0, acc[j]);
+    acc[j] = _mm256_fmadd_ps(GroupChannel<1>(p), w1, acc[j]);
+    acc[j] = _mm256_fmadd_ps(GroupChannel<2>(p), w2, acc[j]);
+    acc[j] = _mm256_fmadd_ps(GroupChannel<3>(p), w3, acc[j]);
+  }
+}
+
+class NarrowGroupConvKernel final : public Kernel {
+ public:
+  struct Config {
+    NarrowGroupConvShape s;
+    int input_index = -1, bias_index = -1, residual_index = -1;
+    std::vector<float> weights;  // [OC/8][KH][KW][4][8]
+    std::vector<float> bias;     // a constant bias, copied
+    std::vector<PostOpRun> post_ops;
+    // Output columns [x_lo, x_hi) read no padding.
+    int64_t x_lo = 0, x_hi = 0;
+  };
+
+  explicit NarrowGroupConvKernel(Config c) : c_(std::move(c)) {}
+
+  size_t ScratchBytes() const override { return 0; }
+
+  absl::Status Run(const KernelContext& ctx) const override {
+    const NarrowGroupConvShape& s = c_.s;
+    const float* in = ctx.inputs[c_.input_index].as<const float>();
+    const float* bias = !c_.bias.empty()     ? c_.bias.data()
+                        : c_.bias_index >= 0 ? ctx.inputs[c_.bias_index].as<const float>()
+                                             : nullptr;
+    const float* residual =
+        c_.residual_index >= 0 ? ctx.inputs[c_.residual_index].as<const float>() : nullptr;
+    float* out = ctx.outputs[0].as<float>();
+    const int64_t row_floats = s.ow * s.oc;
+    ParallelFor(s.n * s.oh, 1, [&](int64_t begin, int64_t end) {
+      thread_local std::vector<float> own_row;
+      if (residual != nullptr && own_row.size() < static_cast<size_t>(row_floats)) {
+        own_row.resize(row_floats);
+      }
+      for (int64_t r = begin; r < end; ++r) {
+        float* dst = out + r * row_floats;
+        float* row = residual != nullptr ? own_row.data() : dst;
+        const float* image = in + r / s.oh * s.h * s.w * s.c;
+        ComputeRow(image, r % s.oh, bias, row);
+        ApplyPostOpRuns(c_.post_ops, row,
+                        residual != nullptr ? residual + r * row_floats : nullptr, row_floats);
+        if (row != dst) std::memcpy(dst, row, row_floats * sizeof(float));
+      }
+    });
+    return absl::OkStatus();
+  }
+
+ private:
+  void ComputeRow(const float* image, int64_t oy, const float* bias, float* row) const {
+    const NarrowGroupConvShape& s = c_.s;
+    for (int64_t cb = 0; cb < s.oc / kBlock; ++cb) {
+      const __m256 b =
+          bias != nullptr ? _mm256_loadu_ps(bias + cb * kBlock) : _mm256_setzero_ps();
+      int64_t ox = 0;
+      for (; ox < c_.x_lo; ++ox) Strip<1, true>(image, oy, ox, cb, b, row);
+      for (; ox + kStrip <= c_.x_hi; ox += kStrip) Strip<kStrip, false>(image, oy, ox, cb, b, row);
+      for (; ox + 4 <= c_.x_hi; ox += 4) Strip<4, false>(image, oy, ox, cb, b, row);
+      for (; ox < c_.x_hi; ++ox) Strip<1, false>(image, oy, ox, cb, b, row);
+      for (; ox < s.ow; ++ox) Strip<1, true>(image, oy, ox, cb, b, row);
+    }
+  }
+
+  // Output pixels [ox0, ox0 + X) of channel block cb into the row. With
+  // kChecked (X == 1) taps outside the input are skipped.
+  template <int X, bool kChecked>
+  void Strip(const float* image, int64_t oy, int64_t ox0, int64_t cb, __m256 b,
+             float* row) const {
+    static_assert(X == 1 || !kChecked, "only single pixels check their taps");
+    const NarrowGroupConvShape& s = c_.s;
+    __m256 acc[X];
+    for (int j = 0; j < X; ++j) acc[j] = b;
+    const int64_t step = s.stride[1] * s.c;
+    const float* wb = c_.weights.data() + cb * s.kh * s.kw * kG * kBlock;
+    for (int64_t ky = 0; ky < s.kh; ++ky) {
+      const int64_t iy = oy * s.stride[0] - s.padding[0] + ky * s.dilation[0];
+      if (iy < 0 || iy >= s.h) continue;
+      const float* irow = image + iy * s.w * s.c + cb * kBlock;
+      for (int64_t kx = 0; kx < s.kw; ++kx) {
+        const int64_t ix = ox0 * s.stride[1] - s.padding[1] + kx * s.dilation[1];
+        if (kChecked && (ix < 0 || ix >= s.w)) continue;
+        Tap<X>(irow + ix * s.c, step, wb + (ky * s.kw + kx) * kG * kBlock, acc);
+      }
+    }
+    for (int j = 0; j < X; ++j) _mm256_storeu_ps(row + (ox0 + j) * s.oc + cb * kBlock, acc[j]);
+  }
+
+  Config c_;
+};
+
+}  // namespace
+
+bool NarrowGroupApplies(const NarrowGroupConvShape& s, bool constant_weight, bool f32_compute,
+                        const std::vector<PostOp>& post_ops) {
+  if (!Enabled() || !constant_weight || !f32_compute) return false;
+  if (s.groups <= 1 || s.c != s.groups * kG || s.oc != s.groups * kG) return false;
+  if (s.oc % kBlock != 0 || s.n <= 0 || s.oh <= 0 || s.ow <= 0) return false;
+  if (s.layout_in != ActivationLayout::kNhwc || s.layout_out != ActivationLayout::kNhwc) {
+    return false;
+  }
+  for (const PostOp& op : post_ops) {
+    if (op.kind != PostOp::Kind::kAdd && !LoopsImplement({op})) return false;
+  }
+  return true;
+}
+
+std::unique_ptr<Kernel> MakeNarrowGroupConv(const NarrowGroupConvShape& s, const float* weight,
+                                            const float* bias, int input_index, int bias_index,
+                                            int residual_index, std::vector<PostOp> post_ops) {
+  NarrowGroupConvKernel::Config cfg;
+  cfg.s = s;
+  cfg.input_index = input_index;
+  cfg.bias_index = bias_index;
+  cfg.residual_index = residual_index;
+  cfg.post_ops = SplitPostOpRuns(std::move(post_ops));
+  cfg.weights.resize(static_cast<size_t>(s.oc * s.kh * s.kw * kG));
+  for (int64_t o = 0; o < s.oc; ++o) {
+    const int64_t cb = o / kBlock, lane = o % kBlock;
+    for (int64_t i = 0; i < kG; ++i) {
+      for (int64_t ky = 0; ky < s.kh; ++ky) {
+        for (int64_t kx = 0; kx < s.kw; ++kx) {
+          cfg.weights[(((cb * s.kh + ky) * s.kw + kx) * kG + i) * kBlock + lane] =
+              weight[((o * kG + i) * s.kh + ky) * s.kw + kx];
+        }
+      }
+    }
+  }
+  if (bias != nullptr) cfg.bias.assign(bias, bias + s.oc);
+  // Column ox reads input columns ox * stride - pad + kx * dilation.
+  const int64_t sw = s.stride[1], pw = s.padding[1];
+  const int64_t last_tap = (s.kw - 1) * s.dilation[1];
+  cfg.x_lo = std::min(s.ow, (pw + sw - 1) / sw);
+  const int64_t reach = s.w - 1 + pw - last_tap;  // the last column's ox * stride
+  cfg.x_hi = reach < 0 ? 0 : std::min(s.ow, reach / sw + 1);
+  cfg.x_hi = std::max(cfg.x_lo, cfg.x_hi);
+  return std::make_unique<NarrowGroupConvKernel>(std::move(cfg));
+}
+
+}  // namespace kiln::runtime

@@ -1,0 +1,53 @@
+// Grouped convolutions with narrow groups: as many output as input
+// channels per group, and 4 of them (ResNeXt-50 32x4d's first stage: 128
+// channels in 32 groups). oneDNN's direct kernels work on 8-channel
+// blocks, so it computes these as a gemm per group over an im2col copy:
+// resnext50's 56x56 3x3 convolutions took 6 to 10 ms a call that way
+// (3 to 5 GFLOP/s), a quarter of the whole model.
+//
+// The kernel here computes them directly on channels-last activations: a
+// vector holds 8 output channels (two groups), and each input channel of
+// a group is broadcast across its group's 4 lanes with one in-lane
+// shuffle, so every multiply-add does useful work.
+#pragma once
+
+#include <array>
+#include <memory>
+#include <vector>
+
+#include "runtime/kernels/activation_layout.h"
+#include "runtime/kernels/kernel.h"
+#include "runtime/kernels/post_ops.h"
+
+namespace kiln::runtime {
+
+// A convolution the narrow-group kernel may take: shapes in NCHW terms.
+struct NarrowGroupConvShape {
+  int64_t n = 0, c = 0, h = 0, w = 0, oc = 0, oh = 0, ow = 0, kh = 0, kw = 0, groups = 1;
+  std::array<int64_t, 2> stride = {1, 1}, padding = {0, 0}, dilation = {1, 1};
+  ActivationLayout layout_in = ActivationLayout::kPlain;
+  ActivationLayout layout_out = ActivationLayout::kPlain;
+};
+
+// Channels per group (in and out) the kernel computes.
+inline constexpr int64_t kNarrowGroupWidth = 4;
+
+// Whether the kernel takes this convolution: kNarrowGroupWidth input and
+// output channels per group, channels-last on both sides, f32, a constant
+// weight, output channels a multiple of 8, and post-ops that are residual
+// adds or activations kernels/post_op_loops.h implements. Any kernel size,
+// stride, padding and dilation. KILN_NARROW_GROUPS=0 in the daemon's
+// environment turns the kernel off (for comparisons).
+bool NarrowGroupApplies(const NarrowGroupConvShape& s, bool constant_weight, bool f32_compute,
+                        const std::vector<PostOp>& post_ops);
+
+// The kernel for a convolution NarrowGroupApplies to: `weight` is the
+// constant [OC, 4, KH, KW] weight (repacked here, once), `bias` a constant
+// bias (copied) or nullptr when it is absent or computed; the inputs'
+// slots are the node's (bias_index and residual_index -1 when absent).
+// The output may share the residual's bytes.
+std::unique_ptr<Kernel> MakeNarrowGroupConv(const NarrowGroupConvShape& s, const float* weight,
+                                            const float* bias, int input_index, int bias_index,
+                                            int residual_index, std::vector<PostOp> post_ops);
+
+}  // namespace kiln::runtime
