@@ -197,6 +197,10 @@ BENCHMARK(BM_Linear)
     ->Args({128, 768, 768, 1})
     ->Args({128, 768, 3072, 1})
     ->Args({128, 3072, 768, 1})
+    // ViT-B/16 at batch 1: 197 tokens (QKV, FFN up, FFN down).
+    ->Args({197, 768, 2304, 1})
+    ->Args({197, 768, 3072, 1})
+    ->Args({197, 3072, 768, 1})
     // Large: BERT-base at batch 8 x 128 tokens (QKV, FFN up, FFN down).
     ->Args({1024, 768, 768, 1})
     ->Args({1024, 768, 3072, 1})
@@ -239,6 +243,7 @@ BENCHMARK(BM_LinearCold)
     ->Args({1, 512, 32000})->Args({8, 512, 32000})
     ->Args({1, 9216, 4096})->Args({2, 9216, 4096})->Args({4, 9216, 4096})->Args({8, 9216, 4096})
     ->Args({1, 512, 1376})->Args({8, 512, 1376})
+    ->Args({197, 768, 3072})  // ViT-B/16's FFN up: as a model meets it
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
