@@ -136,7 +136,7 @@ BENCHMARK(BM_Conv3x3)
 
 // Grouped 3x3 kiln.conv2d with bias and relu, channels-last, as ResNeXt
 // and RegNet run them. Args: N, C (= C_out), H (= W), groups, stride.
-// Groups of 4 channels take Kiln's narrow-group kernel
+// Groups of 4 and 8 channels take Kiln's narrow-group kernel
 // (kernels/conv_narrow_group.h); KILN_NARROW_GROUPS=0 gives oneDNN's.
 void BM_GroupedConv3x3(benchmark::State& state) {
   const int64_t b = state.range(0), c = state.range(1), h = state.range(2),

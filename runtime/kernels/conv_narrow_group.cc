@@ -1,13 +1,14 @@
 // Narrow-group convolution (see conv_narrow_group.h).
 //
-// Output channels go in blocks of 8 (two groups); because a group has as
-// many input as output channels, block b of the output reads exactly block
-// b of the input's channels. For one output pixel and one tap, the 8 input
-// channels are loaded once per multiply-add with an in-lane shuffle that
-// spreads channel i of each group over the group's 4 lanes, times the
-// weights w[o][i] of the 8 output channels o. The shuffle and the
-// multiply-add run on different ports, and there is nothing to reduce
-// across lanes afterwards.
+// Output channels go in blocks of 8 (two groups of 4, or one of 8);
+// because a group has as many input as output channels, block b of the
+// output reads exactly block b of the input's channels. For one output
+// pixel and one tap, input channel i of each group is spread over the
+// group's lanes (groups of 4: the 8 channels loaded, then an in-lane
+// shuffle; groups of 8: a broadcast load) and multiplied by the weights
+// w[o][i] of the 8 output channels o. The shuffle and the multiply-add
+// run on different ports, and there is nothing to reduce across lanes
+// afterwards.
 //
 // A task computes whole output rows: strips of 8 pixels per channel block
 // (8 accumulators), the pixels whose taps all fall inside the input
@@ -31,11 +32,8 @@
 namespace kiln::runtime {
 namespace {
 
-constexpr int64_t kG = kNarrowGroupWidth;
-constexpr int64_t kBlock = 8;  // output channels in a vector: two groups
+constexpr int64_t kBlock = 8;  // output channels in a vector: one or two groups
 constexpr int kStrip = 8;      // output pixels computed together
-
-static_assert(kBlock == 2 * kG, "the shuffle below spreads within 128-bit halves");
 
 bool Enabled() {
   static const bool on = [] {
@@ -54,9 +52,20 @@ inline __m256 GroupChannel(const float* px) {
 
 // acc[j] += one tap for X output pixels: px is the first one's input pixel
 // (at the block's channels), `step` the floats between consecutive ones'
-// input pixels, wk the tap's [4][8] weights.
-template <int X>
+// input pixels, wk the tap's [G][8] weights. With groups of 8 the vector
+// is one group, and its input channel i is a broadcast load.
+template <int G, int X>
 inline void Tap(const float* px, int64_t step, const float* wk, __m256* acc) {
+  if constexpr (G == 8) {
+    for (int i = 0; i < G; ++i) {
+      const __m256 w = _mm256_loadu_ps(wk + i * kBlock);
+      for (int j = 0; j < X; ++j) {
+        acc[j] = _mm256_fmadd_ps(_mm256_broadcast_ss(px + j * step + i), w, acc[j]);
+      }
+    }
+    return;
+  }
+  static_assert(G == 4 || G == 8, "group widths");
   const __m256 w0 = _mm256_loadu_ps(wk), w1 = _mm256_loadu_ps(wk + 8),
                w2 = _mm256_loadu_ps(wk + 16), w3 = _mm256_loadu_ps(wk + 24);
   for (int j = 0; j < X; ++j) {
@@ -94,6 +103,8 @@ class NarrowGroupConvKernel final : public Kernel {
         c_.residual_index >= 0 ? ctx.inputs[c_.residual_index].as<const float>() : nullptr;
     float* out = ctx.outputs[0].as<float>();
     const int64_t row_floats = s.ow * s.oc;
+    const auto compute_row = s.c / s.groups == 8 ? &NarrowGroupConvKernel::ComputeRow<8>
+                                                 : &NarrowGroupConvKernel::ComputeRow<4>;
     ParallelFor(s.n * s.oh, 1, [&](int64_t begin, int64_t end) {
       thread_local std::vector<float> own_row;
       if (residual != nullptr && own_row.size() < static_cast<size_t>(row_floats)) {
@@ -103,7 +114,7 @@ class NarrowGroupConvKernel final : public Kernel {
         float* dst = out + r * row_floats;
         float* row = residual != nullptr ? own_row.data() : dst;
         const float* image = in + r / s.oh * s.h * s.w * s.c;
-        ComputeRow(image, r % s.oh, bias, row);
+        (this->*compute_row)(image, r % s.oh, bias, row);
         ApplyPostOpRuns(c_.post_ops, row,
                         residual != nullptr ? residual + r * row_floats : nullptr, row_floats);
         if (row != dst) std::memcpy(dst, row, row_floats * sizeof(float));
@@ -113,23 +124,26 @@ class NarrowGroupConvKernel final : public Kernel {
   }
 
  private:
+  template <int G>
   void ComputeRow(const float* image, int64_t oy, const float* bias, float* row) const {
     const NarrowGroupConvShape& s = c_.s;
     for (int64_t cb = 0; cb < s.oc / kBlock; ++cb) {
       const __m256 b =
           bias != nullptr ? _mm256_loadu_ps(bias + cb * kBlock) : _mm256_setzero_ps();
       int64_t ox = 0;
-      for (; ox < c_.x_lo; ++ox) Strip<1, true>(image, oy, ox, cb, b, row);
-      for (; ox + kStrip <= c_.x_hi; ox += kStrip) Strip<kStrip, false>(image, oy, ox, cb, b, row);
-      for (; ox + 4 <= c_.x_hi; ox += 4) Strip<4, false>(image, oy, ox, cb, b, row);
-      for (; ox < c_.x_hi; ++ox) Strip<1, false>(image, oy, ox, cb, b, row);
-      for (; ox < s.ow; ++ox) Strip<1, true>(image, oy, ox, cb, b, row);
+      for (; ox < c_.x_lo; ++ox) Strip<G, 1, true>(image, oy, ox, cb, b, row);
+      for (; ox + kStrip <= c_.x_hi; ox += kStrip) {
+        Strip<G, kStrip, false>(image, oy, ox, cb, b, row);
+      }
+      for (; ox + 4 <= c_.x_hi; ox += 4) Strip<G, 4, false>(image, oy, ox, cb, b, row);
+      for (; ox < c_.x_hi; ++ox) Strip<G, 1, false>(image, oy, ox, cb, b, row);
+      for (; ox < s.ow; ++ox) Strip<G, 1, true>(image, oy, ox, cb, b, row);
     }
   }
 
   // Output pixels [ox0, ox0 + X) of channel block cb into the row. With
   // kChecked (X == 1) taps outside the input are skipped.
-  template <int X, bool kChecked>
+  template <int G, int X, bool kChecked>
   void Strip(const float* image, int64_t oy, int64_t ox0, int64_t cb, __m256 b,
              float* row) const {
     static_assert(X == 1 || !kChecked, "only single pixels check their taps");
@@ -137,7 +151,7 @@ class NarrowGroupConvKernel final : public Kernel {
     __m256 acc[X];
     for (int j = 0; j < X; ++j) acc[j] = b;
     const int64_t step = s.stride[1] * s.c;
-    const float* wb = c_.weights.data() + cb * s.kh * s.kw * kG * kBlock;
+    const float* wb = c_.weights.data() + cb * s.kh * s.kw * G * kBlock;
     for (int64_t ky = 0; ky < s.kh; ++ky) {
       const int64_t iy = oy * s.stride[0] - s.padding[0] + ky * s.dilation[0];
       if (iy < 0 || iy >= s.h) continue;
@@ -145,7 +159,7 @@ class NarrowGroupConvKernel final : public Kernel {
       for (int64_t kx = 0; kx < s.kw; ++kx) {
         const int64_t ix = ox0 * s.stride[1] - s.padding[1] + kx * s.dilation[1];
         if (kChecked && (ix < 0 || ix >= s.w)) continue;
-        Tap<X>(irow + ix * s.c, step, wb + (ky * s.kw + kx) * kG * kBlock, acc);
+        Tap<G, X>(irow + ix * s.c, step, wb + (ky * s.kw + kx) * G * kBlock, acc);
       }
     }
     for (int j = 0; j < X; ++j) _mm256_storeu_ps(row + (ox0 + j) * s.oc + cb * kBlock, acc[j]);
@@ -159,7 +173,12 @@ class NarrowGroupConvKernel final : public Kernel {
 bool NarrowGroupApplies(const NarrowGroupConvShape& s, bool constant_weight, bool f32_compute,
                         const std::vector<PostOp>& post_ops) {
   if (!Enabled() || !constant_weight || !f32_compute) return false;
-  if (s.groups <= 1 || s.c != s.groups * kG || s.oc != s.groups * kG) return false;
+  if (s.groups <= 1 || s.c != s.oc || s.c % s.groups != 0) return false;
+  const int64_t width = s.c / s.groups;
+  if (std::find(kNarrowGroupWidths.begin(), kNarrowGroupWidths.end(), width) ==
+      kNarrowGroupWidths.end()) {
+    return false;
+  }
   if (s.oc % kBlock != 0 || s.n <= 0 || s.oh <= 0 || s.ow <= 0) return false;
   if (s.layout_in != ActivationLayout::kNhwc || s.layout_out != ActivationLayout::kNhwc) {
     return false;
@@ -179,14 +198,15 @@ std::unique_ptr<Kernel> MakeNarrowGroupConv(const NarrowGroupConvShape& s, const
   cfg.bias_index = bias_index;
   cfg.residual_index = residual_index;
   cfg.post_ops = SplitPostOpRuns(std::move(post_ops));
-  cfg.weights.resize(static_cast<size_t>(s.oc * s.kh * s.kw * kG));
+  const int64_t g = s.c / s.groups;
+  cfg.weights.resize(static_cast<size_t>(s.oc * s.kh * s.kw * g));
   for (int64_t o = 0; o < s.oc; ++o) {
     const int64_t cb = o / kBlock, lane = o % kBlock;
-    for (int64_t i = 0; i < kG; ++i) {
+    for (int64_t i = 0; i < g; ++i) {
       for (int64_t ky = 0; ky < s.kh; ++ky) {
         for (int64_t kx = 0; kx < s.kw; ++kx) {
-          cfg.weights[(((cb * s.kh + ky) * s.kw + kx) * kG + i) * kBlock + lane] =
-              weight[((o * kG + i) * s.kh + ky) * s.kw + kx];
+          cfg.weights[(((cb * s.kh + ky) * s.kw + kx) * g + i) * kBlock + lane] =
+              weight[((o * g + i) * s.kh + ky) * s.kw + kx];
         }
       }
     }

@@ -13,12 +13,13 @@ namespace kiln::runtime::testing {
 namespace {
 
 struct GroupCase {
+  int64_t width;  // channels a group, in and out
   int64_t n, groups, h, w, kh, kw;
   int64_t stride_h, stride_w, pad_h, pad_w, dil_h, dil_w;
   bool bias;
   std::vector<std::string> post_ops;  // "add" reads the residual
 
-  int64_t c() const { return groups * kNarrowGroupWidth; }
+  int64_t c() const { return groups * width; }
   int64_t oh() const { return (h + 2 * pad_h - dil_h * (kh - 1) - 1) / stride_h + 1; }
   int64_t ow() const { return (w + 2 * pad_w - dil_w * (kw - 1) - 1) / stride_w + 1; }
 };
@@ -35,7 +36,7 @@ struct Data {
 };
 
 Data MakeData(const GroupCase& k) {
-  const int64_t c = k.c(), g = kNarrowGroupWidth;
+  const int64_t c = k.c(), g = k.width;
   Data d;
   d.x = RandomFloats(k.n * c * k.h * k.w, 41);
   d.wt = RandomFloats(c * g * k.kh * k.kw, 42, -0.2f, 0.2f);
@@ -46,7 +47,7 @@ Data MakeData(const GroupCase& k) {
 
 // The expected output, channels-last, in double.
 std::vector<double> Reference(const GroupCase& k, const Data& d) {
-  const int64_t c = k.c(), g = kNarrowGroupWidth, oh = k.oh(), ow = k.ow();
+  const int64_t c = k.c(), g = k.width, oh = k.oh(), ow = k.ow();
   std::vector<double> out(k.n * c * oh * ow);
   for (int64_t i = 0; i < k.n; ++i)
     for (int64_t o = 0; o < c; ++o)
@@ -80,7 +81,7 @@ bool HasAdd(const GroupCase& k) {
 void Build(OpTester& t, const GroupCase& k, const Data& d) {
   const int64_t c = k.c();
   t.AddArg(t.Input(F32({k.n, k.h, k.w, c}), ToNhwc(d.x, k.n, c, k.h * k.w)));
-  t.AddArg(t.Constant(F32({c, kNarrowGroupWidth, k.kh, k.kw}), d.wt));
+  t.AddArg(t.Constant(F32({c, k.width, k.kh, k.kw}), d.wt));
   t.AddArg(k.bias ? t.Constant(F32({c}), d.b) : NoneArg());
   t.AddArg(IntListArg({k.stride_h, k.stride_w}));
   t.AddArg(IntListArg({k.pad_h, k.pad_w}));
@@ -126,24 +127,30 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         // ResNeXt's 3x3 (4 channels a group), 21 columns: strips of 8 and
         // 4 and single pixels between the padded borders.
-        GroupCase{2, 8, 9, 21, 3, 3, 1, 1, 1, 1, 1, 1, true, {"relu"}},
+        GroupCase{4, 2, 8, 9, 21, 3, 3, 1, 1, 1, 1, 1, 1, true, {"relu"}},
         // Stride 2, odd sizes, residual then relu, no bias.
-        GroupCase{1, 4, 13, 15, 3, 3, 2, 2, 1, 1, 1, 1, false, {"add", "relu"}},
+        GroupCase{4, 1, 4, 13, 15, 3, 3, 2, 2, 1, 1, 1, 1, false, {"add", "relu"}},
         // Activation before the residual; 5x3 kernel, uneven padding.
-        GroupCase{1, 6, 12, 19, 5, 3, 1, 1, 2, 1, 1, 1, true, {"silu", "add"}},
+        GroupCase{4, 1, 6, 12, 19, 5, 3, 1, 1, 2, 1, 1, 1, true, {"silu", "add"}},
         // Dilation 2 and stride 1x2.
-        GroupCase{2, 2, 11, 30, 3, 3, 1, 2, 2, 2, 2, 2, true, {}},
+        GroupCase{4, 2, 2, 11, 30, 3, 3, 1, 2, 2, 2, 2, 2, true, {}},
         // Every pixel reads padding: 2 columns under a 3-wide kernel, and
         // a 5-wide kernel on a 4-column image.
-        GroupCase{1, 2, 3, 2, 3, 3, 1, 1, 1, 1, 1, 1, true, {}},
-        GroupCase{1, 2, 4, 4, 5, 5, 1, 1, 2, 2, 1, 1, false, {"relu"}},
+        GroupCase{4, 1, 2, 3, 2, 3, 3, 1, 1, 1, 1, 1, 1, true, {}},
+        GroupCase{4, 1, 2, 4, 4, 5, 5, 1, 1, 2, 2, 1, 1, false, {"relu"}},
         // 1x1, no padding.
-        GroupCase{3, 10, 5, 17, 1, 1, 1, 1, 0, 0, 1, 1, true, {}}));
+        GroupCase{4, 3, 10, 5, 17, 1, 1, 1, 1, 0, 0, 1, 1, true, {}},
+        // 8 channels a group (RegNet's): one group a vector. The first
+        // as ResNeXt's, then stride 2 with a residual, and a kernel wider
+        // than the image.
+        GroupCase{8, 2, 4, 9, 21, 3, 3, 1, 1, 1, 1, 1, 1, true, {"relu"}},
+        GroupCase{8, 1, 3, 13, 15, 3, 3, 2, 2, 1, 1, 1, 1, false, {"add", "relu"}},
+        GroupCase{8, 1, 2, 4, 4, 5, 5, 1, 1, 2, 2, 1, 1, true, {"silu"}}));
 
 TEST(NarrowGroupTest, OutputMayShareTheResidualsBytes) {
   // plan/in_place.h lets a convolution with a residual add write over the
   // residual when nothing reads it afterwards.
-  const GroupCase k{2, 8, 10, 23, 3, 3, 1, 1, 1, 1, 1, 1, true, {"add", "relu"}};
+  const GroupCase k{4, 2, 8, 10, 23, 3, 3, 1, 1, 1, 1, 1, 1, true, {"add", "relu"}};
   ASSERT_TRUE(TakesNarrowGroups(k));
   OpTester t("kiln.conv2d");
   const Data d = MakeData(k);
@@ -154,7 +161,7 @@ TEST(NarrowGroupTest, OutputMayShareTheResidualsBytes) {
   std::vector<float> shared = ToNhwc(d.residual, k.n, c, k.oh() * k.ow());
   const TensorMeta in_meta = F32({k.n, k.h, k.w, c});
   const TensorMeta out_meta = F32({k.n, k.oh(), k.ow(), c});
-  const TensorMeta w_meta = F32({c, kNarrowGroupWidth, 3, 3}), b_meta = F32({c});
+  const TensorMeta w_meta = F32({c, k.width, 3, 3}), b_meta = F32({c});
   const TensorView inputs[] = {{const_cast<float*>(x.data()), &in_meta},
                                {const_cast<float*>(d.wt.data()), &w_meta},
                                {const_cast<float*>(d.b.data()), &b_meta},
@@ -169,12 +176,15 @@ TEST(NarrowGroupTest, OutputMayShareTheResidualsBytes) {
   EXPECT_TRUE(AllClose(shared, Reference(k, d), 1e-5, 1e-5));
 }
 
-TEST(NarrowGroupTest, TakesOnlyFourChannelGroupsChannelsLast) {
+TEST(NarrowGroupTest, TakesOnlyGroupsOfFourAndEightChannelsLast) {
   const NarrowGroupConvShape base{1, 128, 56, 56, 128, 56, 56, 3, 3, 32, {1, 1}, {1, 1},
                                   {1, 1}, ActivationLayout::kNhwc, ActivationLayout::kNhwc};
   EXPECT_TRUE(NarrowGroupApplies(base, true, true, {}));
+  NarrowGroupConvShape eight = base;
+  eight.groups = 16;
+  EXPECT_TRUE(NarrowGroupApplies(eight, true, true, {}));
   NarrowGroupConvShape wide = base;
-  wide.groups = 16;  // 8 channels a group: oneDNN's blocked kernels
+  wide.groups = 8;  // 16 channels a group: oneDNN's blocked kernels
   EXPECT_FALSE(NarrowGroupApplies(wide, true, true, {}));
   NarrowGroupConvShape depthwise = base;
   depthwise.groups = 128;
@@ -186,6 +196,9 @@ TEST(NarrowGroupTest, TakesOnlyFourChannelGroupsChannelsLast) {
   odd.groups = 3;  // 12 channels: not whole 8-channel blocks
   odd.c = odd.oc = 12;
   EXPECT_FALSE(NarrowGroupApplies(odd, true, true, {}));
+  NarrowGroupConvShape two = base;
+  two.groups = 64;  // 2 channels a group
+  EXPECT_FALSE(NarrowGroupApplies(two, true, true, {}));
   for (ActivationLayout l : {ActivationLayout::kPlain, ActivationLayout::kBlocked}) {
     NarrowGroupConvShape other = base;
     other.layout_in = l;
