@@ -96,11 +96,8 @@ class NarrowGroupConvKernel final : public Kernel {
   absl::Status Run(const KernelContext& ctx) const override {
     const NarrowGroupConvShape& s = c_.s;
     const float* in = ctx.inputs[c_.input_index].as<const float>();
-    const float* bias = !c_.bias.empty()     ? c_.bias.data()
-                        : c_.bias_index >= 0 ? ctx.inputs[c_.bias_index].as<const float>()
-                                             : nullptr;
-    const float* residual =
-        c_.residual_index >= 0 ? ctx.inputs[c_.residual_index].as<const float>() : nullptr;
+    const float* bias = !c_.bias.empty() ? c_.bias.data() : ctx.OptionalF32(c_.bias_index);
+    const float* residual = ctx.OptionalF32(c_.residual_index);
     float* out = ctx.outputs[0].as<float>();
     const int64_t row_floats = s.ow * s.oc;
     const auto compute_row = s.c / s.groups == 8 ? &NarrowGroupConvKernel::ComputeRow<8>

@@ -95,11 +95,8 @@ class WinogradConvKernel final : public Kernel {
     const WinogradConvShape& s = c_.s;
     char* scratch = static_cast<char*>(ctx.scratch);
     const float* in = ctx.inputs[c_.input_index].as<const float>();
-    const float* bias = !c_.bias.empty()     ? c_.bias.data()
-                        : c_.bias_index >= 0 ? ctx.inputs[c_.bias_index].as<const float>()
-                                             : nullptr;
-    const float* residual =
-        c_.residual_index >= 0 ? ctx.inputs[c_.residual_index].as<const float>() : nullptr;
+    const float* bias = !c_.bias.empty() ? c_.bias.data() : ctx.OptionalF32(c_.bias_index);
+    const float* residual = ctx.OptionalF32(c_.residual_index);
     float* const user_out = ctx.outputs[0].as<float>();
     float* out = c_.to_plain ? reinterpret_cast<float*>(scratch + c_.out_offset) : user_out;
     float* v = reinterpret_cast<float*>(scratch + c_.v_offset);

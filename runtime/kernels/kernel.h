@@ -37,6 +37,12 @@ struct KernelContext {
   absl::Span<const TensorView> outputs;
   // ScratchBytes() bytes, 64-byte aligned, private to this run.
   void* scratch = nullptr;
+
+  // Input `index` as f32 data, or nullptr for an absent optional input
+  // (index -1, as InputIndex gives it).
+  const float* OptionalF32(int index) const {
+    return index >= 0 ? inputs[index].as<const float>() : nullptr;
+  }
 };
 
 class Kernel {

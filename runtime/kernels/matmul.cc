@@ -90,7 +90,7 @@ class MatmulKernel final : public Kernel {
     if (total == 0) return absl::OkStatus();
     if (c_.skinny) {
       c_.skinny->Run(ctx.inputs[s.a_index].as<const float>(),
-                     s.addend_index >= 0 ? ctx.inputs[s.addend_index].as<const float>() : nullptr,
+                     ctx.OptionalF32(s.addend_index),
                      out);
       return absl::OkStatus();
     }

@@ -166,13 +166,7 @@ TEST(NarrowGroupTest, OutputMayShareTheResidualsBytes) {
                                {const_cast<float*>(d.wt.data()), &w_meta},
                                {const_cast<float*>(d.b.data()), &b_meta},
                                {shared.data(), &out_meta}};
-  const TensorView outputs[] = {{shared.data(), &out_meta}};
-  AlignedBuffer scratch(t.kernel().ScratchBytes());
-  KernelContext ctx;
-  ctx.inputs = inputs;
-  ctx.outputs = outputs;
-  ctx.scratch = scratch.data();
-  ASSERT_TRUE(t.kernel().Run(ctx).ok());
+  ASSERT_TRUE(RunOverLastInput(t.kernel(), inputs).ok());
   EXPECT_TRUE(AllClose(shared, Reference(k, d), 1e-5, 1e-5));
 }
 

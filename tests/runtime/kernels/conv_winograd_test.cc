@@ -153,13 +153,7 @@ TEST(WinogradTest, OutputMayShareTheResidualsBytes) {
                                  {const_cast<float*>(d.wt.data()), &w_meta},
                                  {const_cast<float*>(d.b.data()), &b_meta},
                                  {shared.data(), &out_meta}};
-    const TensorView outputs[] = {{shared.data(), &out_meta}};
-    AlignedBuffer scratch(t.kernel().ScratchBytes());
-    KernelContext ctx;
-    ctx.inputs = inputs;
-    ctx.outputs = outputs;
-    ctx.scratch = scratch.data();
-    ASSERT_TRUE(t.kernel().Run(ctx).ok());
+    ASSERT_TRUE(RunOverLastInput(t.kernel(), inputs).ok());
     std::vector<double> expected = Reference(k, d.x, d.wt, d.b, d.residual, d.oh, d.ow);
     if (nhwc) expected = ToNhwc(expected, k.n, k.oc, d.oh * d.ow);
     EXPECT_TRUE(AllClose(shared, expected, 1e-4, 1e-4)) << (nhwc ? "channels-last" : "plain");

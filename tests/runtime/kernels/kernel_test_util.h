@@ -252,6 +252,18 @@ inline ::testing::AssertionResult AllClose(const std::vector<float>& actual,
   return result;
 }
 
+// Runs `kernel` on `inputs` with its one output over the last input's bytes
+// (plan/in_place.h lets a step that adds a residual write over it).
+inline absl::Status RunOverLastInput(const Kernel& kernel, absl::Span<const TensorView> inputs) {
+  const TensorView outputs[] = {inputs.back()};
+  AlignedBuffer scratch(kernel.ScratchBytes());
+  KernelContext ctx;
+  ctx.inputs = inputs;
+  ctx.outputs = outputs;
+  ctx.scratch = scratch.data();
+  return kernel.Run(ctx);
+}
+
 // NCHW -> NHWC of a [n, c, hw] tensor.
 template <typename T>
 std::vector<T> ToNhwc(const std::vector<T>& x, int64_t n, int64_t c, int64_t hw) {
