@@ -315,7 +315,10 @@ std::vector<T> ToBlocked(const std::vector<T>& x, int64_t n, int64_t c, int64_t 
 
 // kiln.conv2d in the blocked layout (layout code 2): a plain RGB input
 // into a blocked output, blocked to blocked with a fused residual add,
-// depthwise blocked, and blocked into a plain output.
+// depthwise blocked, blocked into a plain output, and a squeeze-excitation
+// block's 1x1 convolutions from 110 plain channels (no multiple of 8,
+// which oneDNN's blocked kernels do not take) into a blocked output, with
+// and without a residual.
 TEST(ConvolutionTest, BlockedLayoutsMatchReference) {
   struct BlockedCase {
     ConvCase conv;
@@ -330,7 +333,11 @@ TEST(ConvolutionTest, BlockedLayoutsMatchReference) {
            BlockedCase{{{1, 24, 10, 12}, {24, 1, 3, 3}, true, {2, 2}, {1, 1}, {1, 1}, 24, true},
                        2, 2, false},
            BlockedCase{{{1, 32, 6, 6}, {12, 32, 1, 1}, false, {1, 1}, {0, 0}, {1, 1}, 1, true}, 2,
-                       0, false}}) {
+                       0, false},
+           BlockedCase{{{2, 110, 1, 1}, {440, 110, 1, 1}, true, {1, 1}, {0, 0}, {1, 1}, 1, true},
+                       0, 2, false},
+           BlockedCase{{{1, 52, 3, 5}, {208, 52, 1, 1}, true, {1, 1}, {0, 0}, {1, 1}, 1, true},
+                       0, 2, true}}) {
     const ConvCase& c = bc.conv;
     const auto x = RandomFloats(NumElements(c.input), 21);
     const auto w = RandomFloats(NumElements(c.weight), 22);
