@@ -24,6 +24,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "runtime/exec/parallel.h"
@@ -124,18 +125,30 @@ class NarrowGroupConvKernel final : public Kernel {
   template <int G>
   void ComputeRow(const float* image, int64_t oy, const float* bias, float* row) const {
     const NarrowGroupConvShape& s = c_.s;
-    for (int64_t cb = 0; cb < s.oc / kBlock; ++cb) {
-      const __m256 b =
-          bias != nullptr ? _mm256_loadu_ps(bias + cb * kBlock) : _mm256_setzero_ps();
-      int64_t ox = 0;
-      for (; ox < c_.x_lo; ++ox) Strip<G, 1, true>(image, oy, ox, cb, b, row);
-      for (; ox + kStrip <= c_.x_hi; ox += kStrip) {
-        Strip<G, kStrip, false>(image, oy, ox, cb, b, row);
+    const int64_t blocks = s.oc / kBlock;
+    // Pixels outer, channel blocks inner: the blocks of a strip read the
+    // same input pixels' neighbouring bytes, whole lines in order; blocks
+    // outer read each line once per block, 512 bytes apart.
+    auto strips = [&](auto x_const, auto checked_const, int64_t ox) {
+      constexpr int X = decltype(x_const)::value;
+      constexpr bool kChecked = decltype(checked_const)::value;
+      for (int64_t cb = 0; cb < blocks; ++cb) {
+        const __m256 b =
+            bias != nullptr ? _mm256_loadu_ps(bias + cb * kBlock) : _mm256_setzero_ps();
+        Strip<G, X, kChecked>(image, oy, ox, cb, b, row);
       }
-      for (; ox + 4 <= c_.x_hi; ox += 4) Strip<G, 4, false>(image, oy, ox, cb, b, row);
-      for (; ox < c_.x_hi; ++ox) Strip<G, 1, false>(image, oy, ox, cb, b, row);
-      for (; ox < s.ow; ++ox) Strip<G, 1, true>(image, oy, ox, cb, b, row);
+    };
+    using One = std::integral_constant<int, 1>;
+    using Yes = std::true_type;
+    using No = std::false_type;
+    int64_t ox = 0;
+    for (; ox < c_.x_lo; ++ox) strips(One{}, Yes{}, ox);
+    for (; ox + kStrip <= c_.x_hi; ox += kStrip) {
+      strips(std::integral_constant<int, kStrip>{}, No{}, ox);
     }
+    for (; ox + 4 <= c_.x_hi; ox += 4) strips(std::integral_constant<int, 4>{}, No{}, ox);
+    for (; ox < c_.x_hi; ++ox) strips(One{}, No{}, ox);
+    for (; ox < s.ow; ++ox) strips(One{}, Yes{}, ox);
   }
 
   // Output pixels [ox0, ox0 + X) of channel block cb into the row. With
