@@ -21,13 +21,12 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
-#include <string>
 #include <type_traits>
 #include <utility>
 
 #include "runtime/exec/parallel.h"
+#include "runtime/kernels/kernel_util.h"
 #include "runtime/kernels/post_op_loops.h"
 
 namespace kiln::runtime {
@@ -37,10 +36,7 @@ constexpr int64_t kBlock = 8;  // output channels in a vector: one or two groups
 constexpr int kStrip = 8;      // output pixels computed together
 
 bool Enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("KILN_NARROW_GROUPS");
-    return e == nullptr || std::string(e) != "0";
-  }();
+  static const bool on = KernelSwitchOn("KILN_NARROW_GROUPS");
   return on;
 }
 
@@ -83,7 +79,7 @@ class NarrowGroupConvKernel final : public Kernel {
   struct Config {
     NarrowGroupConvShape s;
     int input_index = -1, bias_index = -1, residual_index = -1;
-    std::vector<float> weights;  // [OC/8][KH][KW][4][8]
+    std::vector<float> weights;  // [OC/8][KH][KW][C/groups][8]
     std::vector<float> bias;     // a constant bias, copied
     std::vector<PostOpRun> post_ops;
     // Output columns [x_lo, x_hi) read no padding.

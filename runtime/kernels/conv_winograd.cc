@@ -27,7 +27,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -35,6 +34,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/exec/parallel.h"
+#include "runtime/kernels/kernel_util.h"
 #include "runtime/kernels/onednn_util.h"
 #include "runtime/kernels/post_op_loops.h"
 
@@ -53,10 +53,7 @@ constexpr int64_t kMinChannels = 32;
 constexpr int64_t kChunkBytes = int64_t{6} << 20;
 
 bool Enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("KILN_WINOGRAD");
-    return e == nullptr || std::string(e) != "0";
-  }();
+  static const bool on = KernelSwitchOn("KILN_WINOGRAD");
   return on;
 }
 

@@ -1,6 +1,9 @@
 // Helpers shared by the ops' prepare functions (see kernel_util.h).
 #include "runtime/kernels/kernel_util.h"
 
+#include <cstdlib>
+#include <string>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "runtime/ir/graph.h"
@@ -13,6 +16,11 @@ absl::Status RequireDType(const NodeArgs& args, const TensorMeta& meta,
   return args.Error(absl::StrCat(what, " must be ",
                                  std::string(DTypeName(dtype)), ", got ",
                                  meta.ToString()));
+}
+
+bool KernelSwitchOn(const char* name) {
+  const char* value = std::getenv(name);
+  return value == nullptr || std::string(value) != "0";
 }
 
 int InputIndex(const NodeArgs& args, int pos, const char* name) {

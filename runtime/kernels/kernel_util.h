@@ -26,6 +26,11 @@ absl::Status RequireDType(const NodeArgs& args, const TensorMeta& meta,
 // item (the others follow it).
 int InputIndex(const NodeArgs& args, int pos, const char* name);
 
+// Whether the switch `name` in the daemon's environment leaves a kernel on:
+// unset or any value but "0" (KILN_WINOGRAD=0 and the like, for
+// comparisons). Callers read it once.
+bool KernelSwitchOn(const char* name);
+
 // Wraps a possibly negative `dim` into [0, rank); rank 0 tensors accept
 // -1 and 0 like PyTorch.
 absl::StatusOr<int> WrapDim(const NodeArgs& args, int64_t dim, int rank);
