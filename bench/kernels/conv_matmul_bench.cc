@@ -193,6 +193,13 @@ BENCHMARK(BM_Linear)
     ->Args({8, 768, 3072, 1})->Args({32, 768, 3072, 1})->Args({256, 768, 3072, 1})
     ->Args({512, 768, 3072, 1})->Args({128, 512, 512, 1})->Args({128, 512, 1536, 1})
     ->Args({1, 768, 3072, 1})
+    // Swin-T's first stage at batch 1 (3136 tokens of 96 channels: QKV,
+    // MLP up, MLP down), ConvNeXt-T's pointwise layers alike.
+    ->Args({3136, 96, 288, 1})
+    ->Args({3136, 96, 384, 1})
+    ->Args({3136, 384, 96, 1})
+    ->Args({784, 192, 576, 1})
+    ->Args({784, 768, 192, 1})
     // BERT-base at batch 1 x 128 tokens (QKV, FFN up, FFN down).
     ->Args({128, 768, 768, 1})
     ->Args({128, 768, 3072, 1})
@@ -201,6 +208,8 @@ BENCHMARK(BM_Linear)
     ->Args({197, 768, 2304, 1})
     ->Args({197, 768, 3072, 1})
     ->Args({197, 3072, 768, 1})
+    // ... and at batch 8: 1576 tokens.
+    ->Args({1576, 768, 3072, 1})
     // Large: BERT-base at batch 8 x 128 tokens (QKV, FFN up, FFN down).
     ->Args({1024, 768, 768, 1})
     ->Args({1024, 768, 3072, 1})

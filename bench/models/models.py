@@ -43,6 +43,10 @@ def _torchvision(name: str) -> Builder:
         import torchvision
         torch.manual_seed(SEED)
         model = getattr(torchvision.models, name)(weights=None).eval()
+        # torchvision zero-initialises vit's classifier head: its output
+        # would be all zeros and the correctness column vacuous.
+        if name == "vit_b_16":
+            nn.init.normal_(model.heads.head.weight, std=0.02)
         x = torch.randn(batch, 3, 224, 224)
         return Workload(model, (x,), ("x",), f"torchvision {name}, {batch}x3x224x224")
     return build

@@ -81,7 +81,10 @@ class MatmulKernel final : public Kernel {
 
   explicit MatmulKernel(Config c) : c_(std::move(c)) {}
 
-  size_t ScratchBytes() const override { return c_.use_dnnl ? c_.scratch_bytes : 0; }
+  size_t ScratchBytes() const override {
+    if (c_.skinny) return c_.skinny->ScratchBytes();
+    return c_.use_dnnl ? c_.scratch_bytes : 0;
+  }
 
   absl::Status Run(const KernelContext& ctx) const override {
     const MatmulSpec& s = c_.spec;
@@ -91,7 +94,7 @@ class MatmulKernel final : public Kernel {
     if (c_.skinny) {
       c_.skinny->Run(ctx.inputs[s.a_index].as<const float>(),
                      ctx.OptionalF32(s.addend_index),
-                     out);
+                     out, ctx.scratch);
       return absl::OkStatus();
     }
     if (!c_.use_dnnl) {

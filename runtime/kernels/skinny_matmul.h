@@ -16,6 +16,14 @@
 // gemm reads plain rows, so there such a weight is packed twice. The loops
 // run on AVX-512 where the CPU has it, else on AVX2.
 //
+// On CPUs without AVX-512 the same struct also takes products with more
+// rows (up to kPanelMaxRows, skinny_panel.h): oneDNN's AVX2 matmul repacks
+// a constant weight on every call, which in a model, where each weight
+// comes from memory once a call, cost up to a third of the product. There
+// B is packed once into 16-column strips (BA16a16b, the same room as
+// BA16a64b's panels) and A into 6-row tiles each call
+// (panel_rows_avx2.cc). KILN_PANEL_ROWS=0 leaves those products to oneDNN.
+//
 // Used by kernels/matmul.cc; the epilogue (addend broadcast to [M, N],
 // activations) is applied per panel while the panel's results are in
 // cache.
@@ -51,8 +59,9 @@ struct SkinnyMatmul {
   std::vector<PostOp> activations;
 
   // Whether this product (f32, unit scales) runs here: kSkinnyMaxRows rows
-  // at most, B a constant of at least a few KiB (below that oneDNN's call
-  // costs nothing worth saving), activations the loops implement.
+  // at most (more on AVX2, see above), B a constant of at least a few KiB
+  // (below that oneDNN's call costs nothing worth saving), activations the
+  // loops implement.
   static bool Applies(int64_t m, int64_t k, int64_t n, const std::vector<PostOp>& activations);
 
   // Packs the constant `b` (laid out as b_md, [K, N] logically) under
@@ -60,10 +69,20 @@ struct SkinnyMatmul {
   static SkinnyMatmul Make(int64_t m, int64_t k, int64_t n, const dnnl::memory::desc& b_md,
                            const void* b, const std::string& key);
 
+  // Bytes of scratch Run needs (A packed into row tiles, for many rows).
+  size_t ScratchBytes() const;
+
   // out = a @ B (+ addend) then activations; a is [M, K] row-major, out
-  // [M, N] row-major; addend as described above (null without one).
-  // Splits the panels over the current task arena.
-  void Run(const float* a, const float* addend, float* out) const;
+  // [M, N] row-major; addend as described above (null without one);
+  // scratch of ScratchBytes(), 32-byte aligned. Splits the panels over the
+  // current task arena.
+  void Run(const float* a, const float* addend, float* out, void* scratch) const;
+
+ private:
+  // Rows [r0, r0 + rows) of out, columns [j0, j0 + width), in place: the
+  // addend, then the activations, while they are in cache.
+  void Epilogue(int64_t r0, int64_t rows, int64_t j0, int64_t width, const float* addend,
+                float* out) const;
 };
 
 }  // namespace kiln::runtime

@@ -314,8 +314,9 @@ TEST(MatmulBf16Test, F32OptionsGiveTheDefaultKernel) {
 
 // ---- kiln.addmm: fused activations, transposed constant weights ----
 //
-// Few rows and a constant weight take the skinny kernel
-// (kernels/skinny_matmul.h); more rows or a computed weight stay on oneDNN.
+// A constant weight takes the panel kernels (kernels/skinny_matmul.h) with
+// few rows, and on AVX2 with many; otherwise, or with a computed weight,
+// oneDNN.
 // Both must give the product, the addend and the activations in order.
 
 double ApplyReference(const std::string& op, double x) {
@@ -398,8 +399,17 @@ INSTANTIATE_TEST_SUITE_P(
                        {"silu"}},
         FusedAddmmCase{"three_rows_chunks_and_panels", 3, 129, 130, {3, 1}, true, false, true,
                        {}},
-        // oneDNN: more rows, or a computed weight.
-        FusedAddmmCase{"rows_on_onednn", 24, 40, 72, {72}, true, true, true, {"relu"}},
+        // More rows: on AVX2 the many-row panel loops (tiles of 6 rows, a
+        // partial last tile and strip, K over several 256-row chunks, rows
+        // in several blocks), on AVX-512 oneDNN; a computed weight: oneDNN.
+        FusedAddmmCase{"rows_24", 24, 40, 72, {72}, true, true, true, {"relu"}},
+        FusedAddmmCase{"rows_13_plain_weight", 13, 300, 70, {13, 1}, true, false, true,
+                       {"gelu_erf"}},
+        FusedAddmmCase{"rows_500_three_blocks", 500, 520, 200, {500, 200}, true, true, true,
+                       {"silu"}},
+        // 11 panels x 3 blocks, the last panel with a partial strip.
+        FusedAddmmCase{"rows_500_many_panels", 500, 300, 700, {700}, true, true, true,
+                       {"relu"}},
         FusedAddmmCase{"computed_transposed", 2, 40, 72, {72}, true, true, false,
                        {"gelu_erf"}}),
     [](const ::testing::TestParamInfo<FusedAddmmCase>& info) { return info.param.name; });
