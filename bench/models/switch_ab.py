@@ -1,0 +1,85 @@
+"""A kernel switch on and off, on one whole model, timed call by call in turn.
+
+The daemon reads its kernel switches (KILN_WINOGRAD, KILN_NARROW_GROUPS,
+KILN_PANEL_ROWS, ...) from its environment. This starts two private
+daemons, one with VAR=1 and one with VAR=0, compiles the model once
+against each and times their calls alternately in one process, so that
+drift in the host's speed (20% between runs on shared VMs) falls on both
+sides alike. Each model's weights are evicted by the other's call, as in a
+process that runs more than one model. Prints both medians, their ratio
+and each side's largest difference from eager relative to the output's
+scale.
+
+    .venv/bin/python bench/models/switch_ab.py --model vit_b_16 --var KILN_PANEL_ROWS
+        [--batch 1] [--calls 10] [--threads 2]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO / "bench" / "models"))
+sys.path.insert(0, str(REPO / "client"))
+
+import torch  # noqa: E402
+
+import models  # noqa: E402
+from private_daemon import PrivateDaemon, find_kilnd  # noqa: E402
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", required=True, help=f"one of: {', '.join(models.MODELS)}")
+    p.add_argument("--var", required=True, help="the daemon's switch, e.g. KILN_PANEL_ROWS")
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--calls", type=int, default=10, help="timed calls per side")
+    p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    args = p.parse_args()
+
+    torch.manual_seed(0)
+    torch.set_num_threads(args.threads)
+    work = models.build(args.model, args.batch)
+    os.environ["KILN_AUTOSTART"] = "0"
+    saved = os.environ.get(args.var)
+    daemons = {}
+    try:
+        for value in ("1", "0"):
+            os.environ[args.var] = value  # inherited by the daemon's process
+            daemons[value] = PrivateDaemon(find_kilnd(), threads=args.threads,
+                                           extra_args=["--no-cache"], prefix="kiln-ab-")
+        if saved is None:
+            del os.environ[args.var]
+        else:
+            os.environ[args.var] = saved
+        with torch.no_grad():
+            want = work.model(*work.inputs)
+            scale = want.abs().max().item() or 1.0
+            compiled = {v: torch.compile(work.model, backend="kiln", options={"socket": d.socket})
+                        for v, d in daemons.items()}
+            for v, fn in compiled.items():
+                got = fn(*work.inputs)
+                diff = (got - want).abs().max().item() / scale
+                print(f"{args.var}={v}: max|out - eager| / max|eager| = {diff:.1e}")
+            times = {v: [] for v in compiled}
+            for _ in range(args.calls):
+                for v, fn in compiled.items():
+                    start = time.perf_counter()
+                    fn(*work.inputs)
+                    times[v].append(time.perf_counter() - start)
+    finally:
+        for d in daemons.values():
+            d.stop()
+    on, off = (statistics.median(times[v]) * 1e3 for v in ("1", "0"))
+    print(f"{args.model} batch {args.batch}: {args.var}=1 {on:.2f} ms, {args.var}=0 {off:.2f} ms "
+          f"(median of {args.calls}); off / on = {off / on:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
