@@ -1,26 +1,25 @@
-// The many-row loop over B's 64-column panels (skinny_panel.h): products
-// with more rows than kSkinnyMaxRows on CPUs without AVX-512.
+// The many-row loops of SkinnyMatmul (skinny_panel.h): products with
+// more rows than kSkinnyMaxRows on CPUs without AVX-512.
 //
 // oneDNN's AVX2 matmul is a gemm that repacks B on every call. A model's
 // layers each read their weight once a call, from memory, and that
 // repacking then costs as much as a third of the product (ViT-B/16's
 // 197x768x3072 layer: 8.5 ms with its weight evicted, 6.3 ms hot; bench/
-// kernels BM_LinearCold, BM_Linear). These loops read the panels packed at
-// compile time, which the few-row loops use as well (one packed copy for a
-// prefill and a decode step).
+// kernels BM_LinearCold, BM_Linear). These loops read B as packed at
+// compile time, in strips of 16 columns (BA16a16b: K rows of 16 floats,
+// contiguous; the few-row loops read BA16a64b, so a weight that both
+// kinds of product use is packed twice).
 //
-// B is packed in strips of 16 columns (BA16a16b: K rows of 16 floats,
-// contiguous). Blocking, for a block of up to kPanelBlockRows rows and the
-// four strips of one 64-column panel: K in chunks of kKc; within a chunk
-// each strip's kKc rows (16 KiB, L1) serve every 6-row tile of the block
-// in turn, whose A rows (the block's kKc columns, up to 240 KiB) stay in
-// L2. A tile keeps its 6 x 16 sums in 12 registers over the chunk: two
-// loads of B and six broadcasts of A for 12 multiply-adds. A is first
-// copied into tiles of 6 rows (PackRowTiles), so that a tile reads one
-// stream of 24 bytes a step rather than six rows 4 bytes at a time. (The few-row
-// loops' 64-column rows would put a chunk's 16-column slice 256 bytes a
-// row apart, on a quarter of L1's sets, where 256 rows do not fit: 1024
-// rows ran at 46% of the peak that way.)
+// Blocking, for a block of up to kPanelBlockRows rows and the four strips
+// of one 64-column panel: K in chunks of kPanelChunk; within a chunk each
+// strip's rows (16 KiB, L1) serve every 6-row tile of the block in turn,
+// whose part of A (up to 240 KiB) stays in L2. A tile keeps its 6 x 16
+// sums in 12 registers over the chunk: two loads of B and six broadcasts
+// of A for 12 multiply-adds. A is first copied into tiles of 6 rows
+// (PackRowTiles), so that a tile reads one stream of 24 bytes a step
+// rather than six rows 4 bytes at a time. (Slices of BA16a64b's 64-column
+// rows would be 256 bytes a row apart, on a quarter of L1's sets, where
+// 256 rows do not fit: 1024 rows ran at 46% of the peak that way.)
 #include <immintrin.h>
 
 #include <algorithm>
