@@ -148,6 +148,9 @@ void LayoutArgs(benchmark::internal::Benchmark* b) {
       {58, 28, 58, 1, 1, 1},     // shufflenet_v2 1x1 at 28x28
       {116, 14, 116, 1, 1, 1},   // shufflenet_v2 1x1 at 14x14
       {232, 7, 232, 1, 1, 1},    // shufflenet_v2 1x1 at 7x7
+      {16, 55, 64, 3, 1, 1},     // squeezenet1_1 expand 3x3 at 55x55
+      {64, 13, 256, 3, 1, 1},    // squeezenet1_1 expand 3x3 at 13x13
+      {512, 13, 1000, 1, 1, 1},  // squeezenet1_1 classifier 1x1
   };
   for (int64_t batch : {1, 8}) {
     for (const auto& sh : shapes) {

@@ -73,6 +73,9 @@ struct CompiledGraph {
   Graph graph;  // metas of every node output filled in
   std::vector<CompiledStep> steps;  // in execution order
   std::vector<Wave> waves;          // covering `steps` in order
+  // Cat nodes whose inputs were computed in their output's bytes: no step
+  // (plan/joined_in_place.h).
+  std::vector<int> joined_cats;
   std::vector<std::vector<ValueSlot>> slots;  // [node][output]
   // By ValueSlot::index (non-owning); null for those no run reads (their
   // bytes went into kernels at prepare time and were let go).

@@ -13,9 +13,11 @@
 #include "runtime/compile/constant_persistence.h"
 #include "runtime/compile/shared_constants.h"
 #include "runtime/kernels/conv2d_args.h"
+#include "runtime/kernels/kernel_util.h"
 #include "runtime/ops/registry.h"
 #include "runtime/passes/pass_context.h"
 #include "runtime/plan/in_place.h"
+#include "runtime/plan/joined_in_place.h"
 #include "runtime/plan/memory_plan.h"
 #include "runtime/plan/waves.h"
 #include "runtime/util/status_macros.h"
@@ -260,6 +262,73 @@ std::vector<int> PlanInPlace(const Graph& graph, const CompiledGraph& cg,
   return ShareInPlace(candidates, reads_in_wave, requests);
 }
 
+// Cats whose inputs fill their output end to end (every dimension before
+// the cat's is 1) become join candidates (plan/joined_in_place.h); those
+// joined lose their step, since their inputs' producers then write the
+// output. Call after PlanInPlace; returns the join plan, whose owners
+// compose with the in-place ones.
+JoinPlan PlanJoinedCats(const Graph& graph, const std::vector<std::vector<int>>& request_of,
+                        const std::vector<int>& output_requests,
+                        const std::vector<int>& in_place_owner, CompiledGraph* cg,
+                        std::vector<BufferRequest>* requests) {
+  std::vector<bool> pinned(requests->size(), false);
+  for (int r : output_requests) pinned[r] = true;
+  std::vector<JoinCandidate> candidates;
+  std::vector<int> candidate_step;
+  // KILN_JOIN_CATS=0 keeps every cat's copy, for comparisons (read per
+  // compile, so tests can compare the two).
+  const bool join_cats = KernelSwitchOn("KILN_JOIN_CATS");
+  for (size_t s = 0; join_cats && s < cg->steps.size(); ++s) {
+    const Node& node = graph.nodes[cg->steps[s].node];
+    if (node.target != "aten.cat.default" || node.outputs.size() != 1) continue;
+    const TensorMeta& out = node.outputs[0];
+    int64_t dim = 0;
+    if (node.args.size() > 1 && node.args[1].kind == Arg::Kind::kInt) dim = node.args[1].i;
+    for (const NamedArg& a : node.kwargs) {
+      if (a.name == "dim" && a.value.kind == Arg::Kind::kInt) dim = a.value.i;
+    }
+    if (dim < 0) dim += out.rank();
+    if (dim < 0 || dim >= out.rank()) continue;
+    bool leading_ones = true;
+    for (int64_t d = 0; d < dim; ++d) leading_ones = leading_ones && out.shape[d] == 1;
+    if (!leading_ones) continue;
+    JoinCandidate c;
+    c.output = request_of[cg->steps[s].node][0];
+    int64_t offset = 0;
+    for (const ValueRef& ref : cg->steps[s].inputs) {
+      c.pieces.push_back(request_of[ref.node][ref.output]);
+      c.offsets.push_back(offset);
+      offset += graph.MetaOf(ref).ByteSize();
+    }
+    if (offset != out.ByteSize()) continue;  // e.g. a skipped 1-D empty input
+    candidates.push_back(std::move(c));
+    candidate_step.push_back(static_cast<int>(s));
+  }
+  JoinPlan plan = ShareJoined(candidates, pinned, in_place_owner, requests);
+  std::vector<bool> drop(cg->steps.size(), false);
+  for (size_t k = 0; k < candidates.size(); ++k) {
+    if (!plan.joined[k]) continue;
+    drop[candidate_step[k]] = true;
+    cg->joined_cats.push_back(cg->steps[candidate_step[k]].node);
+  }
+  if (cg->joined_cats.empty()) return plan;
+  std::vector<CompiledStep> steps;
+  std::vector<Wave> waves;
+  for (const Wave& w : cg->waves) {
+    Wave kept{static_cast<int>(steps.size()), static_cast<int>(steps.size())};
+    for (int s = w.begin; s < w.end; ++s) {
+      if (!drop[s]) steps.push_back(std::move(cg->steps[s]));
+    }
+    kept.end = static_cast<int>(steps.size());
+    if (kept.size() > 0) waves.push_back(kept);
+  }
+  cg->steps = std::move(steps);
+  cg->waves = std::move(waves);
+  cg->threading.step_ns = std::vector<std::atomic<int64_t>>(cg->steps.size());
+  for (auto& ns : cg->threading.step_ns) ns = std::numeric_limits<int64_t>::max();
+  return plan;
+}
+
 constexpr char kBadSavedConstant[] =
     "a constant saved in the cache directory failed its checksum (removed; compile again)";
 
@@ -500,8 +569,16 @@ absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
   }
   const std::vector<int> owner =
       PlanInPlace(graph, *cg, request_of, output_of_request, &requests);
+  const JoinPlan joins = PlanJoinedCats(graph, request_of, output_requests, owner, cg.get(),
+                                        &requests);
   MemoryPlan plan = PlanMemory(requests);
-  for (size_t r = 0; r < requests.size(); ++r) plan.offsets[r] = plan.offsets[owner[r]];
+  // Owners hold their own bytes: place every request after all owners.
+  std::vector<int64_t> offsets(requests.size());
+  for (size_t r = 0; r < requests.size(); ++r) {
+    const int o = owner[r];
+    offsets[r] = plan.offsets[joins.owner[o]] + joins.offset_in_owner[o];
+  }
+  plan.offsets = std::move(offsets);
   for (int i = 0; i < n; ++i) {
     for (size_t o = 0; o < request_of[i].size(); ++o) {
       const int r = request_of[i][o];

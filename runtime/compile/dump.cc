@@ -48,6 +48,8 @@ std::string DumpCompiledGraph(const CompiledGraph& cg) {
                                  CompileOptionsString(cg.options()), "\n");
   std::vector<bool> is_step(g.nodes.size(), false);
   for (const CompiledStep& s : cg.steps) is_step[s.node] = true;
+  std::vector<bool> joined(g.nodes.size(), false);
+  for (int node : cg.joined_cats) joined[node] = true;
   // Steps that share a wave with others (branches): "|| wave W" on each,
   // W counting the graph's waves from 0 in execution order.
   std::vector<int> shared_wave(g.nodes.size(), -1);
@@ -85,7 +87,8 @@ std::string DumpCompiledGraph(const CompiledGraph& cg) {
     const std::string wave =
         shared_wave[i] >= 0 ? absl::StrCat(" || wave ", shared_wave[i]) : std::string();
     absl::StrAppend(&out, "%", i, " = ", node.target, "(", absl::StrJoin(args, ", "), ") : ",
-                    Metas(node), " ", place, is_step[i] ? "" : " (alias)", wave, "  # ",
+                    Metas(node), " ", place,
+                    is_step[i] ? "" : joined[i] ? " (inputs computed in place)" : " (alias)", wave, "  # ",
                     node.name, "\n");
   }
   std::vector<std::string> outs;

@@ -123,3 +123,20 @@ def test_branches_give_the_same_result_and_show_in_the_dump(daemon_up, tmp_path,
     assert on and "|| wave" in on[0], on
     off = [d for d in dumps if "branches=off" in d.splitlines()[0]]
     assert off and "|| wave" not in off[0]
+
+
+@pytest.mark.parametrize("layout", ["nchw", "blocked"])
+def test_cat_inputs_computed_in_place_give_the_eager_result(daemon_up, tmp_path, monkeypatch,
+                                                            layout):
+    # At batch 1 the three convolutions write straight into the cat's bytes
+    # (runtime/plan/joined_in_place.h); the dump marks the cat.
+    monkeypatch.setenv("KILN_DUMP", str(tmp_path))
+    torch.manual_seed(0)
+    model, x = _Inception().eval(), torch.randn(1, 16, 24, 24)
+    with torch.no_grad():
+        want = model(x)
+        got = _run(model, x, {"layout": layout})
+    assert _relative_error(got, want) <= 1e-5
+    dumps = [open(p).read() for p in glob.glob(os.path.join(tmp_path, "*.txt"))]
+    cats = [line for d in dumps for line in d.splitlines() if "aten.cat.default" in line]
+    assert cats and all("(inputs computed in place)" in line for line in cats), dumps

@@ -2,8 +2,9 @@
 // checked against values computed here.
 #include "runtime/compile/compiler.h"
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <atomic>
 #include <map>
 #include <optional>
@@ -301,11 +302,15 @@ struct Interval {
   bool Overlaps(const Interval& o) const { return begin < o.end && o.begin < end; }
 };
 
-// The step output whose bytes `ref` reads (through aliases), or none for
-// inputs and constants.
+bool IsJoinedCat(const CompiledGraph& cg, int node) {
+  return std::find(cg.joined_cats.begin(), cg.joined_cats.end(), node) != cg.joined_cats.end();
+}
+
+// The step output (or joined cat) whose bytes `ref` reads (through
+// aliases), or none for inputs and constants.
 std::optional<ValueRef> Origin(const CompiledGraph& cg, const std::vector<int>& step_of,
                                ValueRef ref) {
-  while (step_of[ref.node] < 0) {
+  while (step_of[ref.node] < 0 && !IsJoinedCat(cg, ref.node)) {
     const Node& node = cg.graph.nodes[ref.node];
     if (node.kind != Node::Kind::kOp) return std::nullopt;
     ref = TensorInputsOf(node)[0];  // an alias of its only input
@@ -352,14 +357,38 @@ void ExpectNoSharedBytesWithinAWave(const CompiledGraph& cg) {
                       wave_of_step[s], wave_of_step[s]});
     }
   }
+  // A joined cat's bytes are taken from its first input's wave on.
+  for (int cat : cg.joined_cats) {
+    const ValueSlot& slot = cg.slots[cat][0];
+    ASSERT_EQ(slot.kind, ValueSlot::Kind::kArena);
+    int first = num_waves;
+    for (const ValueRef& in : TensorInputsOf(cg.graph.nodes[cat])) {
+      auto v = Origin(cg, step_of, in);
+      ASSERT_TRUE(v.has_value());
+      Live* l = find(*v);
+      ASSERT_NE(l, nullptr);
+      first = std::min(first, l->first);
+    }
+    live.push_back({ValueRef{cat, 0},
+                    {slot.offset, slot.offset + cg.graph.nodes[cat].outputs[0].ByteSize()},
+                    first, first});
+  }
   for (int s = 0; s < static_cast<int>(cg.steps.size()); ++s) {
     for (const ValueRef& in : cg.steps[s].inputs) {
       if (auto v = Origin(cg, step_of, in)) {
+        if (cg.slots[v->node][v->output].kind == ValueSlot::Kind::kOutput) continue;
         Live* l = find(*v);
         ASSERT_NE(l, nullptr);
         ASSERT_LT(l->first, wave_of_step[s]) << "a step reads a value of its own wave";
         l->last = std::max(l->last, wave_of_step[s]);
       }
+    }
+  }
+  // The cat reads its inputs when its reader runs: they hold its bytes.
+  for (int cat : cg.joined_cats) {
+    const Live* joined = find(ValueRef{cat, 0});
+    for (const ValueRef& in : TensorInputsOf(cg.graph.nodes[cat])) {
+      find(*Origin(cg, step_of, in))->last = joined->last;
     }
   }
   for (const ValueRef& out : cg.graph.outputs) {
@@ -379,10 +408,21 @@ void ExpectNoSharedBytesWithinAWave(const CompiledGraph& cg) {
     return origin && *origin == residual.value && residual.last == out.first &&
            residual.bytes.begin == out.bytes.begin;
   };
+  // The other: a joined cat's input at its place in the cat's bytes.
+  auto joined_in = [&](const Live& piece, const Live& cat) {
+    if (!IsJoinedCat(cg, cat.value.node)) return false;
+    int64_t offset = cat.bytes.begin;
+    for (const ValueRef& in : TensorInputsOf(cg.graph.nodes[cat.value.node])) {
+      if (Origin(cg, step_of, in) == piece.value) return piece.bytes.begin == offset;
+      offset += cg.graph.MetaOf(in).ByteSize();
+    }
+    return false;
+  };
   for (size_t a = 0; a < live.size(); ++a) {
     for (size_t b = a + 1; b < live.size(); ++b) {
       const bool same_time = live[a].first <= live[b].last && live[b].first <= live[a].last;
       if (in_place(live[a], live[b]) || in_place(live[b], live[a])) continue;
+      if (joined_in(live[a], live[b]) || joined_in(live[b], live[a])) continue;
       EXPECT_FALSE(same_time && live[a].bytes.Overlaps(live[b].bytes))
           << "node " << live[a].value.node << " and node " << live[b].value.node;
     }
@@ -530,6 +570,110 @@ TEST(Compiler, ConvolutionWritesOverAResidualNothingReadsAfterIt) {
       EXPECT_EQ(a, b);
     }
   }
+}
+
+}  // namespace
+}  // namespace kiln::runtime
+
+namespace kiln::runtime {
+namespace {
+
+// ---- Joined cats: a cat's inputs computed straight into its output ---------
+
+// A fire module whose cat feeds a 1x1 convolution (the graph's output).
+// The expand 1x1 output may also be read after the cat (by a relu, a
+// second graph output), or be a graph output itself, which the cat must
+// then copy.
+enum class Expand1x1 { kCatOnly, kReadLater, kGraphOutput };
+
+BuiltGraph BuildCatGraph(Expand1x1 expand, int64_t batch = 1) {
+  BuiltGraph f;
+  GraphBuilder b;
+  int x = b.Input({batch, 8, 12, 12});
+  int seed = 1;
+  auto conv = [&](int in, int64_t cin, int64_t cout, int64_t k) {
+    std::vector<float> w = RandomData(cout * cin * k * k, seed++);
+    std::vector<float> bias = RandomData(cout, seed++);
+    f.constants.Add(w);
+    f.constants.Add(bias);
+    int wn = b.Constant(w, {cout, cin, k, k});
+    int bn = b.Constant(bias, {cout});
+    int c = b.Call("aten.convolution.default",
+                   {Ref(in), Ref(wn), Ref(bn), IntList({1, 1}), IntList({k / 2, k / 2}),
+                    IntList({1, 1}), Bool(false), IntList({0, 0}), Int(1)});
+    return b.Call("aten.relu.default", {Ref(c)});
+  };
+  int squeeze = conv(x, 8, 8, 1);
+  int e1 = conv(squeeze, 8, 8, 1);
+  int e3 = conv(squeeze, 8, 16, 3);
+  int cat = b.Call("aten.cat.default", {RefList({e1, e3}), Int(1)});
+  b.Output(conv(cat, 24, 8, 1));
+  if (expand == Expand1x1::kReadLater) b.Output(b.Call("aten.relu.default", {Ref(e1)}));
+  if (expand == Expand1x1::kGraphOutput) b.Output(e1);
+  f.graph = b.graph();
+  return f;
+}
+
+absl::StatusOr<std::unique_ptr<CompiledGraph>> CompileCat(BuiltGraph& f, LayoutOption layout,
+                                                          BranchMode branches) {
+  auto ir = GraphFromProto(f.graph);
+  if (!ir.ok()) return ir.status();
+  ir->options.layout = layout;
+  ir->options.branches = branches;
+  return Compile(*std::move(ir), f.constants.Resolver());
+}
+
+std::vector<std::vector<float>> RunOutputs(const CompiledGraph& g, const std::vector<float>& x) {
+  std::vector<std::vector<float>> outs;
+  std::vector<void*> out_ptrs;
+  for (const TensorMeta& m : g.output_metas) outs.emplace_back(m.NumElements(), -1.0f);
+  for (auto& o : outs) out_ptrs.push_back(o.data());
+  const void* inputs[] = {x.data()};
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(Execute(g, inputs, out_ptrs).ok());
+  return outs;
+}
+
+TEST(Compiler, CatInputsAreComputedInTheCatsBytesAtBatchOne) {
+  const std::vector<float> x = RandomData(8 * 12 * 12, 7);
+  auto cat_steps = [](const CompiledGraph& g) {
+    int n = 0;
+    for (const CompiledStep& step : g.steps) n += g.graph.nodes[step.node].target == "aten.cat.default";
+    return n;
+  };
+  // Channels-last puts H and W before the cat's dimension: no join there.
+  for (Expand1x1 expand : {Expand1x1::kCatOnly, Expand1x1::kReadLater, Expand1x1::kGraphOutput}) {
+    BuiltGraph f = BuildCatGraph(expand);
+    for (LayoutOption layout : {LayoutOption::kNchw, LayoutOption::kBlocked}) {
+      for (BranchMode branches : {BranchMode::kOff, BranchMode::kOn}) {
+        auto joined = CompileCat(f, layout, branches);
+        ASSERT_EQ(setenv("KILN_JOIN_CATS", "0", 1), 0);
+        auto copied = CompileCat(f, layout, branches);
+        ASSERT_EQ(unsetenv("KILN_JOIN_CATS"), 0);
+        ASSERT_TRUE(joined.ok() && copied.ok());
+        const std::string dump = DumpCompiledGraph(**joined);
+        // A graph output in the caller's memory cannot be in the cat's
+        // bytes too; in the blocked layout the output is a converted copy.
+        const bool expect_join = !(expand == Expand1x1::kGraphOutput && layout == LayoutOption::kNchw);
+        EXPECT_EQ((*joined)->joined_cats.size(), expect_join ? 1u : 0u) << dump;
+        EXPECT_EQ(dump.find("(inputs computed in place)") != std::string::npos, expect_join) << dump;
+        EXPECT_EQ(cat_steps(**joined), expect_join ? 0 : 1);
+        EXPECT_TRUE((*copied)->joined_cats.empty());
+        EXPECT_EQ(cat_steps(**copied), 1);
+        ExpectNoSharedBytesWithinAWave(**joined);
+        ExpectNoSharedBytesWithinAWave(**copied);
+        // Same kernels on the same bytes: the same results, bit for bit,
+        // the expand output read after the cat included.
+        EXPECT_EQ(RunOutputs(**joined, x), RunOutputs(**copied, x));
+      }
+    }
+  }
+}
+
+TEST(Compiler, CatsOfSeveralImagesKeepTheirCopy) {
+  BuiltGraph f = BuildCatGraph(Expand1x1::kCatOnly, /*batch=*/2);
+  auto cg = CompileCat(f, LayoutOption::kNchw, BranchMode::kOff);
+  ASSERT_TRUE(cg.ok()) << cg.status();
+  EXPECT_TRUE((*cg)->joined_cats.empty()) << DumpCompiledGraph(**cg);
 }
 
 }  // namespace
