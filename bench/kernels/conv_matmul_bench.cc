@@ -312,19 +312,6 @@ void BM_MaxPool(benchmark::State& state) {
 BENCHMARK(BM_MaxPool)->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 
-// The channels-last form the compiler gives pools inside a network
-// (resnet's stem pool: 64 channels, 112x112 -> 56x56).
-void BM_MaxPoolNhwc(benchmark::State& state) {
-  OneNode n("kiln.max_pool2d_nhwc");
-  Arg x = n.Tensor({state.range(0), 112, 112, 64}, false);
-  if (!n.Prepare({x, IntListArg({3, 3}), IntListArg({2, 2}), IntListArg({1, 1})}, state)) return;
-  for (auto _ : state) {
-    if (!n.Run(state)) break;
-  }
-}
-BENCHMARK(BM_MaxPoolNhwc)->Arg(1)->Arg(8)->UseRealTime()
-    ->Unit(benchmark::kMicrosecond);
-
 void BM_Add(benchmark::State& state) {
   OneNode add("aten.add.Tensor");
   Arg a = add.Tensor({1, 64, 56, 56}, false);

@@ -76,6 +76,14 @@ INSTANTIATE_TEST_SUITE_P(
              Window(3, 2, 0, {IntListArg({1, 1}), BoolArg(true)})},
         Case{"aten.max_pool2d_with_indices.default", "kiln.max_pool2d_nhwc", {1, 3, 9, 9},
              Window(3, 2, 1, {IntListArg({2, 2}), BoolArg(false)})},
+        // 8 and 16 channels (the blocked layout's images, vgg's 2x2 pools):
+        // whole-window pixels four vectors at a time, a NaN row redone.
+        Case{"aten.max_pool2d_with_indices.default", "kiln.max_pool2d_nhwc", {2, 8, 15, 15},
+             Window(3, 2, 0, {IntListArg({1, 1}), BoolArg(true)})},
+        Case{"aten.max_pool2d_with_indices.default", "kiln.max_pool2d_nhwc", {1, 16, 10, 10},
+             Window(2, 2, 0, {IntListArg({1, 1}), BoolArg(false)})},
+        Case{"aten.max_pool2d_with_indices.default", "kiln.max_pool2d_nhwc", {1, 24, 12, 12},
+             Window(3, 1, 1, {IntListArg({1, 1}), BoolArg(false)})},
         // 44 channels: the kernel's 32-, 8- and 1-channel loops.
         Case{"aten.max_pool2d_with_indices.default", "kiln.max_pool2d_nhwc", {2, 44, 11, 11},
              Window(3, 2, 1, {IntListArg({1, 1}), BoolArg(true)})},
