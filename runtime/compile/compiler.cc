@@ -435,6 +435,7 @@ absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
   KILN_RETURN_IF_ERROR(FuseElementwise(ctx));
   EliminateDeadNodes(graph);
   KILN_RETURN_IF_ERROR(PropagateChannelsLast(ctx));
+  KILN_RETURN_IF_ERROR(FuseBatchNormActivation(ctx));
   KILN_RETURN_IF_ERROR(FuseConvDepthwise(ctx));
   // The layout pass changed shapes: infer every op's outputs again.
   for (Node& node : graph.nodes) {

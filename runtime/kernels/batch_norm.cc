@@ -1,8 +1,11 @@
 // Inference batch normalization: aten.native_batch_norm.default with
 // training=False and aten._native_batch_norm_legit_no_training.default, and
 // their channels-last form kiln.batch_norm_nhwc (input, weight, bias,
-// running_mean, running_var, eps; one output) that passes/channels_last.cc
-// uses when nothing reads the saved statistics.
+// running_mean, running_var, eps, post_ops=[]; one output) that
+// passes/channels_last.cc uses when nothing reads the saved statistics.
+// post_ops are activations passes/fuse_batch_norm_activation.cc moved in
+// (densenet's norm -> relu before each convolution), applied to each row
+// of channels while it is in L1 instead of in a pass of their own.
 //
 // out = (x - mean) / sqrt(var + eps) * weight + bias, folded per channel to
 // out = x * scale + shift. With constant parameters the fold happens once at
@@ -18,6 +21,8 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/exec/parallel.h"
 #include "runtime/kernels/kernel_util.h"
+#include "runtime/kernels/post_op_loops.h"
+#include "runtime/kernels/post_ops.h"
 #include "runtime/ops/prepare_fns.h"
 #include "runtime/util/status_macros.h"
 
@@ -35,6 +40,8 @@ struct BatchNormParams {
   int input = -1, weight = -1, bias = -1, mean = -1, var = -1;
   // Prepared scale/shift when all present parameters are constants.
   std::vector<float> scale, shift;
+  // Activations applied to the result (channels-last form only).
+  std::vector<PostOp> post_ops;
 };
 
 // Per-channel scale/shift from the parameters, in float like ATen's
@@ -83,6 +90,7 @@ class BatchNormKernel final : public Kernel {
           const float* src = x + row * c;
           float* dst = out + row * c;
           for (int64_t k = 0; k < c; ++k) dst[k] = src[k] * scale[k] + shift[k];
+          if (!p_.post_ops.empty()) ApplyPostOps(p_.post_ops, dst, c);
         }
       });
       return absl::OkStatus();
@@ -170,6 +178,12 @@ absl::StatusOr<PreparedOp> PrepareInferenceBatchNorm(const NodeArgs& args,
                params[2].constant, params[3].constant, p.scale.data(),
                p.shift.data());
   }
+  if (channels_last) {
+    KILN_ASSIGN_OR_RETURN(p.post_ops, ParsePostOps(args, eps_pos + 1, "post_ops"));
+    if (!LoopsImplement(p.post_ops)) {
+      return args.Unimplemented("batch norm post-ops must be activations");
+    }
+  }
   PreparedOp op;
   op.outputs = {input};
   if (!channels_last) {
@@ -204,7 +218,7 @@ absl::StatusOr<PreparedOp> PrepareBatchNormLegitNoTraining(
 }
 
 absl::StatusOr<PreparedOp> PrepareBatchNormNhwc(const NodeArgs& args) {
-  // (input, weight?, bias?, running_mean, running_var, eps)
+  // (input, weight?, bias?, running_mean, running_var, eps, post_ops=[])
   return PrepareInferenceBatchNorm(args, 5, true);
 }
 

@@ -74,6 +74,9 @@ absl::Status FuseElementwise(PassContext& ctx);
 // Rebuilds the node list with activations between convolutions in
 // channels-last order; op output metas must be inferred again afterwards.
 absl::Status PropagateChannelsLast(PassContext& ctx);
+// Activations after a kiln.batch_norm_nhwc -> its post_ops (so after
+// PropagateChannelsLast).
+absl::Status FuseBatchNormActivation(PassContext& ctx);
 // 1x1 convolution -> 3x3 depthwise convolution pairs, both channels-last
 // (so after PropagateChannelsLast) -> kiln.conv2d_dw, where that pays.
 absl::Status FuseConvDepthwise(PassContext& ctx);

@@ -2,6 +2,7 @@
 // kiln.adaptive_avg_pool2d_nhwc, kiln.batch_norm_nhwc) against their NCHW
 // ATen counterparts, which pooling_test.cc and batch_norm_test.cc check
 // against references: same input (permuted), same answer (permuted back).
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -126,6 +127,39 @@ TEST(BatchNormNhwcTest, EqualsNchwKernel) {
   ASSERT_EQ(nhwc.output_metas().size(), 1u);
   ASSERT_TRUE(nhwc.Run().ok());
   EXPECT_EQ(nhwc.OutputF32(0), ToNhwc(nchw.OutputF32(0), shape));
+}
+
+// post_ops (passes/fuse_batch_norm_activation.cc): the activation applied
+// to the normalized values, exactly as the separate relu would.
+TEST(BatchNormNhwcTest, PostOpsActivateTheResult) {
+  const std::vector<int64_t> shape = {1, 3, 4, 24};
+  const auto x = RandomFloats(NumElements(shape), 8);
+  const auto w = RandomFloats(24, 4), b = RandomFloats(24, 5), m = RandomFloats(24, 6);
+  const auto v = RandomFloats(24, 7, 0.5f, 2.0f);
+  auto run = [&](std::vector<Arg> post_ops, std::vector<float>* out) {
+    OpTester t("kiln.batch_norm_nhwc");
+    t.AddArg(t.Input(F32(shape), x));
+    for (const auto* p : {&w, &b, &m, &v}) t.AddArg(t.Constant(F32({24}), *p));
+    t.AddArg(FloatArg(1e-5));
+    if (!post_ops.empty()) t.AddArg(ListArg(std::move(post_ops)));
+    absl::Status s = t.Prepare();
+    if (s.ok()) s = t.Run();
+    if (s.ok()) *out = t.OutputF32(0);
+    return s;
+  };
+  std::vector<float> plain, relu;
+  ASSERT_TRUE(run({}, &plain).ok());
+  ASSERT_TRUE(run({StringArg("relu")}, &relu).ok());
+  ASSERT_EQ(plain.size(), relu.size());
+  int negative = 0;
+  for (size_t i = 0; i < plain.size(); ++i) {
+    negative += plain[i] < 0;
+    EXPECT_EQ(relu[i], std::max(plain[i], 0.0f)) << i;
+  }
+  EXPECT_GT(negative, 0);
+  // A residual add reads a tensor: not a batch norm post-op.
+  std::vector<float> unused;
+  EXPECT_FALSE(run({StringArg("add")}, &unused).ok());
 }
 
 }  // namespace

@@ -1,0 +1,85 @@
+// Moves activations that follow a channels-last batch norm into it
+// (kiln.batch_norm_nhwc's post_ops), so each row of channels is normalized
+// and activated in one pass. These are the batch norms no convolution
+// absorbed: densenet's norm -> relu in front of each convolution, which
+// reads a concatenation. Single activation nodes and decomposed ones (see
+// activation_patterns.h), as long as the post-op loops implement them; the
+// fused node takes the place of the last node it absorbs.
+#include "absl/strings/str_cat.h"
+#include "runtime/ir/arg_builders.h"
+#include "runtime/kernels/post_op_loops.h"
+#include "runtime/kernels/post_ops.h"
+#include "runtime/passes/activation_patterns.h"
+#include "runtime/passes/pass_context.h"
+
+namespace kiln::runtime {
+namespace {
+
+// Position of kiln.batch_norm_nhwc's post_ops argument.
+constexpr size_t kPostOpsArg = 6;
+
+bool Implemented(const std::string& post_op) {
+  absl::StatusOr<PostOp> op = ParsePostOp(post_op);
+  return op.ok() && LoopsImplement({*op});
+}
+
+}  // namespace
+
+absl::Status FuseBatchNormActivation(PassContext& ctx) {
+  Graph& g = ctx.graph;
+  Uses uses = ComputeUses(g);
+  for (int b = 0; b < static_cast<int>(g.nodes.size()); ++b) {
+    if (g.nodes[b].dead || g.nodes[b].target != "kiln.batch_norm_nhwc" ||
+        g.nodes[b].outputs.size() != 1 || !g.nodes[b].kwargs.empty() ||
+        g.nodes[b].args.size() < kPostOpsArg) {
+      continue;
+    }
+    std::vector<Arg> args = g.nodes[b].args;
+    if (args.size() == kPostOpsArg) args.push_back(ListArg({}));
+    if (args[kPostOpsArg].kind != Arg::Kind::kList) continue;
+    const TensorMeta out_meta = g.nodes[b].outputs[0];
+    std::string name = g.nodes[b].name;
+    int cur = b;
+    while (!uses.is_output[cur][0]) {
+      if (std::optional<ActivationMatch> m = MatchDecomposedActivation(g, uses, {cur, 0})) {
+        if (!Implemented(m->post_op)) break;
+        args[kPostOpsArg].list.push_back(StringArg(m->post_op));
+        for (int n : m->nodes) {
+          name = absl::StrCat(name, "+", g.nodes[n].name);
+          g.nodes[n].dead = true;
+        }
+        g.nodes[cur].dead = true;
+        cur = m->last;
+        continue;
+      }
+      if (uses.Count({cur, 0}) != 1) break;
+      const int u = uses.users[cur][0][0];
+      const Node& user = g.nodes[u];
+      // (Metas after the layout pass are inferred again later: an
+      // activation's output is its input's, whatever its stale meta says.)
+      if (user.dead || user.outputs.size() != 1) break;
+      const std::string act = ActivationPostOp(user);
+      if (act.empty() || !Implemented(act) || user.args.empty() ||
+          user.args[0].kind != Arg::Kind::kTensor || !(user.args[0].tensor == ValueRef{cur, 0})) {
+        break;
+      }
+      args[kPostOpsArg].list.push_back(StringArg(act));
+      name = absl::StrCat(name, "+", user.name);
+      g.nodes[cur].dead = true;
+      cur = u;
+    }
+    if (cur == b) continue;
+    Node& fused = g.nodes[cur];
+    fused.dead = false;
+    fused.target = "kiln.batch_norm_nhwc";
+    fused.op_index = g.nodes[b].op_index;
+    fused.args = std::move(args);
+    fused.kwargs.clear();
+    fused.name = name;
+    fused.outputs = {out_meta};
+    uses = ComputeUses(g);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kiln::runtime
