@@ -444,6 +444,7 @@ absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
                           PrepareNode(graph, node, constant_data, /*shape_only=*/true));
     node.outputs = std::move(shapes.outputs);
   }
+  KILN_RETURN_IF_ERROR(FuseChannelShuffle(ctx));
 
   ShareDerivedConstants(ctx);
   lap(&cg->phases.passes_ms);

@@ -77,6 +77,10 @@ absl::Status PropagateChannelsLast(PassContext& ctx);
 // Activations after a kiln.batch_norm_nhwc -> its post_ops (so after
 // PropagateChannelsLast).
 absl::Status FuseBatchNormActivation(PassContext& ctx);
+// Channels-last channel shuffles of a cat of two halves, and the split
+// after them -> kiln.interleave_channels (after metas were inferred again
+// following PropagateChannelsLast).
+absl::Status FuseChannelShuffle(PassContext& ctx);
 // 1x1 convolution -> 3x3 depthwise convolution pairs, both channels-last
 // (so after PropagateChannelsLast) -> kiln.conv2d_dw, where that pays.
 absl::Status FuseConvDepthwise(PassContext& ctx);
