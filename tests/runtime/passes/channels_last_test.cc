@@ -195,11 +195,13 @@ TEST_F(SmallCnn, ChannelShuffleAndSplitStayChannelsLast) {
     auto cl = CompileAs(proto, LayoutOption::kNhwc);
     ASSERT_TRUE(cl.ok()) << cl.status();
     const std::string dump = DumpCompiledGraph(**cl);
-    // The permutes left are the two shuffles themselves (on [N, H, W, 2,
-    // C/2]); nothing converts to or from NCHW, and every convolution after
-    // the stem reads channels-last (the head writes the plain value the
-    // mean reads).
-    EXPECT_EQ(CountSteps(**cl, "aten.permute.default"), 2) << dump;
+    // The two shuffles (permutes on [N, H, W, 2, C/2]) with their cats and
+    // the split after the first run as kiln.interleave_channels
+    // (passes/fuse_channel_shuffle.cc); nothing converts to or from NCHW,
+    // and every convolution after the stem reads channels-last (the head
+    // writes the plain value the mean reads).
+    EXPECT_EQ(CountSteps(**cl, "aten.permute.default"), 0) << dump;
+    EXPECT_EQ(CountSteps(**cl, "kiln.interleave_channels"), 2) << dump;
     EXPECT_EQ(dump.find("to_nchw"), std::string::npos) << dump;
     EXPECT_EQ(dump.find("to_nhwc"), std::string::npos) << dump;
     int convs = 0;
