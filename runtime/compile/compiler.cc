@@ -574,7 +574,8 @@ absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
   const JoinPlan joins = PlanJoinedCats(graph, request_of, output_requests, owner, cg.get(),
                                         &requests);
   MemoryPlan plan = PlanMemory(requests);
-  // Owners hold their own bytes: place every request after all owners.
+  // A request lives in its in-place owner's bytes, and that owner, when
+  // joined, at its offset in a cat's output.
   std::vector<int64_t> offsets(requests.size());
   for (size_t r = 0; r < requests.size(); ++r) {
     const int o = owner[r];
