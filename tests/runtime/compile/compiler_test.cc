@@ -254,6 +254,22 @@ struct BuiltGraph {
   kiln::v1::Graph graph;
 };
 
+// relu(conv(in)) with a k x k kernel (padding k / 2), its random weight and
+// bias from `seed` added to f's constants.
+int AddConvRelu(GraphBuilder& b, BuiltGraph& f, int in, int64_t cin, int64_t cout, int64_t k,
+                int seed) {
+  std::vector<float> w = RandomData(cout * cin * k * k, 2 * seed);
+  std::vector<float> bias = RandomData(cout, 2 * seed + 1);
+  f.constants.Add(w);
+  f.constants.Add(bias);
+  int wn = b.Constant(w, {cout, cin, k, k});
+  int bn = b.Constant(bias, {cout});
+  int c = b.Call("aten.convolution.default",
+                 {Ref(in), Ref(wn), Ref(bn), IntList({1, 1}), IntList({k / 2, k / 2}),
+                  IntList({1, 1}), Bool(false), IntList({0, 0}), Int(1)});
+  return b.Call("aten.relu.default", {Ref(c)});
+}
+
 // Two squeezenet fire modules: squeeze 1x1 conv + relu, then expand 1x1 and
 // 3x3 convs + relu side by side, concatenated; a view of the first module's
 // output is a graph output too (an alias living to the end).
@@ -264,16 +280,7 @@ BuiltGraph BuildFireGraph() {
   int x = b.Input({1, 8, 12, 12});
   int seed = 1;
   auto conv = [&](int in, int64_t cin, int64_t cout, int64_t k) {
-    std::vector<float> w = RandomData(cout * cin * k * k, seed++);
-    std::vector<float> bias = RandomData(cout, seed++);
-    f.constants.Add(w);
-    f.constants.Add(bias);
-    int wn = b.Constant(w, {cout, cin, k, k});
-    int bn = b.Constant(bias, {cout});
-    int c = b.Call("aten.convolution.default",
-                   {Ref(in), Ref(wn), Ref(bn), IntList({1, 1}), IntList({k / 2, k / 2}),
-                    IntList({1, 1}), Bool(false), IntList({0, 0}), Int(1)});
-    return b.Call("aten.relu.default", {Ref(c)});
+    return AddConvRelu(b, f, in, cin, cout, k, seed++);
   };
   auto fire = [&](int in, int64_t cin) {
     int squeeze = conv(in, cin, 4, 1);
@@ -592,16 +599,7 @@ BuiltGraph BuildCatGraph(Expand1x1 expand, int64_t batch = 1) {
   int x = b.Input({batch, 8, 12, 12});
   int seed = 1;
   auto conv = [&](int in, int64_t cin, int64_t cout, int64_t k) {
-    std::vector<float> w = RandomData(cout * cin * k * k, seed++);
-    std::vector<float> bias = RandomData(cout, seed++);
-    f.constants.Add(w);
-    f.constants.Add(bias);
-    int wn = b.Constant(w, {cout, cin, k, k});
-    int bn = b.Constant(bias, {cout});
-    int c = b.Call("aten.convolution.default",
-                   {Ref(in), Ref(wn), Ref(bn), IntList({1, 1}), IntList({k / 2, k / 2}),
-                    IntList({1, 1}), Bool(false), IntList({0, 0}), Int(1)});
-    return b.Call("aten.relu.default", {Ref(c)});
+    return AddConvRelu(b, f, in, cin, cout, k, seed++);
   };
   int squeeze = conv(x, 8, 8, 1);
   int e1 = conv(squeeze, 8, 8, 1);

@@ -2,16 +2,13 @@
 // norm and relu in front of a convolution that reads a concatenation (so
 // no convolution absorbs the norm), becomes one channels-last batch norm
 // with the relu as its post-op, with the result of the unfused graph.
-#include <algorithm>
-#include <cmath>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "runtime/compile/compiler.h"
 #include "runtime/compile/dump.h"
-#include "runtime/exec/executor.h"
-#include "runtime/ir/from_proto.h"
+#include "tests/testing/compiled_graph_runs.h"
 #include "tests/testing/constant_table.h"
 #include "tests/testing/proto_graph.h"
 
@@ -19,6 +16,10 @@ namespace kiln::runtime {
 namespace {
 
 using kiln::testing::Bool;
+using kiln::testing::CompileInLayout;
+using kiln::testing::ExpectOutputsNear;
+using kiln::testing::RunOnce;
+using kiln::testing::StepsOf;
 using kiln::testing::ConstantTable;
 using kiln::testing::Float;
 using kiln::testing::GraphBuilder;
@@ -66,37 +67,11 @@ Built DenseLayer(bool relu_is_output = false) {
   return f;
 }
 
-std::unique_ptr<CompiledGraph> CompileIn(Built& f, LayoutOption layout) {
-  auto ir = GraphFromProto(f.graph);
-  EXPECT_TRUE(ir.ok()) << ir.status();
-  ir->options.layout = layout;
-  auto cg = Compile(*std::move(ir), f.consts.Resolver());
-  EXPECT_TRUE(cg.ok()) << cg.status();
-  return cg.ok() ? *std::move(cg) : nullptr;
-}
-
-std::vector<float> RunFirst(const CompiledGraph& cg) {
-  const std::vector<float> x = UniformFloats(8 * 36, -1, 1, 99);
-  std::vector<std::vector<float>> outs;
-  std::vector<void*> ptrs;
-  for (const TensorMeta& m : cg.output_metas) outs.emplace_back(m.NumElements());
-  for (auto& o : outs) ptrs.push_back(o.data());
-  const void* ins[] = {x.data()};
-  EXPECT_TRUE(Execute(cg, ins, ptrs).ok());
-  return outs[0];
-}
-
-int StepsOf(const CompiledGraph& cg, const std::string& target) {
-  int n = 0;
-  for (const CompiledStep& s : cg.steps) n += cg.graph.nodes[s.node].target == target;
-  return n;
-}
-
 TEST(FuseBatchNormActivation, ReluBecomesThePostOpOfTheChannelsLastNorm) {
   for (bool relu_is_output : {false, true}) {
     Built f = DenseLayer(relu_is_output);
-    auto nhwc = CompileIn(f, LayoutOption::kNhwc);
-    auto nchw = CompileIn(f, LayoutOption::kNchw);
+    auto nhwc = CompileInLayout(f.graph, f.consts, LayoutOption::kNhwc);
+    auto nchw = CompileInLayout(f.graph, f.consts, LayoutOption::kNchw);
     ASSERT_TRUE(nhwc && nchw);
     const std::string dump = DumpCompiledGraph(*nhwc);
     EXPECT_EQ(StepsOf(*nhwc, "kiln.batch_norm_nhwc"), 1) << dump;
@@ -104,14 +79,9 @@ TEST(FuseBatchNormActivation, ReluBecomesThePostOpOfTheChannelsLastNorm) {
     EXPECT_NE(dump.find("['relu']"), std::string::npos) << dump;
     // The unfused graph: NCHW batch norm and relu steps of their own.
     EXPECT_EQ(StepsOf(*nchw, "aten.relu.default"), 1) << DumpCompiledGraph(*nchw);
-    const std::vector<float> fused = RunFirst(*nhwc), plain = RunFirst(*nchw);
-    ASSERT_EQ(fused.size(), plain.size());
-    float scale = 0;
-    for (float v : plain) scale = std::max(scale, std::abs(v));
-    for (size_t i = 0; i < fused.size(); ++i) {
-      // Different convolution kernels per layout: float rounding apart.
-      EXPECT_NEAR(fused[i], plain[i], 1e-5f * scale) << i;
-    }
+    // Different convolution kernels per layout: float rounding apart.
+    const std::vector<float> x = UniformFloats(8 * 36, -1, 1, 99);
+    ExpectOutputsNear(RunOnce(*nhwc, x), RunOnce(*nchw, x), 1e-5f);
   }
 }
 

@@ -2,16 +2,13 @@
 // two halves -> channel shuffle in two groups -> split, becomes one
 // kiln.interleave_channels step in channels-last graphs, with the result
 // of the NCHW graph that runs the cat, permute and split.
-#include <algorithm>
-#include <cmath>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "runtime/compile/compiler.h"
 #include "runtime/compile/dump.h"
-#include "runtime/exec/executor.h"
-#include "runtime/ir/from_proto.h"
+#include "tests/testing/compiled_graph_runs.h"
 #include "tests/testing/constant_table.h"
 #include "tests/testing/proto_graph.h"
 
@@ -19,6 +16,10 @@ namespace kiln::runtime {
 namespace {
 
 using kiln::testing::Bool;
+using kiln::testing::CompileInLayout;
+using kiln::testing::ExpectOutputsNear;
+using kiln::testing::RunOnce;
+using kiln::testing::StepsOf;
 using kiln::testing::ConstantTable;
 using kiln::testing::GraphBuilder;
 using kiln::testing::Int;
@@ -65,37 +66,11 @@ Built ShuffleBlock(bool split) {
   return f;
 }
 
-std::unique_ptr<CompiledGraph> CompileIn(Built& f, LayoutOption layout) {
-  auto ir = GraphFromProto(f.graph);
-  EXPECT_TRUE(ir.ok()) << ir.status();
-  ir->options.layout = layout;
-  auto cg = Compile(*std::move(ir), f.consts.Resolver());
-  EXPECT_TRUE(cg.ok()) << cg.status();
-  return cg.ok() ? *std::move(cg) : nullptr;
-}
-
-std::vector<std::vector<float>> RunGraph(const CompiledGraph& cg) {
-  const std::vector<float> x = UniformFloats(8 * 25, -1, 1, 99);
-  std::vector<std::vector<float>> outs;
-  std::vector<void*> ptrs;
-  for (const TensorMeta& m : cg.output_metas) outs.emplace_back(m.NumElements());
-  for (auto& o : outs) ptrs.push_back(o.data());
-  const void* ins[] = {x.data()};
-  EXPECT_TRUE(Execute(cg, ins, ptrs).ok());
-  return outs;
-}
-
-int StepsOf(const CompiledGraph& cg, const std::string& target) {
-  int n = 0;
-  for (const CompiledStep& s : cg.steps) n += cg.graph.nodes[s.node].target == target;
-  return n;
-}
-
 TEST(FuseChannelShuffle, CatShuffleAndSplitBecomeOneInterleave) {
   for (bool split : {true, false}) {
     Built f = ShuffleBlock(split);
-    auto nhwc = CompileIn(f, LayoutOption::kNhwc);
-    auto nchw = CompileIn(f, LayoutOption::kNchw);
+    auto nhwc = CompileInLayout(f.graph, f.consts, LayoutOption::kNhwc);
+    auto nchw = CompileInLayout(f.graph, f.consts, LayoutOption::kNchw);
     ASSERT_TRUE(nhwc && nchw);
     const std::string dump = DumpCompiledGraph(*nhwc);
     EXPECT_EQ(StepsOf(*nhwc, "kiln.interleave_channels"), 1) << dump;
@@ -104,17 +79,9 @@ TEST(FuseChannelShuffle, CatShuffleAndSplitBecomeOneInterleave) {
       EXPECT_EQ(StepsOf(*nhwc, gone), 0) << gone << "\n" << dump;
     }
     EXPECT_EQ(StepsOf(*nchw, "kiln.interleave_channels"), 0);
-    const auto fused = RunGraph(*nhwc), plain = RunGraph(*nchw);
-    ASSERT_EQ(fused.size(), plain.size());
-    for (size_t o = 0; o < fused.size(); ++o) {
-      float scale = 0;
-      for (float v : plain[o]) scale = std::max(scale, std::abs(v));
-      ASSERT_EQ(fused[o].size(), plain[o].size());
-      for (size_t i = 0; i < fused[o].size(); ++i) {
-        // Different convolution kernels per layout: float rounding apart.
-        EXPECT_NEAR(fused[o][i], plain[o][i], 1e-5f * scale) << o << " " << i;
-      }
-    }
+    // Different convolution kernels per layout: float rounding apart.
+    const std::vector<float> x = UniformFloats(8 * 25, -1, 1, 99);
+    ExpectOutputsNear(RunOnce(*nhwc, x), RunOnce(*nchw, x), 1e-5f);
   }
 }
 
