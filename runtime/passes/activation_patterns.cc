@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "runtime/kernels/post_ops.h"
+
 namespace kiln::runtime {
 namespace {
 
@@ -179,6 +181,18 @@ std::optional<ActivationMatch> MatchDecomposedActivation(const Graph& graph, con
   if (graph.MetaOf(value).dtype != DType::kF32) return std::nullopt;
   if (auto m = MatchTwoUserPattern(graph, uses, value)) return m;
   return MatchHardsigmoid(graph, uses, value);
+}
+
+std::optional<ActivationMatch> MatchActivation(const Graph& graph, const Uses& uses,
+                                               ValueRef value) {
+  if (auto m = MatchDecomposedActivation(graph, uses, value)) return m;
+  const int u = SoleUser(uses, value);
+  if (u < 0) return std::nullopt;
+  const Node& user = graph.nodes[u];
+  if (user.dead || user.args.empty() || !IsTensor(user.args[0], value)) return std::nullopt;
+  std::string post_op = ActivationPostOp(user);
+  if (post_op.empty()) return std::nullopt;
+  return ActivationMatch{std::move(post_op), u, {u}};
 }
 
 }  // namespace kiln::runtime

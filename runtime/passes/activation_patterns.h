@@ -34,4 +34,11 @@ struct ActivationMatch {
 std::optional<ActivationMatch> MatchDecomposedActivation(const Graph& graph, const Uses& uses,
                                                          ValueRef value);
 
+// The activation applied to `value` next, whole: a decomposed one (above)
+// or a single activation node (kernels/post_ops.h ActivationPostOp) that
+// is `value`'s only use and reads it as its first argument (`nodes` is
+// that node). What the post-op passes fuse, one activation at a time.
+std::optional<ActivationMatch> MatchActivation(const Graph& graph, const Uses& uses,
+                                               ValueRef value);
+
 }  // namespace kiln::runtime

@@ -41,32 +41,15 @@ absl::Status FuseBatchNormActivation(PassContext& ctx) {
     std::string name = g.nodes[b].name;
     int cur = b;
     while (!uses.is_output[cur][0]) {
-      if (std::optional<ActivationMatch> m = MatchDecomposedActivation(g, uses, {cur, 0})) {
-        if (!Implemented(m->post_op)) break;
-        args[kPostOpsArg].list.push_back(StringArg(m->post_op));
-        for (int n : m->nodes) {
-          name = absl::StrCat(name, "+", g.nodes[n].name);
-          g.nodes[n].dead = true;
-        }
-        g.nodes[cur].dead = true;
-        cur = m->last;
-        continue;
+      std::optional<ActivationMatch> m = MatchActivation(g, uses, {cur, 0});
+      if (!m || !Implemented(m->post_op)) break;
+      args[kPostOpsArg].list.push_back(StringArg(m->post_op));
+      for (int n : m->nodes) {
+        name = absl::StrCat(name, "+", g.nodes[n].name);
+        g.nodes[n].dead = true;
       }
-      if (uses.Count({cur, 0}) != 1) break;
-      const int u = uses.users[cur][0][0];
-      const Node& user = g.nodes[u];
-      // (Metas after the layout pass are inferred again later: an
-      // activation's output is its input's, whatever its stale meta says.)
-      if (user.dead || user.outputs.size() != 1) break;
-      const std::string act = ActivationPostOp(user);
-      if (act.empty() || !Implemented(act) || user.args.empty() ||
-          user.args[0].kind != Arg::Kind::kTensor || !(user.args[0].tensor == ValueRef{cur, 0})) {
-        break;
-      }
-      args[kPostOpsArg].list.push_back(StringArg(act));
-      name = absl::StrCat(name, "+", user.name);
       g.nodes[cur].dead = true;
-      cur = u;
+      cur = m->last;
     }
     if (cur == b) continue;
     Node& fused = g.nodes[cur];

@@ -141,8 +141,7 @@ absl::Status FuseChannelShuffle(PassContext& ctx) {
     fused.name = absl::StrCat(fused.name, ".interleaved");
     fused.target = "kiln.interleave_channels";
     fused.op_index = fused_index;
-    std::vector<int64_t> list = sizes;
-    fused.args = {TensorArg(s->a), TensorArg(s->b), IntListArg(list)};
+    fused.args = {TensorArg(s->a), TensorArg(s->b), IntListArg(sizes)};
     fused.kwargs.clear();
     std::vector<TensorMeta> outs;
     for (int64_t size : sizes) {

@@ -57,7 +57,7 @@ absl::Status FuseConvPostOps(PassContext& ctx) {
     int cur = c;
     bool has_residual = args[7].kind != Arg::Kind::kNone;
     while (!uses.is_output[cur][0]) {
-      if (std::optional<ActivationMatch> m = MatchDecomposedActivation(g, uses, {cur, 0})) {
+      if (std::optional<ActivationMatch> m = MatchActivation(g, uses, {cur, 0})) {
         args[8].list.push_back(StringArg(m->post_op));
         for (int n : m->nodes) {
           name = absl::StrCat(name, "+", g.nodes[n].name);
@@ -71,22 +71,17 @@ absl::Status FuseConvPostOps(PassContext& ctx) {
       const int u = uses.users[cur][0][0];
       const Node& user = g.nodes[u];
       if (user.dead) break;
-      std::string act = ActivationPostOp(user);
-      if (!act.empty() && user.args[0].kind == Arg::Kind::kTensor &&
-          user.args[0].tensor == ValueRef{cur, 0}) {
-        args[8].list.push_back(StringArg(act));
-      } else if (user.target == "aten.add.Tensor" && !has_residual && AlphaIsOne(user) &&
-                 user.args[0].kind == Arg::Kind::kTensor && user.args[1].kind == Arg::Kind::kTensor &&
-                 !(user.args[0].tensor == user.args[1].tensor)) {
-        const ValueRef other =
-            user.args[0].tensor == ValueRef{cur, 0} ? user.args[1].tensor : user.args[0].tensor;
-        if (g.MetaOf(other) != out_meta) break;
-        args[7] = TensorArg(other);
-        args[8].list.push_back(StringArg("add"));
-        has_residual = true;
-      } else {
+      if (user.target != "aten.add.Tensor" || has_residual || !AlphaIsOne(user) ||
+          user.args[0].kind != Arg::Kind::kTensor || user.args[1].kind != Arg::Kind::kTensor ||
+          user.args[0].tensor == user.args[1].tensor) {
         break;
       }
+      const ValueRef other =
+          user.args[0].tensor == ValueRef{cur, 0} ? user.args[1].tensor : user.args[0].tensor;
+      if (g.MetaOf(other) != out_meta) break;
+      args[7] = TensorArg(other);
+      args[8].list.push_back(StringArg("add"));
+      has_residual = true;
       name = absl::StrCat(name, "+", user.name);
       g.nodes[cur].dead = true;
       cur = u;
