@@ -445,6 +445,7 @@ absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
     node.outputs = std::move(shapes.outputs);
   }
   KILN_RETURN_IF_ERROR(FuseChannelShuffle(ctx));
+  KILN_RETURN_IF_ERROR(FuseSqueezeExcite(ctx));
 
   ShareDerivedConstants(ctx);
   lap(&cg->phases.passes_ms);

@@ -81,6 +81,10 @@ absl::Status FuseBatchNormActivation(PassContext& ctx);
 // after them -> kiln.interleave_channels (after metas were inferred again
 // following PropagateChannelsLast).
 absl::Status FuseChannelShuffle(PassContext& ctx);
+// mean -> 1x1 convolution -> 1x1 convolution -> mul squeeze-excitation
+// blocks -> kiln.squeeze_excite (after metas were inferred again
+// following PropagateChannelsLast).
+absl::Status FuseSqueezeExcite(PassContext& ctx);
 // 1x1 convolution -> 3x3 depthwise convolution pairs, both channels-last
 // (so after PropagateChannelsLast) -> kiln.conv2d_dw, where that pays.
 absl::Status FuseConvDepthwise(PassContext& ctx);

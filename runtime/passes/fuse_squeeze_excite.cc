@@ -1,0 +1,191 @@
+// Squeeze-and-excitation blocks (regnet, efficientnet, mobilenet_v3), as
+// the convolution passes and the layout pass leave them:
+//
+//   s = mean(x, H and W, keepdim) -> kiln.conv2d 1x1 (activation)
+//     -> kiln.conv2d 1x1 (gate activation) -> mul(gate, x)
+//
+// become one kiln.squeeze_excite node (kernels/squeeze_excite.cc) in the
+// mul's place. The two convolutions run on a 1x1 image: a few thousand
+// multiply-adds that cost a primitive call each, so four steps of tens of
+// microseconds become one. Each intermediate must be read by the next step
+// alone; the activations must be ones the post-op loops implement. Runs
+// after output metas were inferred again following the layout pass, so
+// shapes are the layout's. KILN_SQUEEZE_EXCITE=0 leaves the blocks as they
+// are (for comparisons; read per compile).
+#include <optional>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/ir/arg_builders.h"
+#include "runtime/kernels/activation_layout.h"
+#include "runtime/kernels/conv2d_args.h"
+#include "runtime/kernels/kernel_util.h"
+#include "runtime/kernels/post_op_loops.h"
+#include "runtime/kernels/post_ops.h"
+#include "runtime/ops/registry.h"
+#include "runtime/passes/pass_context.h"
+
+namespace kiln::runtime {
+namespace {
+
+namespace ca = conv2d_args;
+
+// The live node reading output 0 of node `v`, when it is the only reader
+// and the value is not a graph output; -1 otherwise.
+int SoleUser(const Graph& g, const Uses& uses, int v) {
+  if (g.nodes[v].outputs.size() != 1 || uses.is_output[v][0] || uses.users[v][0].size() != 1) {
+    return -1;
+  }
+  return uses.users[v][0][0];
+}
+
+bool IsIntList(const Arg& a, std::initializer_list<int64_t> values) {
+  if (a.kind != Arg::Kind::kList || a.list.size() != values.size()) return false;
+  auto it = values.begin();
+  for (const Arg& item : a.list) {
+    if (item.kind != Arg::Kind::kInt || item.i != *it++) return false;
+  }
+  return true;
+}
+
+// Post-ops the squeeze-excite kernel's loops apply: activations only.
+bool LoopActivations(const Arg& a) {
+  if (a.kind != Arg::Kind::kList) return false;
+  std::vector<PostOp> ops;
+  for (const Arg& item : a.list) {
+    if (item.kind != Arg::Kind::kString) return false;
+    absl::StatusOr<PostOp> op = ParsePostOp(item.s);
+    if (!op.ok()) return false;
+    ops.push_back(*op);
+  }
+  return LoopsImplement(ops);
+}
+
+// A convolution's layout_in or layout_out (`pos`): plain when the layout
+// pass left the arguments out; -1 when not an int.
+int64_t LayoutOf(const Node& conv, size_t pos) {
+  if (conv.args.size() <= pos) return static_cast<int64_t>(ActivationLayout::kPlain);
+  return conv.args[pos].kind == Arg::Kind::kInt ? conv.args[pos].i : -1;
+}
+
+// A 1x1 convolution of `input` with no padding, stride or groups, no
+// residual and loop-implemented activations.
+bool IsPointwiseOnPixel(const Node& n, int input) {
+  if (n.dead || n.target != "kiln.conv2d" ||
+      (n.args.size() != ca::kNumArgs && n.args.size() != ca::kLayoutIn) ||
+      !n.kwargs.empty() || n.args[ca::kInput].kind != Arg::Kind::kTensor ||
+      !(n.args[ca::kInput].tensor == ValueRef{input, 0}) ||
+      n.args[ca::kWeight].kind != Arg::Kind::kTensor ||
+      (n.args[ca::kBias].kind != Arg::Kind::kTensor &&
+       n.args[ca::kBias].kind != Arg::Kind::kNone) ||
+      n.args[ca::kResidual].kind != Arg::Kind::kNone) {
+    return false;
+  }
+  return IsIntList(n.args[ca::kStride], {1, 1}) && IsIntList(n.args[ca::kPadding], {0, 0}) &&
+         IsIntList(n.args[ca::kDilation], {1, 1}) && n.args[ca::kGroups].kind == Arg::Kind::kInt &&
+         n.args[ca::kGroups].i == 1 && LoopActivations(n.args[ca::kPostOps]);
+}
+
+struct Block {
+  ValueRef x;
+  ActivationLayout layout;
+  int conv1, conv2, mul;
+};
+
+// The block whose mean is node `m`.
+std::optional<Block> MatchBlock(const Graph& g, const Uses& uses, int m) {
+  const Node& mean = g.nodes[m];
+  if (mean.dead || mean.target != "aten.mean.dim" || !mean.kwargs.empty() ||
+      mean.args.size() != 3 || mean.args[0].kind != Arg::Kind::kTensor ||
+      mean.args[2].kind != Arg::Kind::kBool || !mean.args[2].b) {
+    return std::nullopt;
+  }
+  Block b{mean.args[0].tensor, ActivationLayout::kPlain, SoleUser(g, uses, m), -1, -1};
+  if (b.conv1 < 0 || !IsPointwiseOnPixel(g.nodes[b.conv1], m)) return std::nullopt;
+  const Node& conv1 = g.nodes[b.conv1];
+  const int64_t layout = LayoutOf(conv1, ca::kLayoutIn);
+  if (layout < 0 || layout > 2) return std::nullopt;
+  b.layout = static_cast<ActivationLayout>(layout);
+  const TensorMeta& x = g.MetaOf(b.x);
+  const std::vector<int64_t> nchw = LogicalShape(x.shape, b.layout);
+  if (x.dtype != DType::kF32 || nchw.empty() || nchw[2] * nchw[3] == 0) return std::nullopt;
+  // The mean must be over exactly H and W of that layout.
+  std::set<int64_t> dims;
+  if (mean.args[1].kind != Arg::Kind::kList) return std::nullopt;
+  for (const Arg& d : mean.args[1].list) {
+    if (d.kind != Arg::Kind::kInt) return std::nullopt;
+    dims.insert(d.i < 0 ? d.i + x.rank() : d.i);
+  }
+  const std::set<int64_t> spatial =
+      b.layout == ActivationLayout::kNhwc ? std::set<int64_t>{1, 2} : std::set<int64_t>{2, 3};
+  if (dims != spatial) return std::nullopt;
+  const std::vector<int64_t> pixel = {nchw[0], nchw[1], 1, 1};
+  if (mean.outputs[0].shape != LayoutShape(pixel, b.layout)) return std::nullopt;
+
+  b.conv2 = SoleUser(g, uses, b.conv1);
+  if (b.conv2 < 0 || !IsPointwiseOnPixel(g.nodes[b.conv2], b.conv1)) return std::nullopt;
+  const Node& conv2 = g.nodes[b.conv2];
+  if (LayoutOf(conv2, ca::kLayoutOut) != layout ||
+      conv2.outputs[0].shape != LayoutShape(pixel, b.layout)) {
+    return std::nullopt;
+  }
+  const TensorMeta& w1 = g.MetaOf(conv1.args[ca::kWeight].tensor);
+  const TensorMeta& w2 = g.MetaOf(conv2.args[ca::kWeight].tensor);
+  if (w1.rank() != 4 || w1.shape[1] != nchw[1] ||
+      w2.shape != std::vector<int64_t>{nchw[1], w1.shape[0], 1, 1}) {
+    return std::nullopt;
+  }
+
+  b.mul = SoleUser(g, uses, b.conv2);
+  if (b.mul < 0) return std::nullopt;
+  const Node& mul = g.nodes[b.mul];
+  if (mul.dead || mul.target != "aten.mul.Tensor" || mul.args.size() != 2 ||
+      !mul.kwargs.empty() || mul.outputs.size() != 1 || mul.outputs[0] != x) {
+    return std::nullopt;
+  }
+  const ValueRef gate{b.conv2, 0};
+  for (int k = 0; k < 2; ++k) {
+    const Arg& a = mul.args[k];
+    const Arg& other = mul.args[1 - k];
+    if (a.kind == Arg::Kind::kTensor && other.kind == Arg::Kind::kTensor && a.tensor == gate &&
+        other.tensor == b.x) {
+      return b;
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+absl::Status FuseSqueezeExcite(PassContext& ctx) {
+  if (!KernelSwitchOn("KILN_SQUEEZE_EXCITE")) return absl::OkStatus();
+  Graph& g = ctx.graph;
+  const int fused_index = FindOp("kiln.squeeze_excite");
+  Uses uses = ComputeUses(g);
+  for (int m = 0; m < static_cast<int>(g.nodes.size()); ++m) {
+    std::optional<Block> b = MatchBlock(g, uses, m);
+    if (!b) continue;
+    const Node& conv1 = g.nodes[b->conv1];
+    const Node& conv2 = g.nodes[b->conv2];
+    std::vector<Arg> args = {TensorArg(b->x),
+                             conv1.args[ca::kWeight],
+                             conv1.args[ca::kBias],
+                             conv2.args[ca::kWeight],
+                             conv2.args[ca::kBias],
+                             conv1.args[ca::kPostOps],
+                             conv2.args[ca::kPostOps],
+                             IntArg(static_cast<int64_t>(b->layout))};
+    Node& fused = g.nodes[b->mul];
+    fused.name = absl::StrCat(g.nodes[m].name, "+", conv1.name, "+", conv2.name, "+", fused.name);
+    fused.target = "kiln.squeeze_excite";
+    fused.op_index = fused_index;
+    fused.args = std::move(args);
+    g.nodes[m].dead = true;
+    g.nodes[b->conv1].dead = true;
+    g.nodes[b->conv2].dead = true;
+    uses = ComputeUses(g);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kiln::runtime
