@@ -25,6 +25,7 @@
 #include "runtime/kernels/kernel_util.h"
 #include "runtime/kernels/post_op_loops.h"
 #include "runtime/kernels/post_ops.h"
+#include "runtime/kernels/vector_math.h"
 #include "runtime/ops/prepare_fns.h"
 #include "runtime/util/status_macros.h"
 
@@ -38,25 +39,10 @@ struct SqueezeExciteParams {
   std::vector<PostOp> post_ops1, post_ops2;
 };
 
-float HorizontalSum(__m256 v) {
-  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
-}
-
-float Dot(const float* a, const float* b, int64_t n) {
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
-  }
-  for (; i + 8 <= n; i += 8) {
-    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
-  }
-  float sum = HorizontalSum(_mm256_add_ps(acc0, acc1));
-  for (; i < n; ++i) sum += a[i] * b[i];
-  return sum;
+// Items per parallel chunk when each item touches `floats` floats: about
+// 16K floats a chunk.
+int64_t Grain(int64_t floats) {
+  return std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(floats, 1));
 }
 
 // out[j] = post_ops(dot(w[j, :], v) + bias[j]) for j < rows. Shared out
@@ -64,10 +50,10 @@ float Dot(const float* a, const float* b, int64_t n) {
 // and two cores draw more bandwidth than one.
 void MatVec(const float* w, const float* bias, const float* v, int64_t rows, int64_t cols,
             const std::vector<PostOp>& post_ops, float* out) {
-  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(cols, 1));
+  const int64_t grain = 2 * Grain(cols);
   ParallelFor(rows, grain, [&](int64_t begin, int64_t end) {
     for (int64_t j = begin; j < end; ++j) {
-      out[j] = Dot(w + j * cols, v, cols) + (bias ? bias[j] : 0.f);
+      out[j] = vmath::Dot(w + j * cols, v, cols) + (bias ? bias[j] : 0.f);
     }
     if (!post_ops.empty()) ApplyPostOps(post_ops, out + begin, end - begin);
   });
@@ -110,14 +96,14 @@ class SqueezeExciteKernel final : public Kernel {
     switch (p_.layout) {
       case ActivationLayout::kPlain: {
         // One contiguous plane per (image, channel).
-        const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(hw, 1));
+        const int64_t grain = Grain(hw);
         ParallelFor(n * c, grain, [&](int64_t begin, int64_t end) {
           for (int64_t plane = begin; plane < end; ++plane) {
             const float* src = x + plane * hw;
             __m256 acc = _mm256_setzero_ps();
             int64_t i = 0;
             for (; i + 8 <= hw; i += 8) acc = _mm256_add_ps(acc, _mm256_loadu_ps(src + i));
-            float sum = HorizontalSum(acc);
+            float sum = vmath::HorizontalSum(acc);
             for (; i < hw; ++i) sum += src[i];
             means[plane] = sum * inv;
           }
@@ -127,8 +113,7 @@ class SqueezeExciteKernel final : public Kernel {
       case ActivationLayout::kBlocked: {
         // One contiguous [H*W, 8] block per (image, channel block).
         const int64_t blocks = c / kChannelBlock;
-        const int64_t grain =
-            std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(hw * kChannelBlock, 1));
+        const int64_t grain = Grain(hw * kChannelBlock);
         ParallelFor(n * blocks, grain, [&](int64_t begin, int64_t end) {
           for (int64_t b = begin; b < end; ++b) {
             const float* src = x + b * hw * kChannelBlock;
@@ -150,8 +135,7 @@ class SqueezeExciteKernel final : public Kernel {
         // channels over every pixel of one image.
         constexpr int64_t kChunk = 64;
         const int64_t chunks = (c + kChunk - 1) / kChunk;
-        const int64_t grain =
-            std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(hw * kChunk, 1));
+        const int64_t grain = Grain(hw * kChunk);
         ParallelFor(n * chunks, grain, [&](int64_t begin, int64_t end) {
           for (int64_t t = begin; t < end; ++t) {
             const int64_t i = t / chunks, k0 = (t % chunks) * kChunk;
@@ -175,7 +159,7 @@ class SqueezeExciteKernel final : public Kernel {
     const int64_t n = p_.n, c = p_.c, hw = p_.hw;
     switch (p_.layout) {
       case ActivationLayout::kPlain: {
-        const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(hw, 1));
+        const int64_t grain = Grain(hw);
         ParallelFor(n * c, grain, [&](int64_t begin, int64_t end) {
           for (int64_t plane = begin; plane < end; ++plane) {
             const float g = gates[plane];
@@ -188,8 +172,7 @@ class SqueezeExciteKernel final : public Kernel {
       }
       case ActivationLayout::kBlocked: {
         const int64_t blocks = c / kChannelBlock;
-        const int64_t grain =
-            std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(hw * kChannelBlock, 1));
+        const int64_t grain = Grain(hw * kChannelBlock);
         ParallelFor(n * blocks, grain, [&](int64_t begin, int64_t end) {
           for (int64_t b = begin; b < end; ++b) {
             const __m256 g = _mm256_loadu_ps(gates + b * kChannelBlock);
@@ -204,7 +187,7 @@ class SqueezeExciteKernel final : public Kernel {
         return;
       }
       case ActivationLayout::kNhwc: {
-        const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(c, 1));
+        const int64_t grain = Grain(c);
         ParallelFor(n * hw, grain, [&](int64_t begin, int64_t end) {
           for (int64_t row = begin; row < end; ++row) {
             const float* g = gates + (row / hw) * c;

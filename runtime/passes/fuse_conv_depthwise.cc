@@ -15,15 +15,6 @@ namespace {
 
 using namespace conv2d_args;  // NOLINT: the positions read as a[kWeight]
 
-bool IsIntList(const Arg& a, std::initializer_list<int64_t> want) {
-  if (a.kind != Arg::Kind::kList || a.list.size() != want.size()) return false;
-  auto it = want.begin();
-  for (const Arg& item : a.list) {
-    if (item.kind != Arg::Kind::kInt || item.i != *it++) return false;
-  }
-  return true;
-}
-
 // The activation layout a kiln.conv2d layout argument names; kPlain for
 // anything else.
 ActivationLayout LayoutOf(const Arg& a) {

@@ -39,15 +39,6 @@ int SoleUser(const Graph& g, const Uses& uses, int v) {
   return uses.users[v][0][0];
 }
 
-bool IsIntList(const Arg& a, std::initializer_list<int64_t> values) {
-  if (a.kind != Arg::Kind::kList || a.list.size() != values.size()) return false;
-  auto it = values.begin();
-  for (const Arg& item : a.list) {
-    if (item.kind != Arg::Kind::kInt || item.i != *it++) return false;
-  }
-  return true;
-}
-
 // Post-ops the squeeze-excite kernel's loops apply: activations only.
 bool LoopActivations(const Arg& a) {
   if (a.kind != Arg::Kind::kList) return false;

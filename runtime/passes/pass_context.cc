@@ -73,6 +73,15 @@ absl::Status BadSavedConstant(const Node& node) {
                                           "checksum (removed; compile again)"));
 }
 
+bool IsIntList(const Arg& a, std::initializer_list<int64_t> values) {
+  if (a.kind != Arg::Kind::kList || a.list.size() != values.size()) return false;
+  auto it = values.begin();
+  for (const Arg& item : a.list) {
+    if (item.kind != Arg::Kind::kInt || item.i != *it++) return false;
+  }
+  return true;
+}
+
 Uses ComputeUses(const Graph& graph) {
   Uses uses;
   const int n = static_cast<int>(graph.nodes.size());

@@ -3,6 +3,7 @@
 // the passes create, which the compiled graph then owns).
 #pragma once
 
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <utility>
@@ -53,6 +54,9 @@ struct Uses {
   }
 };
 Uses ComputeUses(const Graph& graph);
+
+// Whether `a` is a list of exactly the ints `values` (a stride of [1, 1]).
+bool IsIntList(const Arg& a, std::initializer_list<int64_t> values);
 
 // Rewrites every tensor argument of live nodes and every graph output that
 // refers to `from` to refer to `to`.
