@@ -135,6 +135,9 @@ def markdown(results: dict[str, Any]) -> str:
         lines += ["", f"1-minute load average around the cells: {min(loads):.1f} to "
                   f"{max(loads):.1f} (above the thread count means other work shared the "
                   "cores and latencies are inflated)."]
+    if settings.get("dynamo_dict_tags"):
+        lines += ["", "Dynamo's use_recursive_dict_tags_for_guards was on (--dynamo-dict-tags; "
+                  "off by default in PyTorch) for every backend."]
     versions = env.get("versions", {})
     if versions:
         lines += ["", "Versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()) + "."]

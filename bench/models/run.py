@@ -8,6 +8,7 @@ that cell), and writes results.json, results.md and results.png to --out.
     .venv/bin/python bench/models/run.py                      # everything
     .venv/bin/python bench/models/run.py --models resnet18,bert_base --batch 8
     .venv/bin/python bench/models/run.py --report-only bench/results/latest
+    .venv/bin/python bench/models/run.py --models mobilenet_v2 --dynamo-dict-tags
 
 Per cell: latency is the median of --runs timed calls after --warmup
 calls (fewer, but at least --min-runs, when the timed calls pass
@@ -113,6 +114,8 @@ def run_cell(spec: dict[str, Any], control: _Control) -> dict[str, Any]:
 
     threads = spec["threads"]
     torch.set_num_threads(threads)
+    # Every backend that goes through Dynamo alike (ONNX Runtime does not).
+    torch._dynamo.config.use_recursive_dict_tags_for_guards = spec.get("dynamo_dict_tags", False)
     record: dict[str, Any] = {}
     backend = backends.make(spec["backend"], threads)
     try:
@@ -415,6 +418,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="threads for every backend (default: the cores this process may use)")
     p.add_argument("--timeout", type=float, default=1200.0,
                    help="seconds before one cell's child process is killed")
+    p.add_argument("--dynamo-dict-tags", action="store_true",
+                   help="set torch._dynamo.config.use_recursive_dict_tags_for_guards in every "
+                        "cell (off by default in PyTorch): cheaper guards for the Dynamo "
+                        "backends, see bench/README.md")
     p.add_argument("--out", default=None,
                    help="output directory (default bench/results/<date-time>)")
     p.add_argument("--quick", action="store_true",
@@ -472,7 +479,7 @@ def main(argv: list[str] | None = None) -> int:
         "started": datetime.datetime.now().isoformat(timespec="seconds"),
         "settings": {k: getattr(args, k) for k in (
             "models", "batch", "backends", "runs", "min_runs", "max_seconds", "warmup",
-            "rounds", "threads", "timeout")} | {"rel_tolerance": REL_TOLERANCE},
+            "rounds", "threads", "timeout", "dynamo_dict_tags")} | {"rel_tolerance": REL_TOLERANCE},
         "environment": _environment(args.threads),
         "cells": [],
     }
@@ -485,7 +492,8 @@ def main(argv: list[str] | None = None) -> int:
     for batch, model in groups:
         specs = [{"model": model, "batch": batch, "backend": backend, "threads": args.threads,
                   "runs": args.runs, "min_runs": args.min_runs,
-                  "max_seconds": args.max_seconds, "warmup": args.warmup}
+                  "max_seconds": args.max_seconds, "warmup": args.warmup,
+                  "dynamo_dict_tags": args.dynamo_dict_tags}
                  for backend in args.backends]
         log_paths = [os.path.join(args.out, "logs", f"{model}-b{batch}-{backend}.log")
                      for backend in args.backends]

@@ -9,10 +9,14 @@ times both cases in one process: calls back to back, then calls each
 preceded by a pass over a 64 MiB buffer. Optionally with one of
 torch.compiler's guard filters (PyTorch's own, documented as unsafe: they
 drop guards on module attributes, which a model served unchanged does not
-need), passed as options={"guard_filter_fn": ...}.
+need), passed as options={"guard_filter_fn": ...}; or with Dynamo's
+use_recursive_dict_tags_for_guards (a global Dynamo setting, off by
+default, that skips a module's guards while the version tags of its
+attribute dicts are unchanged; it drops no guard).
 
     .venv/bin/python bench/server/dynamo_cold.py [--model regnet_y_400mf]
         [--calls 200] [--guard-filter skip_guard_on_all_nn_modules_unsafe]
+        [--dict-tags]
 """
 from __future__ import annotations
 
@@ -36,6 +40,8 @@ def main() -> int:
     p.add_argument("--calls", type=int, default=200)
     p.add_argument("--guard-filter", default="",
                    help="a torch.compiler guard filter function, by name")
+    p.add_argument("--dict-tags", action="store_true",
+                   help="set torch._dynamo.config.use_recursive_dict_tags_for_guards")
     args = p.parse_args()
 
     w = models.build(args.model, 1)
@@ -47,6 +53,7 @@ def main() -> int:
         out = gm(*example_inputs)
         return lambda *call_args: out
 
+    torch._dynamo.config.use_recursive_dict_tags_for_guards = args.dict_tags
     options = {}
     if args.guard_filter:
         options["guard_filter_fn"] = getattr(torch.compiler, args.guard_filter)
@@ -65,7 +72,7 @@ def main() -> int:
                 times.append(time.perf_counter() - t)
             result[label] = statistics.median(times) * 1e3
     print(f"{args.model}: {inputs_seen[0]} graph inputs, guard filter "
-          f"{args.guard_filter or 'none'}; Dynamo per call, median of {args.calls}: "
+          f"{args.guard_filter or 'none'}, recursive dict tags {'on' if args.dict_tags else 'off'}; Dynamo per call, median of {args.calls}: "
           f"warm {result['warm']:.3f} ms, after a 64 MiB pass {result['cold']:.3f} ms")
     return 0
 
