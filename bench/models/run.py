@@ -115,7 +115,7 @@ def run_cell(spec: dict[str, Any], control: _Control) -> dict[str, Any]:
     threads = spec["threads"]
     torch.set_num_threads(threads)
     # Every backend that goes through Dynamo alike (ONNX Runtime does not).
-    torch._dynamo.config.use_recursive_dict_tags_for_guards = spec.get("dynamo_dict_tags", False)
+    torch._dynamo.config.use_recursive_dict_tags_for_guards = spec["dynamo_dict_tags"]
     record: dict[str, Any] = {}
     backend = backends.make(spec["backend"], threads)
     try:

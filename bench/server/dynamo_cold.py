@@ -72,7 +72,8 @@ def main() -> int:
                 times.append(time.perf_counter() - t)
             result[label] = statistics.median(times) * 1e3
     print(f"{args.model}: {inputs_seen[0]} graph inputs, guard filter "
-          f"{args.guard_filter or 'none'}, recursive dict tags {'on' if args.dict_tags else 'off'}; Dynamo per call, median of {args.calls}: "
+          f"{args.guard_filter or 'none'}, recursive dict tags "
+          f"{'on' if args.dict_tags else 'off'}; Dynamo per call, median of {args.calls}: "
           f"warm {result['warm']:.3f} ms, after a 64 MiB pass {result['cold']:.3f} ms")
     return 0
 
