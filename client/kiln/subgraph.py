@@ -92,6 +92,7 @@ class KilnSubgraph(torch.nn.Module):
         self._constant_tensors: dict[str, torch.Tensor] = {}
         self._constant_objects: list[torch.Tensor] = []
         self._constant_versions: list[int] = []
+        self._constant_ptrs: list[int] = []
         self._take_constants = (operator.itemgetter(*constant_positions)
                                 if constant_positions else None)
         self._plan: _CallPlan | None = None
@@ -111,15 +112,18 @@ class KilnSubgraph(torch.nn.Module):
     def _constants_changed(self, args: Sequence[torch.Tensor]) -> bool:
         # Per call, so kept to C-level loops: the very tensor objects
         # compiled in, each at the version it had (any in-place change,
-        # load_state_dict or optimizer step bumps it). Anything else goes
-        # through _prepare, which compares data pointers and hashes.
+        # load_state_dict or optimizer step bumps it) and over the same
+        # storage (`param.data = other` swaps it without bumping the
+        # version). Anything else goes through _prepare, which compares
+        # data pointers and hashes.
         if not self.constant_positions:
             return False
         got = self._take_constants(args)
         if len(self.constant_positions) == 1:
             got = (got,)
         return not (all(map(operator.is_, got, self._constant_objects))
-                    and list(map(_version_of, got)) == self._constant_versions)
+                    and list(map(_version_of, got)) == self._constant_versions
+                    and list(map(_data_ptr_of, got)) == self._constant_ptrs)
 
     def _prepare(self, args: Sequence[torch.Tensor]) -> None:
         """Hashes constants, uploads missing ones and (re)compiles if needed."""
@@ -132,6 +136,14 @@ class KilnSubgraph(torch.nn.Module):
         digests = dict(zip(stale, connection_mod.sha256_many([args[p] for p in stale])))
         for pos in self.constant_positions:
             t = args[pos]
+            val = self._input_vals[pos]
+            if (isinstance(val, torch.Tensor) and _static(val.shape)
+                    and (t.shape != val.shape or t.dtype != val.dtype)):
+                # `param.data = other` with another shape, under guards
+                # that did not recompile (Dynamo's dict-tag guards skip an
+                # unchanged module's): the graph was traced for the old one.
+                raise _Mismatch(f"weight input {pos} is now {t.dtype}{list(t.shape)}, "
+                                f"traced as {val.dtype}{list(val.shape)}")
             old = self._constant_state.get(pos)
             if pos in digests:
                 digest = digests[pos]
@@ -150,6 +162,7 @@ class KilnSubgraph(torch.nn.Module):
         self._constant_tensors = tensors
         self._constant_objects = [args[pos] for pos in self.constant_positions]
         self._constant_versions = [t._version for t in self._constant_objects]
+        self._constant_ptrs = [t.data_ptr() for t in self._constant_objects]
         if not needs_compile:
             return
         self.conn.connect()
@@ -413,6 +426,11 @@ class KilnSubgraph(torch.nn.Module):
 
 
 _version_of = operator.attrgetter("_version")
+_data_ptr_of = torch.Tensor.data_ptr
+
+
+def _static(shape: Sequence[object]) -> bool:
+    return not any(isinstance(d, torch.SymInt) for d in shape)
 
 
 def _evaluate(value: object, bindings: dict) -> int | None:

@@ -115,6 +115,15 @@ def test_weight_change_after_compile_is_used(daemon_up):
         model.net[0].weight = nn.Parameter(torch.randn(64, 32))
         torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
 
+        # Swapping a parameter's storage: `.data =` keeps the object and
+        # its version counter, so only the data pointer tells.
+        model.net[2].weight.data = torch.randn(64, 64)
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
+        # ... and with another shape (the layer's output grows).
+        model.net[4].weight.data = torch.randn(12, 64)
+        model.net[4].bias.data = torch.randn(12)
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
+
 
 def test_outputs_are_not_overwritten_by_later_calls(daemon_up):
     torch.manual_seed(0)
