@@ -1,4 +1,4 @@
-"""A kernel switch on and off, on one whole model, timed call by call in turn.
+"""A switch on and off, on one whole model, timed call by call in turn.
 
 The daemon reads its kernel switches (KILN_WINOGRAD, KILN_NARROW_GROUPS,
 KILN_PANEL_ROWS, ...) from its environment. This starts two private
@@ -10,12 +10,18 @@ process that runs more than one model. Prints both medians, their ratio
 and each side's largest difference from eager relative to the output's
 scale.
 
+With --option instead of --var the switch is a boolean option of the
+backend (torch.compile options, e.g. dict_tag_guards): one daemon, and two
+copies of the model compiled with the option True and False.
+
     .venv/bin/python bench/models/switch_ab.py --model vit_b_16 --var KILN_PANEL_ROWS
         [--batch 1] [--calls 10] [--threads 2]
+    .venv/bin/python bench/models/switch_ab.py --model mobilenet_v2 --option dict_tag_guards
 """
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import statistics
 import sys
@@ -36,7 +42,9 @@ from private_daemon import PrivateDaemon, find_kilnd  # noqa: E402
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", required=True, help=f"one of: {', '.join(models.MODELS)}")
-    p.add_argument("--var", required=True, help="the daemon's switch, e.g. KILN_PANEL_ROWS")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--var", help="the daemon's switch, e.g. KILN_PANEL_ROWS")
+    which.add_argument("--option", help="a boolean backend option, e.g. dict_tag_guards")
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--calls", type=int, default=10, help="timed calls per side")
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
@@ -46,26 +54,37 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     work = models.build(args.model, args.batch)
     os.environ["KILN_AUTOSTART"] = "0"
-    saved = os.environ.get(args.var)
+    name = args.var or args.option
     daemons = {}
     try:
-        for value in ("1", "0"):
-            os.environ[args.var] = value  # inherited by the daemon's process
-            daemons[value] = PrivateDaemon(find_kilnd(), threads=args.threads,
-                                           extra_args=["--no-cache"], prefix="kiln-ab-")
-        if saved is None:
-            del os.environ[args.var]
+        if args.var:
+            saved = os.environ.get(args.var)
+            for value in ("1", "0"):
+                os.environ[args.var] = value  # inherited by the daemon's process
+                daemons[value] = PrivateDaemon(find_kilnd(), threads=args.threads,
+                                               extra_args=["--no-cache"], prefix="kiln-ab-")
+            if saved is None:
+                del os.environ[args.var]
+            else:
+                os.environ[args.var] = saved
+            options = {v: {"socket": d.socket} for v, d in daemons.items()}
+            copies = {v: work.model for v in daemons}
         else:
-            os.environ[args.var] = saved
+            daemons["1"] = PrivateDaemon(find_kilnd(), threads=args.threads,
+                                         extra_args=["--no-cache"], prefix="kiln-ab-")
+            options = {v: {"socket": daemons["1"].socket, args.option: v == "1"}
+                       for v in ("1", "0")}
+            # Separate modules: Dynamo keeps one compiled frame per object.
+            copies = {"1": work.model, "0": copy.deepcopy(work.model)}
         with torch.no_grad():
             want = work.model(*work.inputs)
             scale = want.abs().max().item() or 1.0
-            compiled = {v: torch.compile(work.model, backend="kiln", options={"socket": d.socket})
-                        for v, d in daemons.items()}
+            compiled = {v: torch.compile(copies[v], backend="kiln", options=options[v])
+                        for v in ("1", "0")}
             for v, fn in compiled.items():
                 got = fn(*work.inputs)
                 diff = (got - want).abs().max().item() / scale
-                print(f"{args.var}={v}: max|out - eager| / max|eager| = {diff:.1e}")
+                print(f"{name}={v}: max|out - eager| / max|eager| = {diff:.1e}")
             times = {v: [] for v in compiled}
             for _ in range(args.calls):
                 for v, fn in compiled.items():
@@ -76,7 +95,7 @@ def main() -> int:
         for d in daemons.values():
             d.stop()
     on, off = (statistics.median(times[v]) * 1e3 for v in ("1", "0"))
-    print(f"{args.model} batch {args.batch}: {args.var}=1 {on:.2f} ms, {args.var}=0 {off:.2f} ms "
+    print(f"{args.model} batch {args.batch}: {name}=1 {on:.2f} ms, {name}=0 {off:.2f} ms "
           f"(median of {args.calls}); off / on = {off / on:.3f}")
     return 0
 

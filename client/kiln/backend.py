@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 import torch.fx as fx
 
-from kiln import aot, lowering, lowering_cache, partition
+from kiln import aot, guards, lowering, lowering_cache, partition
 from kiln.connection import Connection, get_connection
 from kiln.options import KilnOptions
 from kiln.subgraph import KilnFallbackError, KilnSubgraph
@@ -446,6 +446,8 @@ def kiln_backend(gm: fx.GraphModule, example_inputs: Sequence[Any],
         _warn_once(f"mode:{mode}", "kiln: ignoring torch.compile mode=%r", mode)
     conn = get_connection(opts.socket, opts.autostart, opts.cache_dir, opts.daemon_idle_min)
     _check_device(opts, conn)
+    if opts.dict_tag_guards:
+        guards.use_for_this_frame()
     if opts.aot_autograd:
         return aot.compile_with_aot(
             gm, example_inputs,

@@ -241,6 +241,12 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "smallest partition (in compute nodes) worth sending to the daemon; "
                "smaller ones run in eager",
                env="KILN_MIN_PARTITION_SIZE"),
+    OptionSpec("dict_tag_guards", bool, True,
+               "compile Kiln's frames with Dynamo's use_recursive_dict_tags_for_guards "
+               "(a module's guards are skipped while its attribute dicts are unchanged; "
+               "Kiln checks its weights per call itself); other frames keep the process's "
+               "setting",
+               env="KILN_DICT_TAG_GUARDS"),
     OptionSpec("timeout", Number(float, 0, exclusive=True), 60.0,
                "seconds one call may take in the daemon before it is an error",
                env="KILN_TIMEOUT"),
