@@ -18,35 +18,30 @@ setting. Options `dict_tag_guards=False` leaves Dynamo's setting alone.
 """
 from __future__ import annotations
 
-import logging
-
 import torch
-
-log = logging.getLogger(__name__)
 
 # The process's own setting while a Kiln frame is being compiled, else None.
 _saved: bool | None = None
 
 
-def use_for_this_frame() -> bool:
+def use_for_this_frame() -> None:
     """Turns dict-tag guards on until the Dynamo compile in progress ends.
 
-    False (and nothing changed) outside a Dynamo compile, or with a PyTorch
-    that lacks the setting or the compile-end callback.
+    Changes nothing outside a Dynamo compile, or with a PyTorch that lacks
+    the setting or the compile-end callback.
     """
     global _saved
     config = torch._dynamo.config
     handler = getattr(torch._dynamo, "callback_handler", None)
     if (handler is None or not hasattr(config, "use_recursive_dict_tags_for_guards")
             or torch._guards.CompileContext.current_compile_id() is None):
-        return False
+        return
     # Registered again after torch._dynamo.reset(), which drops callbacks.
     if _restore not in handler.end_callbacks:
         handler.register_end_callback(_restore)
     if _saved is None:
         _saved = bool(config.use_recursive_dict_tags_for_guards)
     config.use_recursive_dict_tags_for_guards = True
-    return True
 
 
 def _restore(_args: object) -> None:
