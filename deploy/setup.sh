@@ -65,4 +65,9 @@ if ! cmake --build "$build" -j"$(nproc)" > "$build/build.log" 2>&1; then
   exit 1
 fi
 ln -sf "$build/server/kilnd" "$venv/bin/kilnd"
+# The client's C++ helper (client/CMakeLists.txt), importable from the venv.
+site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])')"
+for module in "$build"/client/_kiln_native*.so; do
+  [[ -f "$module" ]] && ln -sf "$module" "$site/"
+done
 log "ready: $venv/bin/kilnd, python $venv/bin/python"

@@ -14,9 +14,14 @@ With --option instead of --var the switch is a boolean option of the
 backend (torch.compile options, e.g. dict_tag_guards): one daemon, and two
 copies of the model compiled with the option True and False.
 
+With --native the switch is the client's C++ weight check (kiln/native.py):
+one daemon, one compiled model, the check in C++ on one call and in Python
+on the next.
+
     .venv/bin/python bench/models/switch_ab.py --model vit_b_16 --var KILN_PANEL_ROWS
         [--batch 1] [--calls 10] [--threads 2]
     .venv/bin/python bench/models/switch_ab.py --model mobilenet_v2 --option dict_tag_guards
+    .venv/bin/python bench/models/switch_ab.py --model regnet_y_400mf --native
 """
 from __future__ import annotations
 
@@ -45,6 +50,8 @@ def main() -> int:
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--var", help="the daemon's switch, e.g. KILN_PANEL_ROWS")
     which.add_argument("--option", help="a boolean backend option, e.g. dict_tag_guards")
+    which.add_argument("--native", action="store_true",
+                       help="the client's C++ weight check against its Python one")
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--calls", type=int, default=10, help="timed calls per side")
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
@@ -54,8 +61,10 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     work = models.build(args.model, args.batch)
     os.environ["KILN_AUTOSTART"] = "0"
-    name = args.var or args.option
+    name = args.var or args.option or "native"
     daemons = {}
+    # What to do before each side's call (only --native switches per call).
+    before = {"1": lambda: None, "0": lambda: None}
     try:
         if args.var:
             saved = os.environ.get(args.var)
@@ -69,6 +78,17 @@ def main() -> int:
                 os.environ[args.var] = saved
             options = {v: {"socket": d.socket} for v, d in daemons.items()}
             copies = {v: work.model for v in daemons}
+        elif args.native:
+            from kiln import native
+            if native.weights_unchanged is None:
+                p.error("the C++ helper is not loaded (make setup builds it; KILN_NATIVE=0?)")
+            check = native.weights_unchanged
+            before = {"1": lambda: setattr(native, "weights_unchanged", check),
+                      "0": lambda: setattr(native, "weights_unchanged", None)}
+            daemons["1"] = PrivateDaemon(find_kilnd(), threads=args.threads,
+                                         extra_args=["--no-cache"], prefix="kiln-ab-")
+            options = {v: {"socket": daemons["1"].socket} for v in ("1", "0")}
+            copies = {v: work.model for v in ("1", "0")}
         else:
             daemons["1"] = PrivateDaemon(find_kilnd(), threads=args.threads,
                                          extra_args=["--no-cache"], prefix="kiln-ab-")
@@ -82,12 +102,14 @@ def main() -> int:
             compiled = {v: torch.compile(copies[v], backend="kiln", options=options[v])
                         for v in ("1", "0")}
             for v, fn in compiled.items():
+                before[v]()
                 got = fn(*work.inputs)
                 diff = (got - want).abs().max().item() / scale
                 print(f"{name}={v}: max|out - eager| / max|eager| = {diff:.1e}")
             times = {v: [] for v in compiled}
             for _ in range(args.calls):
                 for v, fn in compiled.items():
+                    before[v]()
                     start = time.perf_counter()
                     fn(*work.inputs)
                     times[v].append(time.perf_counter() - start)

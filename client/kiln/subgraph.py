@@ -34,7 +34,7 @@ from torch._subclasses.fake_tensor import is_fake
 from kiln import channel as channel_mod
 from kiln import connection as connection_mod
 from kiln import output_pool as output_pool_mod
-from kiln import serialize, shm
+from kiln import native, serialize, shm
 from kiln.v1 import kiln_pb2
 
 log = logging.getLogger(__name__)
@@ -90,9 +90,10 @@ class KilnSubgraph(torch.nn.Module):
         # Holding the compiled-in constants keeps their storage alive, so a
         # different tensor can never show up at the same data_ptr.
         self._constant_tensors: dict[str, torch.Tensor] = {}
-        self._constant_objects: list[torch.Tensor] = []
+        self._constant_objects: tuple[torch.Tensor, ...] = ()
         self._constant_versions: list[int] = []
         self._constant_ptrs: list[int] = []
+        self._constant_expected = b""  # native.pack_expected(_constant_objects)
         self._take_constants = (operator.itemgetter(*constant_positions)
                                 if constant_positions else None)
         self._plan: _CallPlan | None = None
@@ -121,6 +122,11 @@ class KilnSubgraph(torch.nn.Module):
         got = self._take_constants(args)
         if len(self.constant_positions) == 1:
             got = (got,)
+        if native.weights_unchanged is not None:  # the same checks in C++
+            same = native.weights_unchanged(got, self._constant_objects,
+                                            self._constant_expected)
+            if same is not None:
+                return not same
         return not (all(map(operator.is_, got, self._constant_objects))
                     and list(map(_version_of, got)) == self._constant_versions
                     and list(map(_data_ptr_of, got)) == self._constant_ptrs)
@@ -160,9 +166,10 @@ class KilnSubgraph(torch.nn.Module):
         needs_compile = rebuild or self._handle is None or self._generation != self.conn.generation
         self._constant_state = state
         self._constant_tensors = tensors
-        self._constant_objects = [args[pos] for pos in self.constant_positions]
+        self._constant_objects = tuple(args[pos] for pos in self.constant_positions)
         self._constant_versions = [t._version for t in self._constant_objects]
         self._constant_ptrs = [t.data_ptr() for t in self._constant_objects]
+        self._constant_expected = native.pack_expected(self._constant_objects)
         if not needs_compile:
             return
         self.conn.connect()

@@ -1,0 +1,64 @@
+"""The client's C++ weight check (_kiln_native, kiln/native.py)."""
+from __future__ import annotations
+
+import os
+import struct
+
+import pytest
+import torch
+
+from kiln import native
+
+check = native.weights_unchanged
+
+
+def test_helper_is_built_and_used():
+    # make setup builds and links it; a broken build must not go unnoticed
+    # as a silent switch to the slower Python check.
+    assert os.environ.get("KILN_NATIVE", "1") != "0"
+    import _kiln_native
+    assert _kiln_native.torch_version == torch.__version__
+    assert check is _kiln_native.weights_unchanged
+
+
+@pytest.fixture
+def weights():
+    w = [torch.randn(8, 4), torch.randn(6, 5)[:, 2], torch.nn.Parameter(torch.randn(3))]
+    return tuple(w)
+
+
+def test_unchanged_weights(weights):
+    assert check(weights, weights, native.pack_expected(weights)) is True
+    # The expected data pointer is Tensor.data_ptr(): storage offset included.
+    assert weights[1].storage_offset() == 2
+    assert native.pack_expected(weights[1:2]) == struct.pack(
+        "=2Q", weights[1]._version, weights[1].data_ptr())
+
+
+def test_every_kind_of_change_is_seen(weights):
+    expected = native.pack_expected(weights)
+    assert check((weights[0], weights[1], torch.randn(3)), weights, expected) is False
+    with torch.no_grad():
+        weights[2].mul_(2)                        # in place: version bumped
+    assert check(weights, weights, expected) is False
+    expected = native.pack_expected(weights)
+    weights[0].data = torch.randn(8, 4)           # storage swapped, same version
+    assert check(weights, weights, expected) is False
+    expected = native.pack_expected(weights)
+    assert check(weights, weights, expected) is True
+
+
+def test_cannot_tell_without_version_counter():
+    with torch.inference_mode():
+        t = torch.randn(4)
+    assert check((t,), (t,), struct.pack("=2Q", 0, t.data_ptr())) is None
+
+
+def test_bad_arguments_raise(weights):
+    expected = native.pack_expected(weights)
+    with pytest.raises(ValueError):
+        check(weights[:2], weights, expected)
+    with pytest.raises(ValueError):
+        check(weights, weights, expected[:-8])
+    with pytest.raises(TypeError):
+        check(list(weights), weights, expected)
