@@ -14,9 +14,9 @@ With --option instead of --var the switch is a boolean option of the
 backend (torch.compile options, e.g. dict_tag_guards): one daemon, and two
 copies of the model compiled with the option True and False.
 
-With --native the switch is the client's C++ weight check (kiln/native.py):
-one daemon, one compiled model, the check in C++ on one call and in Python
-on the next.
+With --native the switch is the client's C++ helpers (kiln/native.py: the
+weight check and streaming input copies): one daemon, one compiled model,
+the helpers on for one call and off for the next.
 
     .venv/bin/python bench/models/switch_ab.py --model vit_b_16 --var KILN_PANEL_ROWS
         [--batch 1] [--calls 10] [--threads 2]
@@ -51,7 +51,7 @@ def main() -> int:
     which.add_argument("--var", help="the daemon's switch, e.g. KILN_PANEL_ROWS")
     which.add_argument("--option", help="a boolean backend option, e.g. dict_tag_guards")
     which.add_argument("--native", action="store_true",
-                       help="the client's C++ weight check against its Python one")
+                       help="the client's C++ helpers on against off")
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--calls", type=int, default=10, help="timed calls per side")
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
@@ -82,9 +82,10 @@ def main() -> int:
             from kiln import native
             if native.weights_unchanged is None:
                 p.error("the C++ helper is not loaded (make setup builds it; KILN_NATIVE=0?)")
-            check = native.weights_unchanged
-            before = {"1": lambda: setattr(native, "weights_unchanged", check),
-                      "0": lambda: setattr(native, "weights_unchanged", None)}
+            helpers = {name: getattr(native, name) for name in ("weights_unchanged",
+                                                               "stream_copy")}
+            before = {"1": lambda: [setattr(native, n, f) for n, f in helpers.items()],
+                      "0": lambda: [setattr(native, n, None) for n in helpers]}
             daemons["1"] = PrivateDaemon(find_kilnd(), threads=args.threads,
                                          extra_args=["--no-cache"], prefix="kiln-ab-")
             options = {v: {"socket": daemons["1"].socket} for v in ("1", "0")}

@@ -18,6 +18,7 @@ from typing import Callable, Sequence
 
 import torch
 
+from kiln import native
 from kiln.v1 import kiln_pb2
 
 ALIGNMENT = 64
@@ -81,8 +82,16 @@ UnregisterFn = Callable[[int], None]
 _MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 
 
-def copy_tensor(dst: torch.Tensor, src: torch.Tensor) -> None:
-    """dst.copy_(src), with a plain memmove for dense same-dtype tensors.
+# Inputs from this size up go into shared memory with streaming stores
+# (native.stream_copy): below it they may still be in a cache the daemon
+# reads faster than memory.
+STREAM_COPY_MIN_BYTES = 1 << 20
+
+
+def copy_tensor(dst: torch.Tensor, src: torch.Tensor, stream: bool = False) -> None:
+    """dst.copy_(src), with a plain memmove for dense same-dtype tensors
+    (`stream`: dst is shared memory the daemon reads next; large copies then
+    bypass the cache).
 
     Tensor.copy_ goes through PyTorch's OpenMP pool, whose threads then
     spin-wait for more work for a while; in the client that spinning takes
@@ -91,7 +100,11 @@ def copy_tensor(dst: torch.Tensor, src: torch.Tensor) -> None:
     if (dst.dtype == src.dtype and dst.shape == src.shape and dst.is_contiguous()
             and src.is_contiguous() and src.device.type == "cpu"
             and not src.is_conj() and not src.is_neg()):
-        ctypes.memmove(dst.data_ptr(), src.data_ptr(), src.numel() * src.element_size())
+        nbytes = src.numel() * src.element_size()
+        if stream and nbytes >= STREAM_COPY_MIN_BYTES and native.stream_copy is not None:
+            native.stream_copy(dst.data_ptr(), src.data_ptr(), nbytes)
+        else:
+            ctypes.memmove(dst.data_ptr(), src.data_ptr(), nbytes)
     else:
         dst.copy_(src)
 

@@ -353,7 +353,7 @@ class KilnSubgraph(torch.nn.Module):
         if plan.region is not region:
             plan.bind(region)
         for t, view in zip(inputs, plan.input_views):
-            shm.copy_tensor(view, t.detach())
+            shm.copy_tensor(view, t.detach(), stream=True)
         # Large outputs go to blocks of their own that become the returned
         # tensors (output_pool.py); the rest are copied out of the arena.
         pool, blocks, slots = None, {}, plan.slots

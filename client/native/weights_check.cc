@@ -1,4 +1,4 @@
-// _kiln_native: the client's per-call weight check in C++.
+// The client's per-call weight check in C++ (module.cc exposes it).
 //
 // Before every call the client makes sure each weight compiled into a
 // partition is still the tensor it uploaded: the same object, at the same
@@ -15,7 +15,7 @@
 // valid with the torch it was built against: client/CMakeLists.txt bakes in
 // that torch's version and kiln/native.py refuses a module built for another.
 
-#include <Python.h>
+#include "client/native/weights_check.h"
 
 #include <torch/csrc/autograd/python_variable.h>
 
@@ -23,6 +23,7 @@
 #include <cstring>
 #include <vector>
 
+namespace kiln_native {
 namespace {
 
 // The version counter is one pointer to a shared counter object; prefetching
@@ -36,15 +37,9 @@ void* counter_object(const c10::TensorImpl* impl) {
   return p;
 }
 
-// weights_unchanged(got, objects, expected) -> True, False or None.
-//
-// got, objects: tuples of the same length; objects are the tensors recorded
-// when the partition was prepared. expected: bytes, two native uint64 per
-// tensor (version, data pointer). True when every got[i] is objects[i] at
-// its recorded version and data pointer; False when anything differs; None
-// when it cannot tell (a tensor without a version counter or storage), in
-// which case the caller checks in Python.
-PyObject* weights_unchanged(PyObject*, PyObject* args) {
+}  // namespace
+
+PyObject* weights_unchanged(PyObject* /*module*/, PyObject* args) {
   PyObject* got;
   PyObject* objects;
   Py_buffer expected;
@@ -96,23 +91,4 @@ PyObject* weights_unchanged(PyObject*, PyObject* args) {
   return result;
 }
 
-PyMethodDef methods[] = {
-    {"weights_unchanged", weights_unchanged, METH_VARARGS,
-     "weights_unchanged(got, objects, expected) -> True, False or None"},
-    {nullptr, nullptr, 0, nullptr},
-};
-
-PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kiln_native",
-                      "Kiln client's per-call checks (see weights_check.cc).", -1, methods,
-                      nullptr, nullptr, nullptr, nullptr};
-
-}  // namespace
-
-PyMODINIT_FUNC PyInit__kiln_native() {
-  PyObject* m = PyModule_Create(&module);
-  if (m != nullptr && PyModule_AddStringConstant(m, "torch_version", KILN_TORCH_VERSION) < 0) {
-    Py_DECREF(m);
-    return nullptr;
-  }
-  return m;
-}
+}  // namespace kiln_native

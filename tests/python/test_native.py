@@ -62,3 +62,39 @@ def test_bad_arguments_raise(weights):
         check(weights, weights, expected[:-8])
     with pytest.raises(TypeError):
         check(list(weights), weights, expected)
+
+
+@pytest.mark.parametrize("offsets", [(0, 0), (5, 3), (16, 1)])
+def test_stream_copy_copies_exactly(offsets):
+    dst_off, src_off = offsets
+    n = (1 << 20) + 77  # whole 64-byte steps plus a tail
+    src = torch.randint(0, 256, (n + 64,), dtype=torch.uint8)
+    dst = torch.zeros(n + 64, dtype=torch.uint8)
+    native.stream_copy(dst.data_ptr() + dst_off, src.data_ptr() + src_off, n)
+    assert torch.equal(dst[dst_off:dst_off + n], src[src_off:src_off + n])
+    assert not dst[:dst_off].any() and not dst[dst_off + n:].any()
+    with pytest.raises(ValueError):
+        native.stream_copy(0, src.data_ptr(), 8)
+
+
+def test_large_inputs_reach_the_daemon_intact(daemon_up, monkeypatch):
+    # 4 MiB and 64 KiB inputs: over and under shm.STREAM_COPY_MIN_BYTES.
+    sizes = []
+    real = native.stream_copy
+
+    def counted(dst, src, nbytes):
+        sizes.append(nbytes)
+        real(dst, src, nbytes)
+
+    monkeypatch.setattr(native, "stream_copy", counted)
+
+    def f(a, b):
+        return torch.relu(a * 2.0 + 1.0), b - 3.0
+
+    compiled = torch.compile(f, backend="kiln")
+    for _ in range(3):  # fresh values each call, one compiled graph
+        a, b = torch.randn(1024, 1024), torch.randn(16384)
+        got = compiled(a, b)
+        torch.testing.assert_close(got[0], f(a, b)[0], rtol=0, atol=1e-6)
+        torch.testing.assert_close(got[1], f(a, b)[1], rtol=0, atol=1e-6)
+    assert sizes == [4 << 20] * 3  # the large input streamed, the small one not
