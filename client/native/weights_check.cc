@@ -37,6 +37,33 @@ void* counter_object(const c10::TensorImpl* impl) {
   return p;
 }
 
+// Py_True, Py_False, or Py_None when it cannot tell. Reads storage_
+// directly (unsafe_storage): storage() throws for some tensor kinds.
+PyObject* compare(const std::vector<const c10::TensorImpl*>& impls, const uint64_t* want) {
+  for (const c10::TensorImpl* impl : impls) {
+    // A TensorImpl spans a few lines; the storage and counter pointers are
+    // not at the front.
+    for (int line = 0; line < 4; ++line)
+      __builtin_prefetch(reinterpret_cast<const char*>(impl) + 64 * line);
+  }
+  for (const c10::TensorImpl* impl : impls) {
+    if (impl->unsafe_storage()) __builtin_prefetch(impl->unsafe_storage().unsafeGetStorageImpl());
+    if (void* counter = counter_object(impl)) __builtin_prefetch(counter);
+  }
+  PyObject* result = Py_True;
+  for (size_t i = 0; i < impls.size(); ++i) {
+    const c10::TensorImpl* impl = impls[i];
+    const c10::Storage& storage = impl->unsafe_storage();
+    if (!impl->version_counter().enabled() || !storage) return Py_None;
+    const uint64_t version = impl->version_counter().current_version();
+    const auto* base = static_cast<const char*>(storage.data());
+    const uint64_t ptr = reinterpret_cast<uintptr_t>(
+        base ? base + impl->storage_offset() * impl->itemsize() : nullptr);
+    if (version != want[2 * i] || ptr != want[2 * i + 1]) result = Py_False;
+  }
+  return result;
+}
+
 }  // namespace
 
 PyObject* weights_unchanged(PyObject* /*module*/, PyObject* args) {
@@ -62,29 +89,13 @@ PyObject* weights_unchanged(PyObject* /*module*/, PyObject* args) {
     }
   }
   std::vector<const c10::TensorImpl*> impls(n);
-  for (Py_ssize_t i = 0; i < n; ++i) {
+  for (Py_ssize_t i = 0; i < n; ++i)
     impls[i] = THPVariable_Unpack(PyTuple_GET_ITEM(objects, i)).unsafeGetTensorImpl();
-    // A TensorImpl spans a few lines; the storage and counter pointers are
-    // not at the front.
-    for (int line = 0; line < 4; ++line)
-      __builtin_prefetch(reinterpret_cast<const char*>(impls[i]) + 64 * line);
-  }
-  for (const c10::TensorImpl* impl : impls) {
-    if (impl->has_storage()) __builtin_prefetch(impl->storage().unsafeGetStorageImpl());
-    if (void* counter = counter_object(impl)) __builtin_prefetch(counter);
-  }
-  PyObject* result = Py_True;
-  for (Py_ssize_t i = 0; i < n; ++i) {
-    const c10::TensorImpl* impl = impls[i];
-    if (!impl->version_counter().enabled() || !impl->has_storage()) {
-      result = Py_None;
-      break;
-    }
-    const uint64_t version = impl->version_counter().current_version();
-    const auto* base = static_cast<const char*>(impl->storage().data());
-    const uint64_t ptr = reinterpret_cast<uintptr_t>(
-        base ? base + impl->storage_offset() * impl->itemsize() : nullptr);
-    if (version != want[2 * i] || ptr != want[2 * i + 1]) result = Py_False;
+  PyObject* result;
+  try {
+    result = compare(impls, want);
+  } catch (...) {  // torch's checks throw; never across the C API
+    result = Py_None;
   }
   PyBuffer_Release(&expected);
   Py_INCREF(result);
