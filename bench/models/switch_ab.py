@@ -65,13 +65,16 @@ def main() -> int:
     daemons = {}
     # What to do before each side's call (only --native switches per call).
     before = {"1": lambda: None, "0": lambda: None}
+
+    def start_daemon() -> PrivateDaemon:
+        return PrivateDaemon(find_kilnd(), threads=args.threads, extra_args=["--no-cache"],
+                             prefix="kiln-ab-")
     try:
         if args.var:
             saved = os.environ.get(args.var)
             for value in ("1", "0"):
                 os.environ[args.var] = value  # inherited by the daemon's process
-                daemons[value] = PrivateDaemon(find_kilnd(), threads=args.threads,
-                                               extra_args=["--no-cache"], prefix="kiln-ab-")
+                daemons[value] = start_daemon()
             if saved is None:
                 del os.environ[args.var]
             else:
@@ -82,17 +85,14 @@ def main() -> int:
             from kiln import native
             if native.weights_unchanged is None:
                 p.error("the C++ helper is not loaded (make setup builds it; KILN_NATIVE=0?)")
-            helpers = {name: getattr(native, name) for name in ("weights_unchanged",
-                                                               "stream_copy")}
-            before = {"1": lambda: [setattr(native, n, f) for n, f in helpers.items()],
-                      "0": lambda: [setattr(native, n, None) for n in helpers]}
-            daemons["1"] = PrivateDaemon(find_kilnd(), threads=args.threads,
-                                         extra_args=["--no-cache"], prefix="kiln-ab-")
+            helpers = {h: getattr(native, h) for h in ("weights_unchanged", "stream_copy")}
+            before = {"1": lambda: [setattr(native, h, f) for h, f in helpers.items()],
+                      "0": lambda: [setattr(native, h, None) for h in helpers]}
+            daemons["1"] = start_daemon()
             options = {v: {"socket": daemons["1"].socket} for v in ("1", "0")}
             copies = {v: work.model for v in ("1", "0")}
         else:
-            daemons["1"] = PrivateDaemon(find_kilnd(), threads=args.threads,
-                                         extra_args=["--no-cache"], prefix="kiln-ab-")
+            daemons["1"] = start_daemon()
             options = {v: {"socket": daemons["1"].socket, args.option: v == "1"}
                        for v in ("1", "0")}
             # Separate modules: Dynamo keeps one compiled frame per object.

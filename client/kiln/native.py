@@ -14,6 +14,7 @@ it into the venv. KILN_NATIVE=0 turns it off.
 from __future__ import annotations
 
 import logging
+import operator
 import os
 import struct
 from typing import Callable, Sequence
@@ -28,10 +29,17 @@ WeightsCheck = Callable[[tuple, tuple, bytes], "bool | None"]
 StreamCopy = Callable[[int, int, int], None]
 
 
+_version_of = operator.attrgetter("_version")
+_data_ptr_of = torch.Tensor.data_ptr
+
+
 def pack_expected(tensors: Sequence[torch.Tensor]) -> bytes:
-    """The `expected` argument: (version, data pointer) per tensor."""
-    return struct.pack(f"={2 * len(tensors)}Q",
-                       *[x for t in tensors for x in (t._version, t.data_ptr())])
+    """The `expected` argument: (version, data pointer) per tensor. Also
+    the Python check itself (subgraph.py), so kept to C-level maps."""
+    fields = [0] * (2 * len(tensors))
+    fields[0::2] = map(_version_of, tensors)
+    fields[1::2] = map(_data_ptr_of, tensors)
+    return struct.pack(f"={len(fields)}Q", *fields)
 
 
 def _self_test(check: WeightsCheck, copy: StreamCopy) -> str | None:

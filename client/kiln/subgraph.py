@@ -91,8 +91,6 @@ class KilnSubgraph(torch.nn.Module):
         # different tensor can never show up at the same data_ptr.
         self._constant_tensors: dict[str, torch.Tensor] = {}
         self._constant_objects: tuple[torch.Tensor, ...] = ()
-        self._constant_versions: list[int] = []
-        self._constant_ptrs: list[int] = []
         self._constant_expected = b""  # native.pack_expected(_constant_objects)
         self._take_constants = (operator.itemgetter(*constant_positions)
                                 if constant_positions else None)
@@ -128,8 +126,7 @@ class KilnSubgraph(torch.nn.Module):
             if same is not None:
                 return not same
         return not (all(map(operator.is_, got, self._constant_objects))
-                    and list(map(_version_of, got)) == self._constant_versions
-                    and list(map(_data_ptr_of, got)) == self._constant_ptrs)
+                    and native.pack_expected(got) == self._constant_expected)
 
     def _prepare(self, args: Sequence[torch.Tensor]) -> None:
         """Hashes constants, uploads missing ones and (re)compiles if needed."""
@@ -167,8 +164,6 @@ class KilnSubgraph(torch.nn.Module):
         self._constant_state = state
         self._constant_tensors = tensors
         self._constant_objects = tuple(args[pos] for pos in self.constant_positions)
-        self._constant_versions = [t._version for t in self._constant_objects]
-        self._constant_ptrs = [t.data_ptr() for t in self._constant_objects]
         self._constant_expected = native.pack_expected(self._constant_objects)
         if not needs_compile:
             return
@@ -430,10 +425,6 @@ class KilnSubgraph(torch.nn.Module):
             self.conn.defer_release(self._generation, handle)
         for plan in getattr(self, "_variants", {}).values():
             self.conn.defer_release(self._generation, plan.handle)
-
-
-_version_of = operator.attrgetter("_version")
-_data_ptr_of = torch.Tensor.data_ptr
 
 
 def _static(shape: Sequence[object]) -> bool:
