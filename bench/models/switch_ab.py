@@ -15,8 +15,9 @@ backend (torch.compile options, e.g. dict_tag_guards): one daemon, and two
 copies of the model compiled with the option True and False.
 
 With --native the switch is the client's C++ helpers (kiln/native.py: the
-weight check and streaming input copies): one daemon, one compiled model,
-the helpers on for one call and off for the next.
+weight check, streaming input copies and whole channel calls; --helpers
+picks some): one daemon, one compiled model, the helpers on for one call
+and off for the next.
 
     .venv/bin/python bench/models/switch_ab.py --model vit_b_16 --var KILN_PANEL_ROWS
         [--batch 1] [--calls 10] [--threads 2]
@@ -52,6 +53,8 @@ def main() -> int:
     which.add_argument("--option", help="a boolean backend option, e.g. dict_tag_guards")
     which.add_argument("--native", action="store_true",
                        help="the client's C++ helpers on against off")
+    p.add_argument("--helpers", default="weights_unchanged,stream_copy,channel_call",
+                   help="with --native: which of kiln.native's helpers to switch")
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--calls", type=int, default=10, help="timed calls per side")
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
@@ -85,7 +88,7 @@ def main() -> int:
             from kiln import native
             if native.weights_unchanged is None:
                 p.error("the C++ helper is not loaded (make setup builds it; KILN_NATIVE=0?)")
-            helpers = {h: getattr(native, h) for h in ("weights_unchanged", "stream_copy")}
+            helpers = {h: getattr(native, h) for h in args.helpers.split(",")}
             before = {"1": lambda: [setattr(native, h, f) for h, f in helpers.items()],
                       "0": lambda: [setattr(native, h, None) for h in helpers]}
             daemons["1"] = start_daemon()

@@ -29,18 +29,11 @@ from typing import Callable
 
 import grpc
 
-from kiln import shm
-
-# --- server/call_channel_layout.h ---------------------------------------
-LAYOUT_VERSION = 1
-MAGIC = 0x314E484B
-STATE_IDLE, STATE_REQUEST, STATE_RUNNING, STATE_REPLY = 0, 1, 2, 3
-_STATE, _CLOSED, _MAGIC, _VERSION = 0, 4, 8, 12
-_REQ_SEQ, _REQ_HANDLE, _REQ_INPUTS, _REQ_OUTPUTS = 64, 72, 80, 84
-_REP_SEQ, _REP_CODE, _REP_MSG_BYTES, _REP_RUN_US, _REP_MSG = 128, 136, 140, 144, 192
-SLOTS_OFFSET = 1024
-SLOT_BYTES = 24
-# -------------------------------------------------------------------------
+from kiln import native, shm
+from kiln.channel_layout import (  # server/call_channel_layout.h's numbers
+    _CLOSED, _MAGIC, _REP_CODE, _REP_MSG, _REP_MSG_BYTES, _REP_RUN_US, _REP_SEQ, _REQ_HANDLE,
+    _REQ_INPUTS, _REQ_OUTPUTS, _REQ_SEQ, _STATE, _VERSION, LAYOUT_VERSION, MAGIC, SLOT_BYTES,
+    SLOTS_OFFSET, STATE_IDLE, STATE_REPLY, STATE_REQUEST, STATE_RUNNING)
 
 BLOCK_BYTES = 64 << 10
 # While waiting, how often to check the daemon is alive (and the deadline).
@@ -186,7 +179,38 @@ class Channel:
                 pass
         if state.value != STATE_REPLY:
             self._wait_reply(time.monotonic() + timeout_s)
+        return self._finish(seq)
 
+    def call_native(self, args: tuple, plan: bytes, handle: int, num_tensors: int,
+                    timeout_s: float, spin_s: float) -> tuple[list, bool] | None:
+        """The call through native.channel_call: (outputs, done), or None
+        when that path does not take it (nothing was posted). Not done: the
+        reply was read here, and the outputs are fresh tensors the caller
+        fills from the arena. Raises as call() does. At debug level, None:
+        call() logs each call."""
+        if (native.channel_call is None or num_tensors > self.max_tensors
+                or log.isEnabledFor(logging.DEBUG)
+                or self._closed.value or self._state.value != STATE_IDLE):
+            return None
+        self._seq += 1  # numbers skipped when nothing is posted do no harm
+        seq = self._seq
+        deadline = time.monotonic() + timeout_s
+        got = native.channel_call(args, plan, self._base, seq, handle, spin_s,
+                                  min(timeout_s, LIVENESS_CHECK_S))
+        if got is None:
+            return None
+        outputs, run_us = got
+        if run_us is not None:
+            self.last_run_us = run_us
+            return outputs, True
+        if self._state.value != STATE_REPLY:
+            self._wait_reply(deadline)
+        self._finish(seq)
+        return outputs, False
+
+    def _finish(self, seq: int) -> float:
+        """Reads the reply to call seq and frees the channel; its run time."""
+        state = self._state
         code = self._rep_code.value
         run_us = self._rep_run_us.value
         message = ""

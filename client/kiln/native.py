@@ -3,7 +3,10 @@
 - weights_unchanged: the per-call weight check of subgraph.py, about 0.3 ms
   a call faster on a small CNN (client/native/weights_check.cc says why);
 - stream_copy: copies of large inputs into shared memory with
-  non-temporal stores (client/native/stream_copy.cc).
+  non-temporal stores (client/native/stream_copy.cc);
+- channel_call: a whole call through a call channel, from the input
+  checks and copies to the output copies (client/native/channel_call.cc),
+  given a plan that pack_plan writes.
 
 The module reads torch's own structures, so it is used only when it was
 built against the torch this process runs and passes a self-test at
@@ -13,6 +16,7 @@ it into the venv. KILN_NATIVE=0 turns it off.
 """
 from __future__ import annotations
 
+import ctypes
 import logging
 import operator
 import os
@@ -21,12 +25,17 @@ from typing import Callable, Sequence
 
 import torch
 
+from kiln import channel_layout as layout
+
 log = logging.getLogger(__name__)
 
 # weights_unchanged(got, objects, expected) -> True / False / None (cannot tell)
 WeightsCheck = Callable[[tuple, tuple, bytes], "bool | None"]
 # stream_copy(dst_address, src_address, nbytes)
 StreamCopy = Callable[[int, int, int], None]
+# channel_call(args, plan, channel_address, seq, handle, spin_s, wait_s)
+#   -> None | (outputs, run_us | None)
+ChannelCall = Callable[[tuple, bytes, int, int, int, float, float], "tuple | None"]
 
 
 _version_of = operator.attrgetter("_version")
@@ -40,6 +49,62 @@ def pack_expected(tensors: Sequence[torch.Tensor]) -> bytes:
     fields[0::2] = map(_version_of, tensors)
     fields[1::2] = map(_data_ptr_of, tensors)
     return struct.pack(f"={len(fields)}Q", *fields)
+
+
+def pack_plan(stream_min: int,
+              inputs: Sequence[tuple[int, int, int, torch.dtype, Sequence[int]]],
+              outputs: Sequence[tuple[int, int, torch.dtype, Sequence[int], Sequence[int]]],
+              slots: bytes) -> bytes:
+    """channel_call's plan: native uint64 words (channel_call.cc reads them).
+
+    inputs: (argument position, destination address, bytes, dtype, shape);
+    outputs: (source address, bytes, dtype, shape, strides); slots: the
+    channel's slot bytes. Inputs of stream_min bytes or more are copied
+    with streaming stores."""
+    words = [len(inputs), len(outputs), stream_min]
+    for position, address, nbytes, dtype, shape in inputs:
+        words += [position, address, nbytes, _scalar_types[dtype], len(shape), *shape]
+    for address, nbytes, dtype, shape, strides in outputs:
+        words += [address, nbytes, _scalar_types[dtype], len(shape), *shape, *strides]
+    return struct.pack(f"={len(words)}Q", *words) + slots
+
+
+class _ScalarTypes(dict):
+    """torch.dtype -> the module's int code for it, asked once per dtype."""
+
+    def __missing__(self, dtype: torch.dtype) -> int:
+        if _module is None:
+            raise RuntimeError("kiln: the native helpers are not loaded")
+        self[dtype] = code = _module.scalar_type(dtype)
+        return code
+
+
+_scalar_types = _ScalarTypes()
+
+
+def _channel_self_test(module) -> str | None:
+    """Posts a call into a block no daemon serves and reads what arrived."""
+    block = ctypes.create_string_buffer(layout.SLOTS_OFFSET + 2 * layout.SLOT_BYTES)
+    base = ctypes.addressof(block)
+    src = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    dst = torch.zeros(2, 3)
+    slots = struct.pack("<6Q", 7, 64, 24, 7, 128, 8)
+    plan = pack_plan(1 << 62, [(1, dst.data_ptr(), 24, torch.float32, (2, 3))],
+                     [(dst.data_ptr(), 8, torch.int64, (1,), (1,))], slots)
+    if module.channel_call((None, src.double()), plan, base, 5, 11, 0.0, 0.0) is not None:
+        return "a call with a wrong input taken"
+    got = module.channel_call((None, src), plan, base, 5, 11, 0.0, 0.0)
+    if got is None or got[1] is not None or len(got[0]) != 1:
+        return "an unanswered call not handed back"
+    out = got[0][0]
+    if out.dtype != torch.int64 or out.shape != (1,) or not torch.equal(dst, src):
+        return "input or output metas wrong"
+    raw = block.raw
+    if (struct.unpack_from("<I", raw, layout._STATE)[0] != layout.STATE_REQUEST
+            or struct.unpack_from("<QQII", raw, layout._REQ_SEQ) != (5, 11, 1, 1)
+            or raw[layout.SLOTS_OFFSET:layout.SLOTS_OFFSET + len(slots)] != slots):
+        return "the request is not laid out as the channel's"
+    return None
 
 
 def _self_test(check: WeightsCheck, copy: StreamCopy) -> str | None:
@@ -71,28 +136,35 @@ def _self_test(check: WeightsCheck, copy: StreamCopy) -> str | None:
     return None
 
 
-def _load() -> tuple[WeightsCheck | None, StreamCopy | None]:
+def _load():
+    """The module, or None."""
     if os.environ.get("KILN_NATIVE", "1").strip().lower() in ("0", "false", "no", "off"):
         log.debug("native helpers off (KILN_NATIVE)")
-        return None, None
+        return None
     try:
         import _kiln_native
     except ImportError as e:
         log.debug("native helpers not available (%s); using Python's", e)
-        return None, None
+        return None
     if _kiln_native.torch_version != torch.__version__:
         log.warning("kiln: %s was built for torch %s, this is torch %s; using Python "
                     "instead (rebuild with `make setup`)", _kiln_native.__file__,
                     _kiln_native.torch_version, torch.__version__)
-        return None, None
-    problem = _self_test(_kiln_native.weights_unchanged, _kiln_native.stream_copy)
+        return None
+    global _module
+    _module = _kiln_native
+    problem = (_self_test(_kiln_native.weights_unchanged, _kiln_native.stream_copy)
+               or _channel_self_test(_kiln_native))
     if problem is not None:
+        _module = None
         log.warning("kiln: %s failed its self-test (%s); using Python instead",
                     _kiln_native.__file__, problem)
-        return None, None
-    return _kiln_native.weights_unchanged, _kiln_native.stream_copy
+        return None
+    return _kiln_native
 
 
-weights_unchanged: WeightsCheck | None
-stream_copy: StreamCopy | None
-weights_unchanged, stream_copy = _load()
+_module = None
+_loaded = _load()
+weights_unchanged: WeightsCheck | None = _loaded and _loaded.weights_unchanged
+stream_copy: StreamCopy | None = _loaded and _loaded.stream_copy
+channel_call: ChannelCall | None = _loaded and _loaded.channel_call

@@ -338,15 +338,19 @@ class KilnSubgraph(torch.nn.Module):
                 or self._constants_changed(args)):
             self._prepare(args)
         plan = self._plan or self._variant(args)
+        conn = self.conn
+        region = conn.arena().reserve(plan.total_bytes)
+        if plan.region is not region:
+            plan.bind(region)
+        if plan.native_plan is not None:
+            outputs = self._call_native(plan, args)
+            if outputs is not None:
+                return outputs
         inputs = plan.take_inputs(args)
         for i, (t, meta) in enumerate(zip(inputs, plan.input_metas)):
             if t.shape != meta[0] or t.dtype != meta[1]:
                 raise _Mismatch(f"input {i} is {t.dtype}{list(t.shape)}, compiled for "
                                 f"{meta[1]}{list(meta[0])}")
-        conn = self.conn
-        region = conn.arena().reserve(plan.total_bytes)
-        if plan.region is not region:
-            plan.bind(region)
         for t, view in zip(inputs, plan.input_views):
             shm.copy_tensor(view, t.detach(), stream=True)
         # Large outputs go to blocks of their own that become the returned
@@ -391,6 +395,30 @@ class KilnSubgraph(torch.nn.Module):
                 ctypes.memmove(out.data_ptr(), dense[0], dense[1])
             else:
                 shm.copy_tensor(out, view)
+        return outputs[0] if plan.single_output else tuple(outputs)
+
+    def _call_native(self, plan: "_CallPlan", args: Sequence[torch.Tensor]):
+        """The call in one C call (native.channel_call), or None when that
+        path does not take it (then nothing was posted)."""
+        chan = self.conn.channel()
+        if chan is None:
+            return None
+        if type(args) is not tuple:
+            args = tuple(args)
+        try:
+            got = chan.call_native(args, plan.native_plan, plan.handle,
+                                   plan.num_inputs + plan.num_outputs, self.timeout_s,
+                                   plan.spin_s(chan.last_run_us))
+        except channel_mod.ChannelError as e:
+            if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                self.conn.discard_thread_state()
+            raise
+        if got is None:
+            return None
+        outputs, done = got
+        if not done:  # finished in Python: the outputs are still in the arena
+            for out, (address, nbytes) in zip(outputs, plan.output_dense):
+                ctypes.memmove(out.data_ptr(), address, nbytes)
         return outputs[0] if plan.single_output else tuple(outputs)
 
     @staticmethod
@@ -501,6 +529,7 @@ class _CallPlan:
         self.output_views: list[torch.Tensor] = []
         self.output_dense: list[tuple[int, int] | None] = []
         self.slots = b""
+        self.native_plan: bytes | None = None
 
     @classmethod
     def for_static(cls, ser: serialize.SerializedGraph) -> "_CallPlan":
@@ -562,6 +591,21 @@ class _CallPlan:
                   for off, (shape, _, dtype) in zip(self.output_offsets, self.output_metas)]
         self.slot_list = slots
         self.slots = channel_mod.pack_slots(slots)
+        self.native_plan = self._native_plan(region)
+
+    def _native_plan(self, region: shm.Region) -> bytes | None:
+        """native.channel_call's plan, when it can make these calls: every
+        output copied densely out of the arena (none pooled)."""
+        if (native.channel_call is None or self.pooled_outputs
+                or not all(self.output_dense)):
+            return None
+        inputs = [(pos, region.address + off, shm.nbytes(dtype, shape), dtype, tuple(shape))
+                  for pos, off, (shape, dtype) in zip(self.input_positions, self.input_offsets,
+                                                      self.input_metas)]
+        outputs = [(address, nbytes, dtype, shape, stride)
+                   for (address, nbytes), (shape, stride, dtype) in zip(self.output_dense,
+                                                                        self.output_metas)]
+        return native.pack_plan(shm.STREAM_COPY_MIN_BYTES, inputs, outputs, self.slots)
 
     def spin_s(self, last_run_us: float) -> float:
         return self.SPIN_US * 1e-6 if 0 < last_run_us < self.SPIN_BELOW_US else 0.0

@@ -2,6 +2,7 @@
 
 #include <Python.h>
 
+#include "client/native/channel_call.h"
 #include "client/native/stream_copy.h"
 #include "client/native/weights_check.h"
 
@@ -12,6 +13,11 @@ PyMethodDef methods[] = {
      "weights_unchanged(got, objects, expected) -> True, False or None"},
     {"stream_copy", kiln_native::stream_copy, METH_VARARGS,
      "stream_copy(dst_address, src_address, nbytes): non-temporal copy"},
+    {"channel_call", kiln_native::channel_call, METH_VARARGS,
+     "channel_call(args, plan, channel_address, seq, handle, spin_s, wait_s) -> None or "
+     "(outputs, run_us)"},
+    {"scalar_type", kiln_native::scalar_type, METH_VARARGS,
+     "scalar_type(dtype) -> int: the dtype's code in plans"},
     {nullptr, nullptr, 0, nullptr},
 };
 

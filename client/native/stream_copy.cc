@@ -17,9 +17,8 @@
 #include <cstring>
 
 namespace kiln_native {
-namespace {
 
-void copy_streaming(char* dst, const char* src, size_t n) {
+void CopyStreaming(char* dst, const char* src, size_t n) {
   // Up to the destination's first 16-byte boundary, then 64 bytes a step.
   size_t head = (16 - (reinterpret_cast<uintptr_t>(dst) & 15)) & 15;
   if (head > n) head = n;
@@ -44,8 +43,6 @@ void copy_streaming(char* dst, const char* src, size_t n) {
   std::memcpy(dst + i, src + i, n - i);
 }
 
-}  // namespace
-
 PyObject* stream_copy(PyObject* /*module*/, PyObject* args) {
   unsigned long long dst, src, n;
   if (!PyArg_ParseTuple(args, "KKK", &dst, &src, &n)) return nullptr;
@@ -54,7 +51,7 @@ PyObject* stream_copy(PyObject* /*module*/, PyObject* args) {
     return nullptr;
   }
   Py_BEGIN_ALLOW_THREADS
-  copy_streaming(reinterpret_cast<char*>(dst), reinterpret_cast<const char*>(src), n);
+  CopyStreaming(reinterpret_cast<char*>(dst), reinterpret_cast<const char*>(src), n);
   Py_END_ALLOW_THREADS
   Py_RETURN_NONE;
 }

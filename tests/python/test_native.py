@@ -98,3 +98,77 @@ def test_large_inputs_reach_the_daemon_intact(daemon_up, monkeypatch):
         torch.testing.assert_close(got[0], f(a, b)[0], rtol=0, atol=1e-6)
         torch.testing.assert_close(got[1], f(a, b)[1], rtol=0, atol=1e-6)
     assert sizes == [4 << 20] * 3  # the large input streamed, the small one not
+
+
+@pytest.fixture
+def counted_channel_calls(monkeypatch):
+    """native.channel_call, counting what it answered: "done", "handed back"
+    (finished in Python) or "not taken"."""
+    real = native.channel_call
+    assert real is not None
+    seen = []
+
+    def counted(*args):
+        got = real(*args)
+        seen.append("not taken" if got is None else "done" if got[1] is not None
+                    else "handed back")
+        return got
+
+    monkeypatch.setattr(native, "channel_call", counted)
+    return seen
+
+
+def _conv_model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
+                               torch.nn.Conv2d(8, 4, 1), torch.nn.Flatten(),
+                               torch.nn.Linear(4 * 16 * 16, 10)).eval()
+
+
+def test_whole_calls_go_through_channel_call(daemon_up, counted_channel_calls):
+    model = _conv_model()
+    compiled = torch.compile(model, backend="kiln")
+    with torch.no_grad():
+        for _ in range(3):  # fresh values each call
+            x = torch.randn(2, 3, 16, 16)
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
+    assert counted_channel_calls == ["done"] * 3
+
+
+def test_inputs_it_cannot_copy_take_the_general_path(daemon_up, counted_channel_calls):
+    # A channels-last input is neither refused nor guessed at: the C path
+    # declines it before posting, and the general path copies it.
+    model = _conv_model()
+    compiled = torch.compile(model, backend="kiln")
+    with torch.no_grad():
+        x = torch.randn(2, 3, 16, 16)
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
+        x = torch.randn(2, 3, 16, 16).to(memory_format=torch.channels_last)
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
+    assert counted_channel_calls[0] == "done"
+    assert "not taken" in counted_channel_calls[1:]
+
+
+def test_a_call_handed_back_is_finished_in_python(daemon_up, counted_channel_calls, monkeypatch):
+    # With no time to wait in C, every call returns unanswered; channel.py
+    # waits for the reply and the outputs are copied in Python.
+    from kiln import channel as channel_mod
+    monkeypatch.setattr(channel_mod, "LIVENESS_CHECK_S", 0.0)
+    model = _conv_model()
+    compiled = torch.compile(model, backend="kiln")
+    with torch.no_grad():
+        for _ in range(3):
+            x = torch.randn(2, 3, 16, 16)
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
+    assert counted_channel_calls and set(counted_channel_calls) == {"handed back"}
+
+
+def test_channel_call_refuses_a_malformed_plan():
+    block = torch.zeros(4096, dtype=torch.uint8)
+    with pytest.raises(ValueError):
+        native.channel_call((), b"\x01" * 12, block.data_ptr(), 1, 1, 0.0, 0.0)
+    with pytest.raises(ValueError):  # one input announced, none described
+        native.channel_call((), struct.pack("=3Q", 1, 0, 0), block.data_ptr(), 1, 1, 0.0, 0.0)
+    with pytest.raises(TypeError):
+        native.channel_call([], struct.pack("=3Q", 0, 0, 0), block.data_ptr(), 1, 1, 0.0, 0.0)
+    assert not block.any()  # nothing posted
