@@ -129,6 +129,7 @@ void LayoutArgs(benchmark::internal::Benchmark* b) {
       {256, 56, 64, 1, 1, 1},    // resnet50 bottleneck reduce
       {64, 56, 256, 1, 1, 1},    // resnet50 bottleneck expand
       {3, 224, 64, 7, 2, 1},     // resnet18 conv1 7x7 stride 2
+      {3, 224, 64, 11, 4, 1},    // alexnet conv1 11x11 stride 4 (padding 5, not 2)
       {24, 56, 144, 1, 1, 1},    // mobilenet_v2 1x1 expand
       {144, 56, 24, 1, 1, 1},    // mobilenet_v2 1x1 project
       {144, 56, 144, 3, 1, 0},   // mobilenet_v2 3x3 depthwise
