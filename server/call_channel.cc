@@ -35,18 +35,6 @@ inline void CpuRelax() {
 std::atomic<int> g_serving{0};
 std::atomic<int> g_spinning{0};
 
-template <typename T>
-T Read(const uint8_t* base, uint64_t offset) {
-  T v;
-  std::memcpy(&v, base + offset, sizeof(T));
-  return v;
-}
-
-template <typename T>
-void Write(uint8_t* base, uint64_t offset, T v) {
-  std::memcpy(base + offset, &v, sizeof(T));
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CallChannel>> CallChannel::Start(std::shared_ptr<ShmRegion> block,
@@ -60,8 +48,8 @@ absl::StatusOr<std::unique_ptr<CallChannel>> CallChannel::Start(std::shared_ptr<
   }
   auto base = block->Resolve(0, size);
   if (!base.ok()) return base.status();
-  const uint32_t magic = Read<uint32_t>(*base, kChannelMagicOffset);
-  const uint32_t version = Read<uint32_t>(*base, kChannelVersionOffset);
+  const uint32_t magic = ReadField<uint32_t>(*base, kChannelMagicOffset);
+  const uint32_t version = ReadField<uint32_t>(*base, kChannelVersionOffset);
   if (magic != kChannelMagic || version != kChannelLayoutVersion) {
     return absl::InvalidArgumentError(absl::StrCat(
         "region '", block->name(), "' is not a call channel block of layout version ",
@@ -109,7 +97,7 @@ void CallChannel::Loop() {
   }
   // A call posted but not claimed gets an answer rather than silence.
   if (CompareExchange(state, kChannelRequest, kChannelRunning)) {
-    Reply(Read<uint64_t>(base_, kRequestSeqOffset),
+    Reply(ReadField<uint64_t>(base_, kRequestSeqOffset),
           absl::UnavailableError("kilnd is shutting down"), 0);
   }
   StoreRelease(word(kChannelClosedOffset), 1);
@@ -131,11 +119,11 @@ void CallChannel::Serve() {
   const auto start = std::chrono::steady_clock::now();
   // Copy the request out first: the client may scribble on the block while
   // the call runs, and nothing checked may change under us.
-  const uint64_t seq = Read<uint64_t>(base_, kRequestSeqOffset);
+  const uint64_t seq = ReadField<uint64_t>(base_, kRequestSeqOffset);
   ChannelCall call;
-  call.handle = Read<uint64_t>(base_, kRequestHandleOffset);
-  const uint64_t n_in = Read<uint32_t>(base_, kRequestInputsOffset);
-  const uint64_t n_out = Read<uint32_t>(base_, kRequestOutputsOffset);
+  call.handle = ReadField<uint64_t>(base_, kRequestHandleOffset);
+  const uint64_t n_in = ReadField<uint32_t>(base_, kRequestInputsOffset);
+  const uint64_t n_out = ReadField<uint32_t>(base_, kRequestOutputsOffset);
   absl::Status status;
   if (n_in > slots_ || n_out > slots_ - n_in) {
     status = absl::InvalidArgumentError(absl::StrCat("the call names ", n_in, " inputs and ",
@@ -144,8 +132,8 @@ void CallChannel::Serve() {
   } else {
     auto slot = [&](uint64_t i) {
       const uint64_t at = kSlotsOffset + i * kSlotBytes;
-      return TensorSlot{Read<uint64_t>(base_, at), Read<uint64_t>(base_, at + 8),
-                        Read<uint64_t>(base_, at + 16)};
+      return TensorSlot{ReadField<uint64_t>(base_, at), ReadField<uint64_t>(base_, at + 8),
+                        ReadField<uint64_t>(base_, at + 16)};
     };
     for (uint64_t i = 0; i < n_in; ++i) call.inputs.push_back(slot(i));
     for (uint64_t i = 0; i < n_out; ++i) call.outputs.push_back(slot(n_in + i));
@@ -158,12 +146,12 @@ void CallChannel::Serve() {
 }
 
 void CallChannel::Reply(uint64_t seq, const absl::Status& status, double run_us) {
-  Write<uint64_t>(base_, kReplySeqOffset, seq);
-  Write<int32_t>(base_, kReplyCodeOffset, static_cast<int32_t>(status.code()));
+  WriteField<uint64_t>(base_, kReplySeqOffset, seq);
+  WriteField<int32_t>(base_, kReplyCodeOffset, static_cast<int32_t>(status.code()));
   const uint64_t n = std::min<uint64_t>(status.message().size(), kReplyMessageCapacity);
   if (n > 0) std::memcpy(base_ + kReplyMessageOffset, status.message().data(), n);
-  Write<uint32_t>(base_, kReplyMessageBytesOffset, static_cast<uint32_t>(n));
-  Write<double>(base_, kReplyRunUsOffset, run_us);
+  WriteField<uint32_t>(base_, kReplyMessageBytesOffset, static_cast<uint32_t>(n));
+  WriteField<double>(base_, kReplyRunUsOffset, run_us);
   StoreRelease(word(kChannelStateOffset), kChannelReply);
   FutexWakeAll(word(kChannelStateOffset));
 }

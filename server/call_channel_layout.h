@@ -32,6 +32,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 namespace kiln::server {
 
@@ -70,6 +71,20 @@ inline constexpr uint64_t kSlotBytes = 24;
 // Smallest and largest block the daemon accepts.
 inline constexpr uint64_t kMinChannelBytes = 4096;
 inline constexpr uint64_t kMaxChannelBytes = 1 << 20;
+
+// A field of the block at `offset`, read or written through memcpy: the
+// block is plain bytes shared with another process, not typed objects.
+template <typename T>
+T ReadField(const uint8_t* base, uint64_t offset) {
+  T v;
+  std::memcpy(&v, base + offset, sizeof(T));
+  return v;
+}
+
+template <typename T>
+void WriteField(uint8_t* base, uint64_t offset, T v) {
+  std::memcpy(base + offset, &v, sizeof(T));
+}
 
 // Slots a block of `bytes` holds (inputs + outputs of one call).
 inline constexpr uint64_t ChannelSlots(uint64_t bytes) {

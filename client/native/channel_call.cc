@@ -131,19 +131,9 @@ bool DenseInput(PyObject* obj, const Input& want, const char** data) {
   return want.nbytes == 0 || *data != nullptr;
 }
 
-template <typename T>
-T Read(const uint8_t* base, uint64_t offset) {
-  T v;
-  std::memcpy(&v, base + offset, sizeof(T));
-  return v;
+uint32_t* Word(uint8_t* base, uint64_t offset) {
+  return reinterpret_cast<uint32_t*>(base + offset);
 }
-
-template <typename T>
-void Write(uint8_t* base, uint64_t offset, T v) {
-  std::memcpy(base + offset, &v, sizeof(T));
-}
-
-uint32_t* Word(uint8_t* base, uint64_t offset) { return reinterpret_cast<uint32_t*>(base + offset); }
 
 // Not FUTEX_PRIVATE_FLAG: the word is shared with kilnd.
 void FutexWake(uint32_t* word) { syscall(SYS_futex, word, FUTEX_WAKE, 1, nullptr, nullptr, 0); }
@@ -159,10 +149,10 @@ void FutexWait(uint32_t* word, uint32_t seen, Clock::duration left) {
 bool PostAndWait(uint8_t* base, const Plan& plan, uint64_t seq, uint64_t handle, double spin_s,
                  double wait_s) {
   const uint64_t n_in = plan.inputs.size(), n_out = plan.outputs.size();
-  Write<uint64_t>(base, layout::kRequestSeqOffset, seq);
-  Write<uint64_t>(base, layout::kRequestHandleOffset, handle);
-  Write<uint32_t>(base, layout::kRequestInputsOffset, static_cast<uint32_t>(n_in));
-  Write<uint32_t>(base, layout::kRequestOutputsOffset, static_cast<uint32_t>(n_out));
+  layout::WriteField<uint64_t>(base, layout::kRequestSeqOffset, seq);
+  layout::WriteField<uint64_t>(base, layout::kRequestHandleOffset, handle);
+  layout::WriteField<uint32_t>(base, layout::kRequestInputsOffset, static_cast<uint32_t>(n_in));
+  layout::WriteField<uint32_t>(base, layout::kRequestOutputsOffset, static_cast<uint32_t>(n_out));
   std::memcpy(base + layout::kSlotsOffset, plan.slots, (n_in + n_out) * layout::kSlotBytes);
   uint32_t* state = Word(base, layout::kChannelStateOffset);
   __atomic_store_n(state, layout::kChannelRequest, __ATOMIC_RELEASE);
@@ -234,10 +224,10 @@ PyObject* Call(PyObject* call_args, const Plan& plan, uint8_t* base, uint64_t se
     }
   }
   if (PostAndWait(base, plan, seq, handle, spin_s, wait_s) &&
-      Read<int32_t>(base, layout::kReplyCodeOffset) == 0 &&
-      Read<uint64_t>(base, layout::kReplySeqOffset) == seq) {
+      layout::ReadField<int32_t>(base, layout::kReplyCodeOffset) == 0 &&
+      layout::ReadField<uint64_t>(base, layout::kReplySeqOffset) == seq) {
     replied = true;
-    run_us = Read<double>(base, layout::kReplyRunUsOffset);
+    run_us = layout::ReadField<double>(base, layout::kReplyRunUsOffset);
     for (size_t i = 0; i < plan.outputs.size(); ++i) {
       std::memcpy(destinations[i], reinterpret_cast<const void*>(plan.outputs[i].address),
                   plan.outputs[i].nbytes);
