@@ -10,7 +10,7 @@
 
 The module reads torch's own structures, so it is used only when it was
 built against the torch this process runs and passes a self-test at
-import; otherwise the client does both in Python and says why (at debug
+import; otherwise the client does all three in Python and says why (at debug
 level when the module is simply missing). `make setup` builds it and links
 it into the venv. KILN_NATIVE=0 turns it off.
 """
