@@ -81,7 +81,7 @@ constexpr const char* kPreferredDepthwiseImpl = "jit_dw:avx2";
 
 // 1x1 convolutions in NHWC on AVX2: oneDNN ranks brgconv_1x1 first, but
 // its jit_1x1 kernel (the one it uses for blocked layouts) takes NHWC too
-// and ran 13 of the 16 shapes timed 1.02-1.9x faster (2 threads, with a
+// and ran 17 of the 18 shapes timed 1.02-1.9x faster (2 threads, with a
 // ReLU post-op; e.g. resnext50's 256->256 over 56x56 at batch 1 in 2.71 ms
 // instead of 3.24, shufflenet's 58->58 over 28x28 in 0.046 instead of
 // 0.079), and one 0.91x (1024->256 over 14x14 at batch 8). KILN_JIT_1X1=0
