@@ -60,7 +60,7 @@ def pack_plan(stream_min: int,
     inputs: (argument position, destination address, bytes, dtype, shape);
     outputs: (source address, bytes, dtype, shape, strides); slots: the
     channel's slot bytes. Inputs of stream_min bytes or more are copied
-    with streaming stores."""
+    with streaming stores. Needs the module loaded (its dtype codes)."""
     words = [len(inputs), len(outputs), stream_min]
     for position, address, nbytes, dtype, shape in inputs:
         words += [position, address, nbytes, _scalar_types[dtype], len(shape), *shape]
@@ -69,17 +69,8 @@ def pack_plan(stream_min: int,
     return struct.pack(f"={len(words)}Q", *words) + slots
 
 
-class _ScalarTypes(dict):
-    """torch.dtype -> the module's int code for it, asked once per dtype."""
-
-    def __missing__(self, dtype: torch.dtype) -> int:
-        if _module is None:
-            raise RuntimeError("kiln: the native helpers are not loaded")
-        self[dtype] = code = _module.scalar_type(dtype)
-        return code
-
-
-_scalar_types = _ScalarTypes()
+# torch.dtype -> the module's code for it (c10::ScalarType), filled by _load.
+_scalar_types: dict[torch.dtype, int] = {}
 
 
 def _channel_self_test(module) -> str | None:
@@ -151,19 +142,18 @@ def _load():
                     "instead (rebuild with `make setup`)", _kiln_native.__file__,
                     _kiln_native.torch_version, torch.__version__)
         return None
-    global _module
-    _module = _kiln_native
+    _scalar_types.update((dtype, _kiln_native.scalar_type(dtype))
+                         for dtype in vars(torch).values() if isinstance(dtype, torch.dtype))
     problem = (_self_test(_kiln_native.weights_unchanged, _kiln_native.stream_copy)
                or _channel_self_test(_kiln_native))
     if problem is not None:
-        _module = None
+        _scalar_types.clear()
         log.warning("kiln: %s failed its self-test (%s); using Python instead",
                     _kiln_native.__file__, problem)
         return None
     return _kiln_native
 
 
-_module = None
 _loaded = _load()
 weights_unchanged: WeightsCheck | None = _loaded and _loaded.weights_unchanged
 stream_copy: StreamCopy | None = _loaded and _loaded.stream_copy
