@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import os
+import signal
 import struct
+import threading
 
 import pytest
 import torch
@@ -150,17 +152,31 @@ def test_inputs_it_cannot_copy_take_the_general_path(daemon_up, counted_channel_
 
 
 def test_a_call_handed_back_is_finished_in_python(daemon_up, counted_channel_calls, monkeypatch):
-    # With no time to wait in C, every call returns unanswered; channel.py
-    # waits for the reply and the outputs are copied in Python.
+    # With no time to wait in C, a call the daemon has not answered yet is
+    # handed back; channel.py waits for the reply and the outputs are
+    # copied in Python. The daemon is stopped for a moment around each
+    # call, so that no reply can come before C's one look at the block.
     from kiln import channel as channel_mod
     monkeypatch.setattr(channel_mod, "LIVENESS_CHECK_S", 0.0)
     model = _conv_model()
     compiled = torch.compile(model, backend="kiln")
+    pid = daemon_up.pid()
+    assert pid is not None
     with torch.no_grad():
+        compiled(torch.randn(2, 3, 16, 16))  # compiled with the daemon running
+        del counted_channel_calls[:]
         for _ in range(3):
             x = torch.randn(2, 3, 16, 16)
-            torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
-    assert counted_channel_calls and set(counted_channel_calls) == {"handed back"}
+            os.kill(pid, signal.SIGSTOP)
+            resume = threading.Timer(0.1, os.kill, (pid, signal.SIGCONT))
+            resume.start()
+            try:
+                got = compiled(x)
+            finally:
+                resume.join()
+                os.kill(pid, signal.SIGCONT)
+            torch.testing.assert_close(got, model(x), rtol=1e-4, atol=1e-4)
+    assert counted_channel_calls == ["handed back"] * 3
 
 
 def test_channel_call_refuses_a_malformed_plan():
