@@ -327,12 +327,15 @@ def test_killed_client_the_daemon_cannot_watch_is_released_when_its_connection_c
             kill_and_wait(client.pid)
             client.communicate()
 
+        # The stats show the session gone as soon as it is closed; its shared
+        # memory is unlinked and the close logged just after, so wait for the
+        # log line too before looking in /dev/shm.
         def released() -> bool:
             s = _stats_over(channel)
-            return s.sessions == 0 and s.live_handles == 0 and s.channels == 0
-        wait_for(released, 15, "the killed client's session to close")
+            return (s.sessions == 0 and s.live_handles == 0 and s.channels == 0
+                    and "in another pid namespace) closed" in log.read_text(errors="replace"))
+        wait_for(released, 15, "the killed client's session to close and its close to be logged")
         assert not [f for f in os.listdir("/dev/shm") if f.startswith(f"kiln-{client.pid}-")]
-        assert "in another pid namespace" in log.read_text(errors="replace")
     finally:
         channel.close()
         try:
