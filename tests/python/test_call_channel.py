@@ -5,6 +5,7 @@ never a hang or a half-finished result."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -103,11 +104,16 @@ def test_channels_off_executes_over_grpc(daemon_up):
     assert executes == 4 and channel_calls == 0, out.stdout
 
 
-def _kill_during_call(kilnd, compiled, x, delay_s: float):
-    """Calls compiled(x) while another thread SIGKILLs the daemon after delay_s."""
+def _kill_during_call(kilnd, compiled, x):
+    """Calls compiled(x) while the daemon is stopped, and SIGKILLs it 0.2 s in.
+
+    The daemon is stopped (SIGSTOP) before the call, so the call cannot finish
+    before the kill however the host schedules the two; a stopped process
+    still dies of SIGKILL."""
     pid = kilnd.pid()
     assert pid is not None
-    killer = threading.Timer(delay_s, kill_and_wait, args=(pid,))
+    os.kill(pid, signal.SIGSTOP)
+    killer = threading.Timer(0.2, kill_and_wait, args=(pid,))
     killer.start()
     start = time.monotonic()
     try:
@@ -123,11 +129,7 @@ def test_sigkill_mid_call_restarts_and_answers(daemon_up):
     with torch.no_grad():
         compiled(x)
         assert backend.stats().nodes_in_eager == 0, backend.stats()
-        # A call takes long enough that the kill lands while it runs.
-        t0 = time.monotonic()
-        compiled(x)
-        run_s = time.monotonic() - t0
-        got, elapsed, old_pid = _kill_during_call(daemon_up, compiled, x, run_s / 3)
+        got, elapsed, old_pid = _kill_during_call(daemon_up, compiled, x)
         expected = model(x)
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
     assert daemon_up.pid() not in (None, old_pid)
@@ -140,11 +142,8 @@ def test_sigkill_mid_call_without_autostart_raises_promptly(daemon_up):
     x = torch.randn(256, 1024)
     with torch.no_grad():
         compiled(x)
-        t0 = time.monotonic()
-        compiled(x)
-        run_s = time.monotonic() - t0
         with pytest.raises(Exception) as info:
-            _kill_during_call(daemon_up, compiled, x, run_s / 3)
+            _kill_during_call(daemon_up, compiled, x)
     assert daemon_up.socket in str(info.value)
     assert daemon_up.pid() is None
 

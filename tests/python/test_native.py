@@ -108,6 +108,10 @@ def counted_channel_calls(monkeypatch):
     (finished in Python) or "not taken"."""
     real = native.channel_call
     assert real is not None
+    # C waits for the reply up to the liveness interval; a long one, so a
+    # reply slowed by a loaded host is still "done" in C.
+    from kiln import channel as channel_mod
+    monkeypatch.setattr(channel_mod, "LIVENESS_CHECK_S", 10.0)
     seen = []
 
     def counted(*args):
@@ -154,26 +158,37 @@ def test_inputs_it_cannot_copy_take_the_general_path(daemon_up, counted_channel_
 def test_a_call_handed_back_is_finished_in_python(daemon_up, counted_channel_calls, monkeypatch):
     # With no time to wait in C, a call the daemon has not answered yet is
     # handed back; channel.py waits for the reply and the outputs are
-    # copied in Python. The daemon is stopped for a moment around each
-    # call, so that no reply can come before C's one look at the block.
+    # copied in Python. The daemon is stopped around each call and resumed
+    # once C has looked at the block, so that no reply can come before it.
     from kiln import channel as channel_mod
     monkeypatch.setattr(channel_mod, "LIVENESS_CHECK_S", 0.0)
     model = _conv_model()
     compiled = torch.compile(model, backend="kiln")
     pid = daemon_up.pid()
     assert pid is not None
+    counted = native.channel_call
+
+    def resumed_after(*args):
+        try:
+            return counted(*args)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+
+    monkeypatch.setattr(native, "channel_call", resumed_after)
     with torch.no_grad():
         compiled(torch.randn(2, 3, 16, 16))  # compiled with the daemon running
         del counted_channel_calls[:]
         for _ in range(3):
             x = torch.randn(2, 3, 16, 16)
             os.kill(pid, signal.SIGSTOP)
-            resume = threading.Timer(0.1, os.kill, (pid, signal.SIGCONT))
+            # Should a call not reach channel_call, it is not left hanging
+            # on a stopped daemon: the count below then fails the test.
+            resume = threading.Timer(5.0, os.kill, (pid, signal.SIGCONT))
             resume.start()
             try:
                 got = compiled(x)
             finally:
-                resume.join()
+                resume.cancel()
                 os.kill(pid, signal.SIGCONT)
             torch.testing.assert_close(got, model(x), rtol=1e-4, atol=1e-4)
     assert counted_channel_calls == ["handed back"] * 3

@@ -184,15 +184,17 @@ def test_socket_activated_daemon_exits_when_idle_and_the_next_one_serves(tmp_pat
     # another on the same socket. Here the test plays systemd.
     path, listener, prefix = _activation_socket(tmp_path)
     # A client process that comes and goes (its session ends with it); it
-    # imports torch and kiln and sets Dynamo up first (a first compile took
-    # over the daemon's 3 s of idle time on a loaded machine), so the idle
-    # clock does not run out on it.
-    code = ("import sys, torch, kiln.backend\n"
+    # imports torch and kiln and sets Dynamo up first, and opens its session
+    # as soon as it is told the daemon is up, before compiling (a first
+    # compile took over the daemon's 3 s of idle time on a loaded machine).
+    # Under systemd the connection that starts kilnd is already queued.
+    code = ("import sys, torch, kiln.backend, kiln.connection\n"
             "m = torch.nn.Linear(8, 4).eval()\n"
             "x = torch.randn(2, 8)\n"
             "torch.compile(lambda t: t + 1, backend='eager')(x)\n"
             "print('imported', flush=True)\n"
             "sys.stdin.readline()\n"
+            "kiln.connection.get_connection(autostart=False).connect()\n"
             "c = torch.compile(m, backend='kiln', options={'fallback': 'error'})\n"
             "with torch.no_grad():\n"
             "    torch.testing.assert_close(c(x), m(x))\n")
