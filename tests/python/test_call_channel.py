@@ -25,7 +25,7 @@ def _mlp():
 
 
 class _Slow(nn.Module):
-    """Long enough in the daemon (several 1024^2 matmuls) to be killed mid-call."""
+    """Real work in the daemon (24 matmuls of 256x1024 by 1024x1024) for a call to be killed in."""
 
     def __init__(self):
         super().__init__()

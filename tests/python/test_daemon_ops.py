@@ -18,6 +18,7 @@ import signal
 import socket
 import subprocess
 import time
+from pathlib import Path
 
 import grpc
 import pytest
@@ -420,10 +421,10 @@ def test_autostart_waits_for_a_daemon_letting_go_of_the_lock(tmp_path, monkeypat
     socket_path = str(socket_dir / "kilnd.sock")
     lock = open(socket_path + ".lock", "a+")
     fcntl.flock(lock, fcntl.LOCK_EX)  # as the departing daemon does
-    log_path = daemon.log_path_for(socket_path)
+    log_path = Path(daemon.log_path_for(socket_path))
 
     def refused_once() -> bool:
-        return os.path.exists(log_path) and "another kilnd holds" in open(log_path).read()
+        return log_path.exists() and "another kilnd holds" in log_path.read_text()
 
     def let_go():  # once a first attempt has been turned away, however long that took
         try:
