@@ -158,13 +158,6 @@ def _direct_call(split: fx.GraphModule) -> Callable[..., Any] | None:
     return run
 
 
-def _fetch_attr(gm: fx.GraphModule, target: str) -> torch.Tensor:
-    value: Any = gm
-    for part in target.split("."):
-        value = getattr(value, part)
-    return value
-
-
 def _on_fallback(sub: KilnSubgraph) -> None:
     _bump(fallback_partitions=1, nodes_in_daemon=-sub.num_nodes, nodes_in_eager=sub.num_nodes)
 
@@ -424,7 +417,7 @@ def _compile_partitions(split: fx.GraphModule, constant_inputs: frozenset[int],
                 constant_args.append(example_inputs[index])
             elif isinstance(arg, fx.Node) and arg.op == "get_attr":
                 constant_positions.append(pos)
-                constant_args.append(_fetch_attr(split, arg.target))
+                constant_args.append(lowering.fetch_attr(split, arg.target))
             else:
                 constant_args.append(None)
         sub = KilnSubgraph(node.target, fused, constant_positions, constant_args,
@@ -448,13 +441,29 @@ def kiln_backend(gm: fx.GraphModule, example_inputs: Sequence[Any],
     _check_device(opts, conn)
     if opts.dict_tag_guards:
         guards.use_for_this_frame()
+    gm, attributes = lowering.lift_tensor_attributes(gm)
+    if attributes:
+        example_inputs = [*example_inputs, *attributes]
     if opts.aot_autograd:
-        return aot.compile_with_aot(
+        compiled = aot.compile_with_aot(
             gm, example_inputs,
             lambda g, inputs, constants: compile_graph(g, inputs, opts, conn, constants,
                                                        traced=True),
             opts.decompositions)
-    return compile_graph(gm, example_inputs, opts, conn)
+    else:
+        compiled = compile_graph(gm, example_inputs, opts, conn)
+    return _with_attributes(compiled, attributes) if attributes else compiled
+
+
+def _with_attributes(compiled: Callable[..., Any],
+                     attributes: Sequence[torch.Tensor]) -> Callable[..., Any]:
+    """compiled called with the lifted attribute tensors after Dynamo's
+    arguments (lowering.lift_tensor_attributes)."""
+    attributes = tuple(attributes)
+
+    def run(*args: Any) -> Any:
+        return compiled(*args, *attributes)
+    return run
 
 
 def _check_device(opts: KilnOptions, conn: Connection) -> None:

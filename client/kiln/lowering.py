@@ -41,9 +41,14 @@ def _source_names(source: object) -> list[str]:
     return names
 
 
+# Set on the placeholders lift_tensor_attributes adds: what they hold is a
+# weight whatever its type.
+LIFTED = "kiln_lifted_attribute"
+
+
 def is_param_or_buffer(node: fx.Node, example: object) -> bool:
     """True if a Dynamo placeholder is an nn.Module parameter or buffer."""
-    if isinstance(example, torch.nn.Parameter):
+    if isinstance(example, torch.nn.Parameter) or node.meta.get(LIFTED):
         return True
     grapharg = node.meta.get("grapharg")
     if grapharg is None:
@@ -53,6 +58,65 @@ def is_param_or_buffer(node: fx.Node, example: object) -> bool:
     names = _source_names(getattr(grapharg, "source", None))
     return ("UnspecializedParamBufferSource" in names or "ParamBufferSource" in names
             or "_parameters" in names or "_buffers" in names)
+
+
+def lift_tensor_attributes(gm: fx.GraphModule) -> tuple[fx.GraphModule, list[torch.Tensor]]:
+    """gm with each tensor it reads through get_attr made an input, after
+    its own inputs, and those tensors in that order (gm itself and [] when
+    there are none).
+
+    Dynamo hands over weights as inputs, except under settings made for
+    other backends: Inductor's `freezing` (with grad off), Dynamo's
+    `prepare_freezing` and `install_free_tensors` keep them as attributes of
+    gm. Taking both forms the same way here keeps the rest of the pipeline,
+    which traces with fake inputs, independent of those settings. The
+    lifted placeholders are weights (is_param_or_buffer): compiled in by
+    content hash and checked on every call like any other.
+    """
+    lifted: dict[str, torch.Tensor] = {}
+    for node in gm.graph.nodes:
+        if node.op == "get_attr" and node.target not in lifted:
+            value = fetch_attr(gm, node.target)
+            if isinstance(value, torch.Tensor):
+                lifted[node.target] = value
+    if not lifted:
+        return gm, []
+    graph = fx.Graph()
+    graph.output(graph.graph_copy(gm.graph, {}))
+    last_input = None
+    for node in graph.nodes:
+        if node.op == "placeholder":
+            last_input = node
+    inputs: dict[str, fx.Node] = {}
+    for target in lifted:
+        if last_input is None:
+            context = graph.inserting_before(next(iter(graph.nodes)))
+        else:
+            context = graph.inserting_after(last_input)
+        with context:
+            last_input = graph.placeholder(_identifier(target))
+        last_input.meta[LIFTED] = True
+        inputs[target] = last_input
+    for node in list(graph.nodes):
+        if node.op == "get_attr" and node.target in inputs:
+            if "val" in node.meta:
+                inputs[node.target].meta.setdefault("val", node.meta["val"])
+            node.replace_all_uses_with(inputs[node.target])
+            graph.erase_node(node)
+    return fx.GraphModule(gm, graph), list(lifted.values())
+
+
+def fetch_attr(module: torch.nn.Module, target: str) -> object:
+    """The attribute a get_attr node's dotted target names (None if absent)."""
+    value: object = module
+    for part in target.split("."):
+        value = getattr(value, part, None)
+    return value
+
+
+def _identifier(target: str) -> str:
+    name = "".join(c if c.isalnum() else "_" for c in target)
+    return name if name[:1].isalpha() else f"w_{name}"
 
 
 @functools.lru_cache(maxsize=None)

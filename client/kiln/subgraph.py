@@ -85,7 +85,8 @@ class KilnSubgraph(torch.nn.Module):
         self._handle: int | None = None
         self._generation = -1
         self._serialized: serialize.SerializedGraph | None = None
-        # position -> (data_ptr, _version, hash) of the constant compiled in.
+        # position -> (data_ptr, version, hash) of the constant compiled in
+        # (native.recorded_version: inference tensors have no version).
         self._constant_state: dict[int, tuple[int, int, str]] = {}
         # Holding the compiled-in constants keeps their storage alive, so a
         # different tensor can never show up at the same data_ptr.
@@ -135,7 +136,8 @@ class KilnSubgraph(torch.nn.Module):
         tensors: dict[str, torch.Tensor] = {}
         stale = [pos for pos in self.constant_positions
                  if (old := self._constant_state.get(pos)) is None
-                 or old[0] != args[pos].data_ptr() or old[1] != args[pos]._version]
+                 or old[0] != args[pos].data_ptr()
+                 or old[1] != native.recorded_version(args[pos])]
         digests = dict(zip(stale, connection_mod.sha256_many([args[p] for p in stale])))
         for pos in self.constant_positions:
             t = args[pos]
@@ -153,7 +155,7 @@ class KilnSubgraph(torch.nn.Module):
                 rebuild = rebuild or old is None or old[2] != digest
             else:
                 digest = old[2]
-            state[pos] = (t.data_ptr(), t._version, digest)
+            state[pos] = (t.data_ptr(), native.recorded_version(t), digest)
             tensors[digest] = t.detach()
         if rebuild:
             self._serialized = serialize.serialize(

@@ -4,6 +4,9 @@
 // partition is still the tensor it uploaded: the same object, at the same
 // version (in-place changes bump it) and over the same data pointer
 // (`param.data = other` swaps the storage without bumping the version).
+// Inference tensors have no version: for them the object and the data
+// pointer are all there is to compare (docs/weights.md says why that is
+// enough).
 // In Python that is three maps over a few hundred tensors, and the call
 // comes right after the daemon's run has evicted the caller's caches, so
 // every tensor's TensorImpl, storage and version counter is a cache miss
@@ -31,6 +34,9 @@ namespace {
 static_assert(sizeof(c10::VariableVersion) == sizeof(void*),
               "VariableVersion layout changed: update the prefetch below");
 
+// native.NO_VERSION: the version recorded for an inference tensor.
+constexpr uint64_t kNoVersion = ~uint64_t{0};
+
 void* counter_object(const c10::TensorImpl* impl) {
   void* p;
   std::memcpy(&p, &impl->version_counter(), sizeof p);
@@ -54,8 +60,12 @@ PyObject* compare(const std::vector<const c10::TensorImpl*>& impls, const uint64
   for (size_t i = 0; i < impls.size(); ++i) {
     const c10::TensorImpl* impl = impls[i];
     const c10::Storage& storage = impl->unsafe_storage();
-    if (!impl->version_counter().enabled() || !storage) return Py_None;
-    const uint64_t version = impl->version_counter().current_version();
+    if (!storage) return Py_None;
+    // Only inference tensors lack a version counter (TensorImpl.h); they
+    // are recorded as kNoVersion, as native.py's pack_expected does.
+    const uint64_t version = impl->version_counter().enabled()
+                                 ? impl->version_counter().current_version()
+                                 : kNoVersion;
     const auto* base = static_cast<const char*>(storage.data());
     const uint64_t ptr = reinterpret_cast<uintptr_t>(
         base ? base + impl->storage_offset() * impl->itemsize() : nullptr);

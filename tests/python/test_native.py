@@ -50,10 +50,18 @@ def test_every_kind_of_change_is_seen(weights):
     assert check(weights, weights, expected) is True
 
 
-def test_cannot_tell_without_version_counter():
+def test_inference_tensor_is_compared_by_object_and_storage():
+    # No version counter: recorded as NO_VERSION, by both checks alike.
     with torch.inference_mode():
         t = torch.randn(4)
-    assert check((t,), (t,), struct.pack("=2Q", 0, t.data_ptr())) is None
+    expected = native.pack_expected((t,))
+    assert struct.unpack("=2Q", expected) == (native.NO_VERSION, t.data_ptr())
+    assert check((t,), (t,), expected) is True
+    assert check((t,), (t,), struct.pack("=2Q", 0, t.data_ptr())) is False
+    with torch.inference_mode():
+        t.data = torch.randn(4)
+    assert check((t,), (t,), expected) is False
+    assert native.pack_expected((t,)) != expected
 
 
 def test_bad_arguments_raise(weights):
