@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 export KILN_VENV := $(VENV)
 export KILN_BUILD_DIR := $(BUILD)
 
-.PHONY: setup demo test test-cc test-py bench clean
+.PHONY: setup demo test test-cc test-py test-hostile bench clean
 
 setup:
 	@bash deploy/setup.sh
@@ -15,13 +15,17 @@ demo: setup
 	@$(PY) -m kiln.demo
 
 test: setup
-	@$(MAKE) --no-print-directory test-cc test-py
+	@$(MAKE) --no-print-directory test-cc test-py test-hostile
 
 test-cc:
 	@cd $(BUILD) && ctest --output-on-failure -j2 --timeout 300 --progress
 
 test-py:
 	@$(PY) -m pytest tests/python -q
+
+# Clients that lie, race and shrink their memory (tests/hostile/conftest.py).
+test-hostile:
+	@$(PY) -m pytest tests/hostile -q
 
 # Whole-model benchmark (bench/models/run.py): every model at batch 1 and 8
 # under eager, Inductor, OpenVINO, ONNX Runtime and Kiln; about an hour on

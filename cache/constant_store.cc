@@ -7,31 +7,39 @@
 #include "absl/strings/str_cat.h"
 #include "cache/constant_files.h"
 #include "runtime/util/sha256.h"
+#include "runtime/util/status_macros.h"
 
 namespace kiln::cache {
 
-absl::StatusOr<bool> ConstantStore::Put(const std::string& hash, const void* data,
-                                        int64_t size) {
-  if (Contains(hash)) return false;
-  // Hash outside the lock: it is the slow part.
-  if (runtime::Sha256Hex(data, static_cast<size_t>(size)) != hash) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("constant bytes do not match their hash ", hash));
-  }
+absl::StatusOr<std::shared_ptr<uint8_t>> ConstantStore::Allocate(int64_t size) {
+  if (size < 0) return absl::InvalidArgumentError(absl::StrCat("constant of ", size, " bytes"));
   const size_t alloc = (static_cast<size_t>(size) + 63) / 64 * 64 + 64;
   auto* raw = static_cast<uint8_t*>(std::aligned_alloc(64, alloc));
   if (raw == nullptr) {
     return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", size, " bytes"));
   }
-  std::memcpy(raw, data, static_cast<size_t>(size));
-  runtime::ConstantData entry{std::shared_ptr<const uint8_t>(raw, [](const uint8_t* p) {
-                                std::free(const_cast<uint8_t*>(p));
-                              }),
-                              size};
+  return std::shared_ptr<uint8_t>(raw, [](uint8_t* p) { std::free(p); });
+}
+
+absl::StatusOr<bool> ConstantStore::Put(const std::string& hash, runtime::ConstantData owned) {
+  if (Contains(hash)) return false;
+  // Hash outside the lock: it is the slow part.
+  if (runtime::Sha256Hex(owned.bytes.get(), static_cast<size_t>(owned.size)) != hash) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("constant bytes do not match their hash ", hash));
+  }
+  const int64_t size = owned.size;
   absl::MutexLock lock(&mu_);
-  auto [it, inserted] = entries_.emplace(hash, Entry{std::move(entry), absl::Now()});
+  auto [it, inserted] = entries_.emplace(hash, Entry{std::move(owned), absl::Now()});
   if (inserted) bytes_ += size;
   return inserted;
+}
+
+absl::StatusOr<bool> ConstantStore::PutCopy(const std::string& hash, const void* data,
+                                            int64_t size) {
+  KILN_ASSIGN_OR_RETURN(std::shared_ptr<uint8_t> bytes, Allocate(size));
+  std::memcpy(bytes.get(), data, static_cast<size_t>(size));
+  return Put(hash, runtime::ConstantData{std::move(bytes), size});
 }
 
 absl::StatusOr<runtime::ConstantData> ConstantStore::Get(const std::string& hash) const {

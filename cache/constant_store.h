@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
@@ -33,10 +34,19 @@ class ConstantStore {
   // daemon on the same cache directory. Set once, before use.
   void SetFiles(ConstantFiles* files) { files_ = files; }
 
-  // Copies `size` bytes into the store after checking that their SHA-256 is
-  // `hash` (INVALID_ARGUMENT otherwise: a client cannot poison an entry
-  // other clients will share). Returns true when newly stored.
-  absl::StatusOr<bool> Put(const std::string& hash, const void* data, int64_t size);
+  // Memory for a constant of `size` bytes (64-byte aligned, with room for
+  // kernels' vector loads past the end); RESOURCE_EXHAUSTED when there is
+  // none.
+  static absl::StatusOr<std::shared_ptr<uint8_t>> Allocate(int64_t size);
+
+  // Stores `owned` after checking that the SHA-256 of its bytes is `hash`
+  // (INVALID_ARGUMENT otherwise: a client cannot poison an entry other
+  // clients will share). The bytes must be the daemon's own (from
+  // Allocate), never a client's shared memory, which could change between
+  // the hash and any later read. Returns true when newly stored.
+  absl::StatusOr<bool> Put(const std::string& hash, runtime::ConstantData owned);
+  // Put of a copy of `size` bytes at `data` (the daemon's memory).
+  absl::StatusOr<bool> PutCopy(const std::string& hash, const void* data, int64_t size);
   absl::StatusOr<runtime::ConstantData> Get(const std::string& hash) const;
   bool Contains(const std::string& hash) const;
   // Forgets `hash` if its entry holds these bytes (a copy mapped from the

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/call_channel_layout.h"
 #include "server/futex.h"
+#include "spdlog/spdlog.h"
 
 namespace kiln::server {
 namespace {
@@ -80,7 +81,9 @@ void CallChannel::Join() {
 
 void CallChannel::Loop() {
   uint32_t* state = word(kChannelStateOffset);
-  while (!stop_.load()) {
+  // A block that shrank under the daemon is zeros from then on
+  // (client_memory_guard.h): nothing can be posted in it any more.
+  while (!stop_.load() && !block_->broken()) {
     const uint32_t s = LoadAcquire(state);
     if (s == kChannelRequest) {
       if (CompareExchange(state, kChannelRequest, kChannelRunning)) {
@@ -102,6 +105,9 @@ void CallChannel::Loop() {
   }
   StoreRelease(word(kChannelClosedOffset), 1);
   FutexWakeAll(state);
+  if (absl::Status broken = block_->Check(); !broken.ok()) {
+    spdlog::warn("call channel stopped: {}", std::string(broken.message()));
+  }
 }
 
 void CallChannel::SpinForNextCall(const uint32_t* state) {

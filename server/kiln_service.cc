@@ -3,6 +3,7 @@
 #include <malloc.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <fstream>
 #include <map>
 
@@ -328,13 +329,29 @@ absl::Status KilnService::DoUpload(const kiln::v1::UploadConstantsRequest& req,
     const auto& c = req.constants(i);
     const std::string what = absl::StrCat("constant ", i, " (", c.hash(), ")");
     KILN_ASSIGN_OR_RETURN(runtime::TensorMeta meta, runtime::MetaFromProto(c.data().meta()));
-    KILN_ASSIGN_OR_RETURN(uint8_t * data, ResolveDescriptor(*session, c.data(), meta, what));
+    // `keep` holds the region mapped while its bytes are read, whatever
+    // UnregisterRegion does meanwhile.
+    std::vector<std::shared_ptr<ShmRegion>> keep;
+    KILN_ASSIGN_OR_RETURN(uint8_t * data, ResolveDescriptor(*session, c.data(), meta, what, &keep));
+    if (constants_.Contains(c.hash())) {
+      resp->set_already_present(resp->already_present() + 1);
+      continue;
+    }
     // Charged before storing (a constant the store holds already is free):
     // past the cap nothing is stored.
-    if (!constants_.Contains(c.hash())) {
-      KILN_RETURN_IF_ERROR(session->ChargeConstantBytes(static_cast<uint64_t>(meta.ByteSize())));
+    const int64_t size = meta.ByteSize();
+    KILN_RETURN_IF_ERROR(session->ChargeConstantBytes(static_cast<uint64_t>(size)));
+    // The client's bytes are read once, into the daemon's memory, and only
+    // that copy is hashed and stored: read twice, they could change between
+    // the hash and the copy, and other clients would compute with bytes
+    // that are not the content their hash names.
+    KILN_ASSIGN_OR_RETURN(std::shared_ptr<uint8_t> owned, cache::ConstantStore::Allocate(size));
+    std::memcpy(owned.get(), data, static_cast<size_t>(size));
+    if (absl::Status read = keep.front()->Check(); !read.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": ", read.message()));
     }
-    KILN_ASSIGN_OR_RETURN(bool stored, constants_.Put(c.hash(), data, meta.ByteSize()));
+    KILN_ASSIGN_OR_RETURN(bool stored,
+                          constants_.Put(c.hash(), runtime::ConstantData{std::move(owned), size}));
     if (stored) {
       constant_bytes_uploaded_ += static_cast<uint64_t>(meta.ByteSize());
       resp->set_stored(resp->stored() + 1);
@@ -523,6 +540,14 @@ absl::StatusOr<KilnService::PendingRun> KilnService::PrepareExecute(
   return PrepareRun(*session, req.handle(), inputs, outputs);
 }
 
+absl::Status KilnService::ExecuteRun(const PendingRun& run) {
+  absl::Status s = runtime::Execute(*run.graph, run.inputs, run.outputs);
+  // A region that shrank during the run read as zeros and swallowed what
+  // was written: whatever the run says, its results are void.
+  for (const auto& region : run.regions) KILN_RETURN_IF_ERROR(region->Check());
+  return s;
+}
+
 void KilnService::CountExecute(std::chrono::steady_clock::time_point start, bool ok) {
   execute_seconds_.Observe(std::chrono::steady_clock::now() - start);
   executes_++;
@@ -536,7 +561,7 @@ absl::Status KilnService::RunChannelCall(const Session& session, const ChannelCa
   absl::Status s = run.status();
   if (run.ok()) {
     ExecutionSlots::Slot slot(&channel_slots_);
-    s = runtime::Execute(*run->graph, run->inputs, run->outputs);
+    s = ExecuteRun(*run);
   }
   channel_calls_++;
   CountExecute(start, s.ok());
@@ -594,7 +619,7 @@ grpc::ServerUnaryReactor* KilnService::Execute(grpc::CallbackServerContext* ctx,
   const bool short_run = runtime::RunsShort(*run->graph);
   auto execute = [this, reactor, resp, start, in_flight = std::move(in_flight),
                   run = *std::move(run)]() mutable {
-    absl::Status s = runtime::Execute(*run.graph, run.inputs, run.outputs);
+    absl::Status s = ExecuteRun(run);
     resp->set_run_us(
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - run.start)
             .count());

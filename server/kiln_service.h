@@ -148,6 +148,9 @@ class KilnService final : public kiln::v1::Kiln::CallbackService {
   absl::StatusOr<PendingRun> PrepareRun(const Session& session, uint64_t handle,
                                         absl::Span<const TensorSlot> inputs,
                                         absl::Span<const TensorSlot> outputs);
+  // Runs a prepared execution; its status, or the status of a region it
+  // used that broke meanwhile (client_memory_guard.h).
+  static absl::Status ExecuteRun(const PendingRun& run);
   // One call from a channel of `session`, start to finish.
   absl::Status RunChannelCall(const Session& session, const ChannelCall& call);
   // Counts one execute (gRPC or channel) that began at `start`.

@@ -15,6 +15,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "runtime/util/status_macros.h"
+#include "server/client_memory_guard.h"
 
 namespace kiln::server {
 
@@ -82,12 +84,34 @@ absl::StatusOr<std::unique_ptr<ShmRegion>> ShmRegion::Open(const std::string& na
     return absl::ResourceExhaustedError(
         absl::StrCat("cannot map ", byte_size, " bytes of ", name, ": ", std::strerror(errno)));
   }
-  return std::unique_ptr<ShmRegion>(new ShmRegion(name, static_cast<uint8_t*>(base), byte_size));
+  // Guarded from here on: the object may shrink at any time, this instant
+  // included (the size checked above is only what it was then).
+  absl::StatusOr<size_t> slot = RegisterGuardedMapping(base, byte_size);
+  if (!slot.ok()) {
+    munmap(base, byte_size);
+    return slot.status();
+  }
+  return std::unique_ptr<ShmRegion>(
+      new ShmRegion(name, static_cast<uint8_t*>(base), byte_size, *slot));
 }
 
-ShmRegion::~ShmRegion() { munmap(base_, size_); }
+ShmRegion::~ShmRegion() {
+  UnregisterGuardedMapping(guard_slot_);
+  munmap(base_, size_);
+}
+
+bool ShmRegion::broken() const { return GuardedMappingBroken(guard_slot_); }
+
+absl::Status ShmRegion::Check() const {
+  if (!broken()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "shared memory region '", name_, "' shrank while the daemon used it (truncated, or a "
+      "sparse object on a full /dev/shm): the call's data is lost and the region is unusable; "
+      "unregister it"));
+}
 
 absl::StatusOr<uint8_t*> ShmRegion::Resolve(uint64_t offset, uint64_t bytes) const {
+  KILN_RETURN_IF_ERROR(Check());
   // offset + bytes may overflow: compare against what is left instead.
   if (offset > size_ || bytes > size_ - offset) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -5,6 +5,11 @@
 // away: the daemon's mapping keeps the memory alive until the region is
 // unregistered or the session closes. Not copyable; thread-safe for
 // concurrent Resolve() calls (the mapping is immutable).
+//
+// The client may still shrink the object under the mapping: the access
+// that then faults does not kill the daemon (client_memory_guard.h) but
+// breaks the region for good. Whoever read or wrote a region asks Check()
+// when done and fails the call with the status it returns.
 #pragma once
 
 #include <cstdint>
@@ -31,19 +36,27 @@ class ShmRegion {
   ShmRegion& operator=(const ShmRegion&) = delete;
 
   // Pointer to [offset, offset + bytes) when it lies inside the region
-  // (overflow-safe), else INVALID_ARGUMENT with the numbers.
+  // (overflow-safe), else INVALID_ARGUMENT with the numbers; Check()'s
+  // status once the region is broken.
   absl::StatusOr<uint8_t*> Resolve(uint64_t offset, uint64_t bytes) const;
+
+  // OK while every access so far reached the client's object; else
+  // INVALID_ARGUMENT saying it was truncated (or /dev/shm is full): what
+  // was read since is zeros and what was written went nowhere.
+  absl::Status Check() const;
+  bool broken() const;
 
   const std::string& name() const { return name_; }
   uint64_t size() const { return size_; }
 
  private:
-  ShmRegion(std::string name, uint8_t* base, uint64_t size)
-      : name_(std::move(name)), base_(base), size_(size) {}
+  ShmRegion(std::string name, uint8_t* base, uint64_t size, size_t guard_slot)
+      : name_(std::move(name)), base_(base), size_(size), guard_slot_(guard_slot) {}
 
   std::string name_;
   uint8_t* base_;
   uint64_t size_;
+  size_t guard_slot_;
 };
 
 bool IsValidRegionName(const std::string& name);

@@ -175,7 +175,7 @@ TEST_F(ConstantFilesTest, UploadedConstantsComeBackThroughTheStore) {
   EXPECT_EQ(std::memcmp(got->bytes.get(), v.data(), v.size() * sizeof(float)), 0);
   EXPECT_EQ(constants.count(), 1u);
   // Already there: an upload is not stored twice.
-  auto put = constants.Put(hash, v.data(), static_cast<int64_t>(v.size() * sizeof(float)));
+  auto put = constants.PutCopy(hash, v.data(), static_cast<int64_t>(v.size() * sizeof(float)));
   ASSERT_TRUE(put.ok());
   EXPECT_FALSE(*put);
 }

@@ -22,7 +22,7 @@ struct Blob {
 TEST(ConstantStore, RefusesBytesThatDoNotMatchTheirHash) {
   ConstantStore store;
   Blob a(1.f), b(2.f);
-  auto put = store.Put(a.hash, b.values.data(), b.size());
+  auto put = store.PutCopy(a.hash, b.values.data(), b.size());
   EXPECT_EQ(put.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_FALSE(store.Contains(a.hash));
 }
@@ -30,8 +30,8 @@ TEST(ConstantStore, RefusesBytesThatDoNotMatchTheirHash) {
 TEST(ConstantStore, EvictsOnlyUnheldConstantsPastTheirGrace) {
   ConstantStore store;
   Blob held(1.f), free(2.f);
-  ASSERT_TRUE(store.Put(held.hash, held.values.data(), held.size()).ok());
-  ASSERT_TRUE(store.Put(free.hash, free.values.data(), free.size()).ok());
+  ASSERT_TRUE(store.PutCopy(held.hash, held.values.data(), held.size()).ok());
+  ASSERT_TRUE(store.PutCopy(free.hash, free.values.data(), free.size()).ok());
   auto in_use = store.Get(held.hash);  // as a compiled graph holds it
   ASSERT_TRUE(in_use.ok());
   const absl::Duration grace = absl::Seconds(30);
@@ -59,7 +59,7 @@ TEST(ConstantStore, EvictsOnlyUnheldConstantsPastTheirGrace) {
 TEST(ConstantStore, AskingAboutAConstantRestartsItsGrace) {
   ConstantStore store;
   Blob a(3.f);
-  ASSERT_TRUE(store.Put(a.hash, a.values.data(), a.size()).ok());
+  ASSERT_TRUE(store.PutCopy(a.hash, a.values.data(), a.size()).ok());
   // A client that has just checked the constant is about to compile with
   // it: Contains() counts as use.
   EXPECT_TRUE(store.Contains(a.hash));
