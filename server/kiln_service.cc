@@ -7,6 +7,7 @@
 #include <fstream>
 #include <map>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "cache/graph_key.h"
 #include "runtime/compile/compiler.h"
@@ -18,6 +19,7 @@
 #include "runtime/util/cpu_features.h"
 #include "runtime/util/status_macros.h"
 #include "server/call_channel_layout.h"
+#include "server/overlap_check.h"
 #include "server/process_watch.h"
 #include "server/status_map.h"
 #include "spdlog/spdlog.h"
@@ -498,16 +500,27 @@ absl::StatusOr<KilnService::PendingRun> KilnService::PrepareRun(
         graph.output_metas.size(), " outputs; the request has ", inputs.size(), " and ",
         outputs.size()));
   }
+  absl::InlinedVector<TensorSpan, 8> spans;
+  auto span = [&](const TensorSlot& slot, const runtime::TensorMeta& meta, bool output,
+                  size_t index) {
+    const ShmRegion& region = *run.regions.back();
+    spans.push_back(TensorSpan{region.device(), region.inode(), slot.offset,
+                               slot.offset + static_cast<uint64_t>(meta.ByteSize()), output,
+                               static_cast<int>(index)});
+  };
   for (size_t i = 0; i < inputs.size(); ++i) {
     KILN_ASSIGN_OR_RETURN(uint8_t * p, ResolveSlot(session, inputs[i], graph.input_metas[i],
                                                    absl::StrCat("input ", i), &run.regions));
     run.inputs.push_back(p);
+    span(inputs[i], graph.input_metas[i], false, i);
   }
   for (size_t i = 0; i < outputs.size(); ++i) {
     KILN_ASSIGN_OR_RETURN(uint8_t * p, ResolveSlot(session, outputs[i], graph.output_metas[i],
                                                    absl::StrCat("output ", i), &run.regions));
     run.outputs.push_back(p);
+    span(outputs[i], graph.output_metas[i], true, i);
   }
+  KILN_RETURN_IF_ERROR(CheckOutputsDisjoint(absl::MakeSpan(spans)));
   return run;
 }
 

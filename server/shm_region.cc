@@ -92,7 +92,7 @@ absl::StatusOr<std::unique_ptr<ShmRegion>> ShmRegion::Open(const std::string& na
     return slot.status();
   }
   return std::unique_ptr<ShmRegion>(
-      new ShmRegion(name, static_cast<uint8_t*>(base), byte_size, *slot));
+      new ShmRegion(name, static_cast<uint8_t*>(base), byte_size, *slot, st.st_dev, st.st_ino));
 }
 
 ShmRegion::~ShmRegion() {

@@ -48,15 +48,26 @@ class ShmRegion {
 
   const std::string& name() const { return name_; }
   uint64_t size() const { return size_; }
+  // The object mapped (st_dev, st_ino): two regions of one object share it.
+  uint64_t device() const { return device_; }
+  uint64_t inode() const { return inode_; }
 
  private:
-  ShmRegion(std::string name, uint8_t* base, uint64_t size, size_t guard_slot)
-      : name_(std::move(name)), base_(base), size_(size), guard_slot_(guard_slot) {}
+  ShmRegion(std::string name, uint8_t* base, uint64_t size, size_t guard_slot, uint64_t device,
+            uint64_t inode)
+      : name_(std::move(name)),
+        base_(base),
+        size_(size),
+        guard_slot_(guard_slot),
+        device_(device),
+        inode_(inode) {}
 
   std::string name_;
   uint8_t* base_;
   uint64_t size_;
   size_t guard_slot_;
+  uint64_t device_;
+  uint64_t inode_;
 };
 
 bool IsValidRegionName(const std::string& name);

@@ -1,6 +1,10 @@
 // Table lookups: aten.embedding.default (f32 weight [N, D], i64 indices of
 // any shape -> indices.shape + [D]). An out-of-range index fails the run
 // with INVALID_ARGUMENT instead of reading outside the table.
+//
+// The indices may lie in a client's shared memory, which the client can
+// change at any time: they are copied into scratch once, and only that
+// copy is checked and used (index.cc does the same).
 #include <cstring>
 #include <memory>
 
@@ -23,9 +27,14 @@ class EmbeddingKernel final : public Kernel {
         weight_slot_(weight_slot),
         index_slot_(index_slot) {}
 
+  size_t ScratchBytes() const override { return count_ * sizeof(int64_t); }
+
   absl::Status Run(const KernelContext& ctx) const override {
     const float* w = ctx.inputs[weight_slot_].as<const float>();
-    const int64_t* idx = ctx.inputs[index_slot_].as<const int64_t>();
+    int64_t* idx = static_cast<int64_t*>(ctx.scratch);
+    if (count_ > 0) {
+      std::memcpy(idx, ctx.inputs[index_slot_].data, count_ * sizeof(int64_t));
+    }
     float* out = ctx.outputs[0].as<float>();
     for (int64_t i = 0; i < count_; ++i) {
       if (idx[i] < 0 || idx[i] >= rows_) {

@@ -5,7 +5,9 @@
 //                         adjacent (None elsewhere), as in the models'
 //                         attention masks and nearest upsampling.
 // Negative indices count from the end; out-of-range indices fail the run
-// with INVALID_ARGUMENT.
+// with INVALID_ARGUMENT. Indices may lie in a client's shared memory, which
+// can change at any time: each kernel copies them into scratch once and
+// checks and uses only the copy.
 #include <cstring>
 #include <memory>
 
@@ -43,14 +45,16 @@ class GatherKernel final : public Kernel {
         self_slot_(self_slot),
         index_slot_(index_slot) {}
 
+  size_t ScratchBytes() const override { return Count() * sizeof(int64_t); }
+
   absl::Status Run(const KernelContext& ctx) const override {
     const char* self = static_cast<const char*>(ctx.inputs[self_slot_].data);
-    const int64_t* idx = ctx.inputs[index_slot_].as<const int64_t>();
+    const int64_t n = Count();
+    int64_t* idx = static_cast<int64_t*>(ctx.scratch);
+    if (n > 0) std::memcpy(idx, ctx.inputs[index_slot_].data, n * sizeof(int64_t));
     char* out = static_cast<char*>(ctx.outputs[0].data);
     const int rank = static_cast<int>(idx_shape_.size());
     const std::vector<int64_t> sstr = ContiguousStrides(self_shape_);
-    int64_t n = 1;
-    for (int64_t s : idx_shape_) n *= s;
     const int64_t size = self_shape_[dim_];
     for (int64_t i = 0; i < n; ++i) {
       if (idx[i] < -size || idx[i] >= size) {
@@ -74,6 +78,12 @@ class GatherKernel final : public Kernel {
   }
 
  private:
+  int64_t Count() const {
+    int64_t n = 1;
+    for (int64_t s : idx_shape_) n *= s;
+    return n;
+  }
+
   std::vector<int64_t> self_shape_, idx_shape_;
   int dim_;
   int es_;

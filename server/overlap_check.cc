@@ -1,0 +1,49 @@
+#include "server/overlap_check.h"
+
+#include <algorithm>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+
+namespace kiln::server {
+namespace {
+
+std::string Name(const TensorSpan& s) {
+  return absl::StrCat(s.output ? "output " : "input ", s.index);
+}
+
+}  // namespace
+
+absl::Status CheckOutputsDisjoint(absl::Span<TensorSpan> spans) {
+  std::sort(spans.begin(), spans.end(), [](const TensorSpan& a, const TensorSpan& b) {
+    return std::tie(a.device, a.inode, a.start) < std::tie(b.device, b.inode, b.start);
+  });
+  // Sweeping each object's spans by start: a span overlaps an earlier one
+  // exactly when it starts before that one's end. Of the earlier spans, the
+  // input and the output reaching furthest are the only ones to compare.
+  const TensorSpan* input = nullptr;   // furthest-reaching earlier input
+  const TensorSpan* output = nullptr;  // furthest-reaching earlier output
+  for (size_t i = 0; i < spans.size(); ++i) {
+    const TensorSpan& s = spans[i];
+    if (s.start == s.end) continue;
+    if (i > 0 && (s.device != spans[i - 1].device || s.inode != spans[i - 1].inode)) {
+      input = output = nullptr;
+    }
+    const TensorSpan* hit = nullptr;
+    if (output != nullptr && s.start < output->end) {
+      hit = output;
+    } else if (s.output && input != nullptr && s.start < input->end) {
+      hit = input;
+    }
+    if (hit != nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          Name(s.output ? s : *hit), " shares memory with ", Name(s.output ? *hit : s),
+          ": outputs may not overlap inputs or other outputs"));
+    }
+    const TensorSpan*& furthest = s.output ? output : input;
+    if (furthest == nullptr || s.end > furthest->end) furthest = &s;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kiln::server
