@@ -86,10 +86,19 @@ std::string HelpText() {
       "                     (default 2000; 0: sleep at once). A thread that slept wakes\n",
       "                     into the next run late: that run starts on fewer threads.\n",
       "  --max-client-handles N       compiled-graph handles one client may hold (default 4096).\n",
+      "  --max-client-templates N     dynamic-shape graphs one client may hold (default 256).\n",
       "  --max-client-shm-mb N        shared memory one client may register, MiB (default 65536).\n",
+      "  --max-client-regions N       shared-memory regions one client may register (default 1024).\n",
+      "  --max-client-channels N      call channels one client may open (default 64).\n",
       "  --max-client-constant-mb N   new constant bytes one client may upload, MiB\n",
-      "                     (default 65536). Past a cap the request fails with\n",
-      "                     RESOURCE_EXHAUSTED naming the numbers; nothing else changes.\n",
+      "                     (default 65536).\n",
+      "  --max-client-sessions N      sessions one client process may open (default 16).\n",
+      "  --max-sessions N   sessions open at once, all clients (default 1024).\n",
+      "  --max-channels N   call channels open at once, all clients (default 512; each\n",
+      "                     is a thread).\n",
+      "  --max-graph-nodes N  nodes in one graph a compile takes (default 65536).\n",
+      "                     Past a cap the request fails with RESOURCE_EXHAUSTED naming\n",
+      "                     the numbers and the flag; nothing else changes.\n",
       "  --log-level LEVEL  trace, debug, info, warn, error (default info; env KILN_LOG_LEVEL).\n",
       "  --log-file PATH    append logs to PATH instead of stderr.\n",
       "  --log-format FMT   text (default) or json: one JSON object per line with time\n",
@@ -132,6 +141,13 @@ absl::Status ParseCount(const std::string& flag, const std::string& text, int mi
                         const char* what, int* out) {
   if (!absl::SimpleAtoi(text, out) || *out < min || *out > max) {
     return absl::InvalidArgumentError(absl::StrCat(flag, " takes ", what, ", not '", text, "'"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParsePositive(const std::string& flag, const std::string& text, uint64_t* out) {
+  if (!absl::SimpleAtoi(text, out) || *out == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " takes a number >= 1, not '", text, "'"));
   }
   return absl::OkStatus();
 }
@@ -234,11 +250,36 @@ constexpr FlagSpec kFlags[] = {
        return absl::OkStatus();
      }},
     {"max-client-handles", false, false,
-     [](DaemonConfig& c, const std::string& f, const std::string& v) -> absl::Status {
-       if (!absl::SimpleAtoi(v, &c.limits.max_handles) || c.limits.max_handles == 0) {
-         return absl::InvalidArgumentError(absl::StrCat(f, " takes a number >= 1, not '", v, "'"));
-       }
-       return absl::OkStatus();
+     [](DaemonConfig& c, const std::string& f, const std::string& v) {
+       return ParsePositive(f, v, &c.limits.max_handles);
+     }},
+    {"max-client-templates", false, false,
+     [](DaemonConfig& c, const std::string& f, const std::string& v) {
+       return ParsePositive(f, v, &c.limits.max_templates);
+     }},
+    {"max-client-regions", false, false,
+     [](DaemonConfig& c, const std::string& f, const std::string& v) {
+       return ParsePositive(f, v, &c.limits.max_regions);
+     }},
+    {"max-client-channels", false, false,
+     [](DaemonConfig& c, const std::string& f, const std::string& v) {
+       return ParsePositive(f, v, &c.limits.max_channels);
+     }},
+    {"max-client-sessions", false, false,
+     [](DaemonConfig& c, const std::string& f, const std::string& v) {
+       return ParsePositive(f, v, &c.daemon_limits.max_client_sessions);
+     }},
+    {"max-sessions", false, false,
+     [](DaemonConfig& c, const std::string& f, const std::string& v) {
+       return ParsePositive(f, v, &c.daemon_limits.max_sessions);
+     }},
+    {"max-channels", false, false,
+     [](DaemonConfig& c, const std::string& f, const std::string& v) {
+       return ParsePositive(f, v, &c.daemon_limits.max_channels);
+     }},
+    {"max-graph-nodes", false, false,
+     [](DaemonConfig& c, const std::string& f, const std::string& v) {
+       return ParsePositive(f, v, &c.daemon_limits.max_graph_nodes);
      }},
     {"max-client-shm-mb", false, false,
      [](DaemonConfig& c, const std::string& f, const std::string& v) -> absl::Status {

@@ -34,7 +34,8 @@ struct DaemonConfig {
   // Seconds an uploaded constant no compiled graph holds is kept.
   int constant_grace_s = 60;
   int64_t spin_us = 2000;  // runtime/exec/arenas.h, SetKeepWarm
-  ClientLimits limits;
+  ClientLimits limits;         // per session
+  DaemonLimits daemon_limits;  // all sessions together
   bool help = false;
   bool version = false;
 };

@@ -21,6 +21,7 @@
 #include "server/call_channel_layout.h"
 #include "server/overlap_check.h"
 #include "server/process_watch.h"
+#include "server/request_guard.h"
 #include "server/status_map.h"
 #include "spdlog/spdlog.h"
 
@@ -116,36 +117,46 @@ void KilnService::WatchClients() {
   absl::MutexLock lock(&watch_mu_);
   while (!watch_mu_.AwaitWithTimeout(absl::Condition(&watch_stop_), kWatchInterval)) {
     watch_mu_.Unlock();
-    const auto exited = sessions_.CloseExited();
-    if (!exited.empty()) idle_.Touch();
-    for (const auto& s : exited) {
-      ReleaseGoneClient(*s, absl::StrCat("client pid ", s->pid(), " exited"));
-    }
-    if (!exited.empty()) {
-      // Objects a dead client created but never registered. Only old ones:
-      // a client in another pid namespace (its pid unknown here) may be
-      // between creating an object and registering it right now.
-      if (int n = RemoveStaleRegions("/dev/shm", /*min_age_s=*/10); n > 0) {
-        spdlog::info("removed {} shared-memory objects of exited clients", n);
-      }
-    }
-    const cache::ConstantStore::Evicted evicted = constants_.EvictUnreferenced(constant_grace_);
-    // Run arenas a burst of concurrent calls added, by the same measure of
-    // "not used lately" as weights.
-    const uint64_t arena_bytes = graphs_.TrimIdleArenas(absl::ToChronoSeconds(constant_grace_));
-    if (arena_bytes > 0) {
-      spdlog::debug("freed {:.1f} MiB of run arenas idle for {}", arena_bytes / 1048576.0,
-                    absl::FormatDuration(constant_grace_));
-      if (evicted.count == 0) malloc_trim(0);
-    }
-    if (evicted.count > 0) {
-      // Weights are freed in pieces of every size; without a trim glibc
-      // keeps the freed heap pages and the daemon's footprint stays.
-      malloc_trim(0);
-      spdlog::info("dropped {} constants ({:.1f} MiB) no compiled graph has used for {}",
-                   evicted.count, evicted.bytes / 1048576.0, absl::FormatDuration(constant_grace_));
+    if (absl::Status s = Guarded("watching clients", [&] {
+          WatchOnce();
+          return absl::OkStatus();
+        });
+        !s.ok()) {
+      spdlog::error("{}", std::string(s.message()));
     }
     watch_mu_.Lock();
+  }
+}
+
+void KilnService::WatchOnce() {
+  const auto exited = sessions_.CloseExited();
+  if (!exited.empty()) idle_.Touch();
+  for (const auto& s : exited) {
+    ReleaseGoneClient(*s, absl::StrCat("client pid ", s->pid(), " exited"));
+  }
+  if (!exited.empty()) {
+    // Objects a dead client created but never registered. Only old ones:
+    // a client in another pid namespace (its pid unknown here) may be
+    // between creating an object and registering it right now.
+    if (int n = RemoveStaleRegions("/dev/shm", /*min_age_s=*/10); n > 0) {
+      spdlog::info("removed {} shared-memory objects of exited clients", n);
+    }
+  }
+  const cache::ConstantStore::Evicted evicted = constants_.EvictUnreferenced(constant_grace_);
+  // Run arenas a burst of concurrent calls added, by the same measure of
+  // "not used lately" as weights.
+  const uint64_t arena_bytes = graphs_.TrimIdleArenas(absl::ToChronoSeconds(constant_grace_));
+  if (arena_bytes > 0) {
+    spdlog::debug("freed {:.1f} MiB of run arenas idle for {}", arena_bytes / 1048576.0,
+                  absl::FormatDuration(constant_grace_));
+    if (evicted.count == 0) malloc_trim(0);
+  }
+  if (evicted.count > 0) {
+    // Weights are freed in pieces of every size; without a trim glibc
+    // keeps the freed heap pages and the daemon's footprint stays.
+    malloc_trim(0);
+    spdlog::info("dropped {} constants ({:.1f} MiB) no compiled graph has used for {}",
+                 evicted.count, evicted.bytes / 1048576.0, absl::FormatDuration(constant_grace_));
   }
 }
 
@@ -205,13 +216,23 @@ absl::Status KilnService::DoOpenSession(const grpc::CallbackServerContext& ctx,
   } else if (same_namespace && pid > 0) {
     watch = pid;
   }
+  // Who holds the session, for --max-client-sessions: the process the
+  // kernel names, else the pid claimed from the peer's address.
+  std::string client_key;
+  if (peer.has_value() && peer->pid > 0) {
+    client_key = absl::StrCat("pid ", peer->pid);
+  } else {
+    const std::string address = ctx.peer();
+    client_key = absl::StrCat(address.substr(0, address.rfind(':')), " pid ", pid);
+  }
   std::shared_ptr<Session> session;
   {
     absl::MutexLock lock(&open_mu_);
     // Checked again under the lock: an idle shutdown may have begun since
     // Admit.
     if (shutting_down_.load()) return absl::UnavailableError("kilnd is shutting down");
-    session = sessions_.Open(pid, req.client_name(), watch, limits_);
+    KILN_ASSIGN_OR_RETURN(session,
+                          sessions_.Open(pid, req.client_name(), watch, limits_, client_key));
   }
   resp->set_session_id(session->id());
   resp->set_runtime_version(KILN_RUNTIME_VERSION);
@@ -225,7 +246,7 @@ grpc::ServerUnaryReactor* KilnService::OpenSession(grpc::CallbackServerContext* 
                                                    const kiln::v1::OpenSessionRequest* req,
                                                    kiln::v1::OpenSessionResponse* resp) {
   if (absl::Status admitted = Admit(*ctx); !admitted.ok()) return Done(ctx, admitted);
-  return Done(ctx, DoOpenSession(*ctx, *req, resp));
+  return Done(ctx, Guarded("opening a session", [&] { return DoOpenSession(*ctx, *req, resp); }));
 }
 
 grpc::ServerWriteReactor<kiln::v1::HoldResponse>* KilnService::Hold(
@@ -261,7 +282,7 @@ grpc::ServerUnaryReactor* KilnService::CloseSession(grpc::CallbackServerContext*
                                                     const kiln::v1::CloseSessionRequest* req,
                                                     kiln::v1::CloseSessionResponse*) {
   if (absl::Status admitted = Admit(*ctx); !admitted.ok()) return Done(ctx, admitted);
-  absl::Status s = sessions_.Close(req->session_id());
+  absl::Status s = Guarded("closing a session", [&] { return sessions_.Close(req->session_id()); });
   idle_.Touch();
   if (s.ok()) spdlog::info("session {} closed", req->session_id().substr(0, 8));
   return Done(ctx, s);
@@ -271,33 +292,35 @@ grpc::ServerUnaryReactor* KilnService::RegisterRegion(grpc::CallbackServerContex
                                                       const kiln::v1::RegisterRegionRequest* req,
                                                       kiln::v1::RegisterRegionResponse* resp) {
   if (absl::Status admitted = Admit(*ctx); !admitted.ok()) return Done(ctx, admitted);
-  auto session = sessions_.Find(req->session_id());
-  if (!session.ok()) return Done(ctx, session.status());
-  // Checked before opening: another client's object is not even opened.
-  if (absl::Status mine = (*session)->CheckRegionName(req->name()); !mine.ok()) {
-    return Done(ctx, mine);
-  }
-  auto region = ShmRegion::Open(req->name(), req->byte_size());
-  if (!region.ok()) return Done(ctx, region.status());
-  auto id = (*session)->AddRegion(std::move(*region));
-  if (!id.ok()) return Done(ctx, id.status());
-  resp->set_region_id(*id);
-  return Done(ctx, absl::OkStatus());
+  return Done(ctx, Guarded("registering a region", [&]() -> absl::Status {
+    KILN_ASSIGN_OR_RETURN(auto session, sessions_.Find(req->session_id()));
+    // Checked before opening: another client's object is not even opened.
+    KILN_RETURN_IF_ERROR(session->CheckRegionName(req->name()));
+    KILN_ASSIGN_OR_RETURN(auto region, ShmRegion::Open(req->name(), req->byte_size()));
+    KILN_ASSIGN_OR_RETURN(uint64_t id, session->AddRegion(std::move(region)));
+    resp->set_region_id(id);
+    return absl::OkStatus();
+  }));
 }
 
 grpc::ServerUnaryReactor* KilnService::UnregisterRegion(
     grpc::CallbackServerContext* ctx, const kiln::v1::UnregisterRegionRequest* req,
     kiln::v1::UnregisterRegionResponse*) {
   if (absl::Status admitted = Admit(*ctx); !admitted.ok()) return Done(ctx, admitted);
-  auto session = sessions_.Find(req->session_id());
-  if (!session.ok()) return Done(ctx, session.status());
-  return Done(ctx, (*session)->RemoveRegion(req->region_id()));
+  return Done(ctx, Guarded("unregistering a region", [&]() -> absl::Status {
+    KILN_ASSIGN_OR_RETURN(auto session, sessions_.Find(req->session_id()));
+    return session->RemoveRegion(req->region_id());
+  }));
 }
 
 grpc::ServerUnaryReactor* KilnService::GetCapabilities(grpc::CallbackServerContext* ctx,
                                                        const kiln::v1::CapabilitiesRequest*,
                                                        kiln::v1::CapabilitiesResponse* resp) {
   if (absl::Status admitted = Admit(*ctx); !admitted.ok()) return Done(ctx, admitted);
+  return Done(ctx, Guarded("listing capabilities", [&] { return DoGetCapabilities(resp); }));
+}
+
+absl::Status KilnService::DoGetCapabilities(kiln::v1::CapabilitiesResponse* resp) {
   resp->set_runtime_version(KILN_RUNTIME_VERSION);
   resp->add_devices("CPU");
   for (const runtime::OpDef& op : runtime::AllOps()) {
@@ -311,17 +334,19 @@ grpc::ServerUnaryReactor* KilnService::GetCapabilities(grpc::CallbackServerConte
     }
   }
   for (const std::string& f : runtime::CpuFeatures()) resp->add_cpu_features(f);
-  return Done(ctx, absl::OkStatus());
+  return absl::OkStatus();
 }
 
 grpc::ServerUnaryReactor* KilnService::QueryConstants(grpc::CallbackServerContext* ctx,
                                                       const kiln::v1::QueryConstantsRequest* req,
                                                       kiln::v1::QueryConstantsResponse* resp) {
   if (absl::Status admitted = Admit(*ctx); !admitted.ok()) return Done(ctx, admitted);
-  for (const std::string& h : req->hashes()) {
-    if (!constants_.Contains(h)) resp->add_missing(h);
-  }
-  return Done(ctx, absl::OkStatus());
+  return Done(ctx, Guarded("looking up constants", [&] {
+    for (const std::string& h : req->hashes()) {
+      if (!constants_.Contains(h)) resp->add_missing(h);
+    }
+    return absl::OkStatus();
+  }));
 }
 
 absl::Status KilnService::DoUpload(const kiln::v1::UploadConstantsRequest& req,
@@ -369,7 +394,7 @@ grpc::ServerUnaryReactor* KilnService::UploadConstants(
     kiln::v1::UploadConstantsResponse* resp) {
   if (absl::Status admitted = Admit(*ctx); !admitted.ok()) return Done(ctx, admitted);
   IdleTracker::Call in_flight = idle_.Begin();
-  return Done(ctx, DoUpload(*req, resp));
+  return Done(ctx, Guarded("storing constants", [&] { return DoUpload(*req, resp); }));
 }
 
 namespace {
@@ -401,6 +426,11 @@ absl::Status FillCompileResponse(CompileResult result, bool want_dump, Session& 
 absl::Status KilnService::DoCompile(const kiln::v1::CompileRequest& req,
                                     kiln::v1::CompileResponse* resp) {
   KILN_ASSIGN_OR_RETURN(auto session, sessions_.Find(req.session_id()));
+  if (static_cast<uint64_t>(req.graph().nodes_size()) > daemon_limits_.max_graph_nodes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the graph has ", req.graph().nodes_size(), " nodes; the daemon compiles at most ",
+        daemon_limits_.max_graph_nodes, " (kilnd --max-graph-nodes)"));
+  }
   std::map<std::string, std::string> options(req.options().begin(), req.options().end());
   if (IsDynamic(req.graph())) {
     // Checked now so a bad graph or option fails at compile, not per shape.
@@ -462,7 +492,7 @@ grpc::ServerUnaryReactor* KilnService::Specialize(grpc::CallbackServerContext* c
                                                   kiln::v1::CompileResponse* resp) {
   if (absl::Status admitted = Admit(*ctx); !admitted.ok()) return Done(ctx, admitted);
   IdleTracker::Call in_flight = idle_.Begin();
-  absl::Status s = DoSpecialize(*req, resp);
+  absl::Status s = Guarded("specializing a graph", [&] { return DoSpecialize(*req, resp); });
   if (!s.ok()) spdlog::info("specialize refused: {}", s.ToString());
   return Done(ctx, s);
 }
@@ -472,7 +502,7 @@ grpc::ServerUnaryReactor* KilnService::Compile(grpc::CallbackServerContext* ctx,
                                                kiln::v1::CompileResponse* resp) {
   if (absl::Status admitted = Admit(*ctx); !admitted.ok()) return Done(ctx, admitted);
   IdleTracker::Call in_flight = idle_.Begin();
-  absl::Status s = DoCompile(*req, resp);
+  absl::Status s = Guarded("compiling a graph", [&] { return DoCompile(*req, resp); });
   if (!s.ok()) spdlog::info("compile refused: {}", s.ToString());
   return Done(ctx, s);
 }
@@ -554,7 +584,8 @@ absl::StatusOr<KilnService::PendingRun> KilnService::PrepareExecute(
 }
 
 absl::Status KilnService::ExecuteRun(const PendingRun& run) {
-  absl::Status s = runtime::Execute(*run.graph, run.inputs, run.outputs);
+  absl::Status s = Guarded("running a graph",
+                           [&] { return runtime::Execute(*run.graph, run.inputs, run.outputs); });
   // A region that shrank during the run read as zeros and swallowed what
   // was written: whatever the run says, its results are void.
   for (const auto& region : run.regions) KILN_RETURN_IF_ERROR(region->Check());
@@ -570,12 +601,12 @@ void KilnService::CountExecute(std::chrono::steady_clock::time_point start, bool
 absl::Status KilnService::RunChannelCall(const Session& session, const ChannelCall& call) {
   IdleTracker::Call in_flight = idle_.Begin();
   const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<PendingRun> run = PrepareRun(session, call.handle, call.inputs, call.outputs);
-  absl::Status s = run.status();
-  if (run.ok()) {
+  absl::Status s = Guarded("running a call", [&]() -> absl::Status {
+    KILN_ASSIGN_OR_RETURN(PendingRun run,
+                          PrepareRun(session, call.handle, call.inputs, call.outputs));
     ExecutionSlots::Slot slot(&channel_slots_);
-    s = ExecuteRun(*run);
-  }
+    return ExecuteRun(run);
+  });
   channel_calls_++;
   CountExecute(start, s.ok());
   return s;
@@ -586,6 +617,14 @@ absl::Status KilnService::DoOpenChannel(const kiln::v1::OpenChannelRequest& req,
   if (shutting_down_.load()) return absl::UnavailableError("kilnd is shutting down");
   KILN_ASSIGN_OR_RETURN(auto session, sessions_.Find(req.session_id()));
   KILN_ASSIGN_OR_RETURN(auto block, session->Region(req.region_id()));
+  // Serialized, so concurrent opens cannot pass the daemon-wide cap
+  // together (channels only ever close without it).
+  absl::MutexLock lock(&channel_open_mu_);
+  if (const size_t open = sessions_.channel_count(); open >= daemon_limits_.max_channels) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the daemon has ", open, " call channels open, its cap (kilnd --max-channels); "
+        "the client can use the Execute RPC instead"));
+  }
   // The session owns the channel and stops it before it goes away, so the
   // runner may hold a plain pointer to it.
   const Session* s = session.get();
@@ -604,16 +643,17 @@ grpc::ServerUnaryReactor* KilnService::OpenChannel(grpc::CallbackServerContext* 
                                                    const kiln::v1::OpenChannelRequest* req,
                                                    kiln::v1::OpenChannelResponse* resp) {
   if (absl::Status admitted = Admit(*ctx); !admitted.ok()) return Done(ctx, admitted);
-  return Done(ctx, DoOpenChannel(*req, resp));
+  return Done(ctx, Guarded("opening a call channel", [&] { return DoOpenChannel(*req, resp); }));
 }
 
 grpc::ServerUnaryReactor* KilnService::CloseChannel(grpc::CallbackServerContext* ctx,
                                                     const kiln::v1::CloseChannelRequest* req,
                                                     kiln::v1::CloseChannelResponse*) {
   if (absl::Status admitted = Admit(*ctx); !admitted.ok()) return Done(ctx, admitted);
-  auto session = sessions_.Find(req->session_id());
-  if (!session.ok()) return Done(ctx, session.status());
-  return Done(ctx, (*session)->RemoveChannel(req->channel_id()));
+  return Done(ctx, Guarded("closing a call channel", [&]() -> absl::Status {
+    KILN_ASSIGN_OR_RETURN(auto session, sessions_.Find(req->session_id()));
+    return session->RemoveChannel(req->channel_id());
+  }));
 }
 
 grpc::ServerUnaryReactor* KilnService::Execute(grpc::CallbackServerContext* ctx,
@@ -622,10 +662,14 @@ grpc::ServerUnaryReactor* KilnService::Execute(grpc::CallbackServerContext* ctx,
   if (absl::Status admitted = Admit(*ctx); !admitted.ok()) return Done(ctx, admitted);
   IdleTracker::Call in_flight = idle_.Begin();
   const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<PendingRun> run = PrepareExecute(*req);
-  if (!run.ok()) {
+  absl::StatusOr<PendingRun> run;
+  if (absl::Status s = Guarded("preparing a run", [&] {
+        run = PrepareExecute(*req);
+        return run.status();
+      });
+      !s.ok()) {
     CountExecute(start, false);
-    return Done(ctx, run.status());
+    return Done(ctx, s);
   }
   // The call stays open (req, resp and ctx alive) until Finish.
   auto* reactor = ctx->DefaultReactor();
@@ -645,8 +689,13 @@ grpc::ServerUnaryReactor* KilnService::Execute(grpc::CallbackServerContext* ctx,
   // daemon's CPU per call for a tiny model).
   if (short_run) {
     execute();
-  } else {
-    executions_.Submit(std::move(execute));
+  } else if (absl::Status queued = Guarded("queueing a run", [&] {
+               executions_.Submit(std::move(execute));
+               return absl::OkStatus();
+             });
+             !queued.ok()) {
+    CountExecute(start, false);
+    reactor->Finish(ToGrpcStatus(queued));
   }
   return reactor;
 }
@@ -655,9 +704,10 @@ grpc::ServerUnaryReactor* KilnService::Release(grpc::CallbackServerContext* ctx,
                                                const kiln::v1::ReleaseRequest* req,
                                                kiln::v1::ReleaseResponse*) {
   if (absl::Status admitted = Admit(*ctx); !admitted.ok()) return Done(ctx, admitted);
-  auto session = sessions_.Find(req->session_id());
-  if (!session.ok()) return Done(ctx, session.status());
-  return Done(ctx, (*session)->RemoveHandle(req->handle()));
+  return Done(ctx, Guarded("releasing a handle", [&]() -> absl::Status {
+    KILN_ASSIGN_OR_RETURN(auto session, sessions_.Find(req->session_id()));
+    return session->RemoveHandle(req->handle());
+  }));
 }
 
 MetricsSnapshot KilnService::CollectMetrics() {
@@ -696,6 +746,10 @@ grpc::ServerUnaryReactor* KilnService::GetStats(grpc::CallbackServerContext* ctx
                                                 const kiln::v1::StatsRequest*,
                                                 kiln::v1::StatsResponse* resp) {
   if (absl::Status admitted = Admit(*ctx, /*while_draining=*/true); !admitted.ok()) return Done(ctx, admitted);
+  return Done(ctx, Guarded("collecting stats", [&] { return DoGetStats(resp); }));
+}
+
+absl::Status KilnService::DoGetStats(kiln::v1::StatsResponse* resp) {
   const MetricsSnapshot m = CollectMetrics();
   resp->set_runtime_version(KILN_RUNTIME_VERSION);
   resp->set_graphs_compiled(m.compiles);
@@ -734,7 +788,7 @@ grpc::ServerUnaryReactor* KilnService::GetStats(grpc::CallbackServerContext* ctx
     c->set_handles(session->handle_count());
     c->set_channels(session->channel_count());
   }
-  return Done(ctx, absl::OkStatus());
+  return absl::OkStatus();
 }
 
 }  // namespace kiln::server

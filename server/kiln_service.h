@@ -54,6 +54,10 @@ class KilnService final : public kiln::v1::Kiln::CallbackService {
   // every TCP call). Set before serving.
   void SetAccess(const PeerListener* peers, std::string tcp_token);
   void SetClientLimits(const ClientLimits& limits) { limits_ = limits; }
+  void SetDaemonLimits(const DaemonLimits& limits) {
+    daemon_limits_ = limits;
+    sessions_.SetLimits(limits);
+  }
 
   grpc::ServerUnaryReactor* OpenSession(grpc::CallbackServerContext* ctx,
                                         const kiln::v1::OpenSessionRequest* req,
@@ -135,6 +139,8 @@ class KilnService final : public kiln::v1::Kiln::CallbackService {
   // A closed session whose client has gone (exited, or its Hold dropped):
   // removes its /dev/shm objects, which the client cannot, and logs `how`.
   void ReleaseGoneClient(Session& session, const std::string& how);
+  absl::Status DoGetCapabilities(kiln::v1::CapabilitiesResponse* resp);
+  absl::Status DoGetStats(kiln::v1::StatsResponse* resp);
   absl::Status DoUpload(const kiln::v1::UploadConstantsRequest& req,
                         kiln::v1::UploadConstantsResponse* resp);
   absl::Status DoCompile(const kiln::v1::CompileRequest& req, kiln::v1::CompileResponse* resp);
@@ -162,6 +168,10 @@ class KilnService final : public kiln::v1::Kiln::CallbackService {
   const PeerListener* peers_ = nullptr;
   std::string tcp_token_;
   ClientLimits limits_;
+  DaemonLimits daemon_limits_;
+  // Held while a channel is opened: the daemon-wide count is checked and
+  // the new channel added as one step.
+  absl::Mutex channel_open_mu_;
   const absl::Duration constant_grace_;
   cache::ConstantStore constants_;
   cache::ArtifactStore artifacts_;
@@ -182,6 +192,8 @@ class KilnService final : public kiln::v1::Kiln::CallbackService {
   std::atomic<bool> shutting_down_{false};
   // Closes the sessions of exited clients every kWatchInterval.
   void WatchClients();
+  // One look: exited clients, idle constants and arenas.
+  void WatchOnce();
   absl::Mutex watch_mu_;
   bool watch_stop_ ABSL_GUARDED_BY(watch_mu_) = false;
   std::thread watcher_;

@@ -151,6 +151,7 @@ int Run(int argc, char** argv) {
                       absl::Seconds(config->constant_grace_s));
   service.SetAccess(listener.get(), tcp_token);
   service.SetClientLimits(config->limits);
+  service.SetDaemonLimits(config->daemon_limits);
   // Before the gRPC server: a port that is taken fails the start cleanly.
   std::unique_ptr<MetricsHttpServer> metrics;
   if (config->metrics_port != 0) {

@@ -13,10 +13,11 @@
 namespace kiln::server {
 
 Session::Session(std::string id, int pid, std::string client_name,
-                 std::optional<int> watch_pid, ClientLimits limits)
+                 std::optional<int> watch_pid, ClientLimits limits, std::string client_key)
     : id_(std::move(id)),
       pid_(pid),
       client_name_(std::move(client_name)),
+      client_key_(std::move(client_key)),
       watch_pid_(watch_pid.value_or(0)),
       watched_start_ticks_(watch_pid ? ProcessStartTicks(*watch_pid) : std::nullopt),
       limits_(limits) {}
@@ -35,6 +36,11 @@ absl::Status Session::CheckRegionName(const std::string& name) const {
 absl::StatusOr<uint64_t> Session::AddRegion(std::shared_ptr<ShmRegion> region) {
   KILN_RETURN_IF_ERROR(CheckRegionName(region->name()));
   absl::MutexLock lock(&mu_);
+  if (regions_.size() >= limits_.max_regions) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the client has ", regions_.size(), " regions registered, the per-client cap "
+        "(kilnd --max-client-regions); unregister some first"));
+  }
   if (region->size() > limits_.max_region_bytes - std::min(region_bytes_, limits_.max_region_bytes)) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "the client has ", region_bytes_, " bytes of shared memory registered; ", region->size(),
@@ -138,6 +144,11 @@ absl::StatusOr<std::shared_ptr<const runtime::CompiledGraph>> Session::Handle(
 absl::StatusOr<uint64_t> Session::AddTemplate(std::shared_ptr<const GraphTemplate> tmpl) {
   absl::MutexLock lock(&mu_);
   KILN_RETURN_IF_ERROR(HandleCap(handles_.size() + templates_.size(), limits_.max_handles));
+  if (templates_.size() >= limits_.max_templates) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the client holds ", templates_.size(), " dynamic-shape graphs, the per-client cap "
+        "(kilnd --max-client-templates); release some first"));
+  }
   uint64_t id = next_handle_++;
   templates_.emplace(id, std::move(tmpl));
   return id;
@@ -160,9 +171,10 @@ size_t Session::handle_count() const {
 
 absl::StatusOr<uint64_t> Session::AddChannel(std::unique_ptr<CallChannel> channel) {
   absl::MutexLock lock(&channels_mu_);
-  if (channels_.size() >= kMaxChannelsPerSession) {
+  if (channels_.size() >= limits_.max_channels) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "a session may open at most ", kMaxChannelsPerSession, " call channels"));
+        "the client has ", channels_.size(), " call channels open, the per-client cap "
+        "(kilnd --max-client-channels)"));
   }
   uint64_t id = next_channel_++;
   channels_.emplace(id, std::move(channel));
@@ -206,9 +218,9 @@ bool Session::ClientAlive() const {
   return ProcessStartTicks(watch_pid_) == watched_start_ticks_;
 }
 
-std::shared_ptr<Session> SessionRegistry::Open(int pid, const std::string& client_name,
-                                               std::optional<int> watch_pid,
-                                               const ClientLimits& limits) {
+absl::StatusOr<std::shared_ptr<Session>> SessionRegistry::Open(
+    int pid, const std::string& client_name, std::optional<int> watch_pid,
+    const ClientLimits& limits, const std::string& client_key) {
   // The id is the session's only credential on the wire: 128 bits from the
   // kernel's generator, not a seeded PRNG whose state its outputs reveal.
   uint64_t words[2] = {0, 0};
@@ -218,9 +230,29 @@ std::shared_ptr<Session> SessionRegistry::Open(int pid, const std::string& clien
     if (n > 0) got += static_cast<size_t>(n);
   }
   std::string id = absl::StrFormat("%016x%016x", words[0], words[1]);
-  auto session = std::make_shared<Session>(id, pid, client_name, watch_pid, limits);
   absl::MutexLock lock(&mu_);
+  if (sessions_.size() >= limits_.max_sessions) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the daemon has ", sessions_.size(), " sessions open, its cap (kilnd --max-sessions)"));
+  }
+  auto mine = per_client_.find(client_key);
+  if (mine != per_client_.end() && mine->second >= limits_.max_client_sessions) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "this client process has ", mine->second, " sessions open, the per-process cap "
+        "(kilnd --max-client-sessions); close one first"));
+  }
+  ++per_client_[client_key];
+  auto session = std::make_shared<Session>(id, pid, client_name, watch_pid, limits, client_key);
   sessions_.emplace(id, session);
+  return session;
+}
+
+std::shared_ptr<Session> SessionRegistry::Erase(
+    absl::flat_hash_map<std::string, std::shared_ptr<Session>>::iterator it) {
+  std::shared_ptr<Session> session = std::move(it->second);
+  sessions_.erase(it);
+  auto count = per_client_.find(session->client_key());
+  if (count != per_client_.end() && --count->second == 0) per_client_.erase(count);
   return session;
 }
 
@@ -232,8 +264,7 @@ absl::Status SessionRegistry::Close(const std::string& id) {
     if (it == sessions_.end()) {
       return absl::NotFoundError(absl::StrCat("session ", id, " is not open"));
     }
-    session = std::move(it->second);
-    sessions_.erase(it);
+    session = Erase(it);
   }
   // Now, not when the last in-flight call lets go of the session.
   session->StopChannels();

@@ -24,9 +24,6 @@
 
 namespace kiln::server {
 
-// Call channels one session may open (one per client thread that executes).
-inline constexpr size_t kMaxChannelsPerSession = 64;
-
 class Session {
  public:
   // `pid`: the client's own (in its pid namespace; its region names start
@@ -34,7 +31,8 @@ class Session {
   // it, when it can; its start time is taken now and ClientAlive() compares
   // (see process_watch.h).
   Session(std::string id, int pid, std::string client_name,
-          std::optional<int> watch_pid = std::nullopt, ClientLimits limits = {});
+          std::optional<int> watch_pid = std::nullopt, ClientLimits limits = {},
+          std::string client_key = "");
   // Stops the session's channels first: their threads use the session.
   ~Session() { StopChannels(); }
 
@@ -43,12 +41,15 @@ class Session {
   // The pid the daemon watches (its own namespace's view), or 0.
   int watched_pid() const { return watch_pid_; }
   const std::string& client_name() const { return client_name_; }
+  // Which client process holds it, for DaemonLimits::max_client_sessions.
+  const std::string& client_key() const { return client_key_; }
   // False once the watched client process has exited; true when unwatched.
   bool ClientAlive() const;
 
   // INVALID_ARGUMENT unless `name` is "kiln-<pid>-..." of this client.
   absl::Status CheckRegionName(const std::string& name) const;
-  // CheckRegionName; RESOURCE_EXHAUSTED past ClientLimits::max_region_bytes.
+  // CheckRegionName; RESOURCE_EXHAUSTED past ClientLimits::max_region_bytes
+  // or max_regions.
   absl::StatusOr<uint64_t> AddRegion(std::shared_ptr<ShmRegion> region);
   absl::Status RemoveRegion(uint64_t region_id);
   // NOT_FOUND naming the id when the region is not this session's.
@@ -59,7 +60,8 @@ class Session {
   absl::Status RemoveHandle(uint64_t handle);
   // NOT_FOUND for an unknown handle; FAILED_PRECONDITION for a template.
   absl::StatusOr<std::shared_ptr<const runtime::CompiledGraph>> Handle(uint64_t handle) const;
-  // Handles of dynamic-shape templates share the numbering (and Release).
+  // Handles of dynamic-shape templates share the numbering (and Release);
+  // RESOURCE_EXHAUSTED past max_templates or max_handles.
   absl::StatusOr<uint64_t> AddTemplate(std::shared_ptr<const GraphTemplate> tmpl);
   absl::StatusOr<std::shared_ptr<const GraphTemplate>> Template(uint64_t handle) const;
   size_t handle_count() const;
@@ -73,7 +75,7 @@ class Session {
   int UnlinkRegions();
 
   // Takes over a started channel. RESOURCE_EXHAUSTED (and the channel is
-  // stopped) past kMaxChannelsPerSession.
+  // stopped) past ClientLimits::max_channels.
   absl::StatusOr<uint64_t> AddChannel(std::unique_ptr<CallChannel> channel);
   // Stops and removes one channel; NOT_FOUND when it is not this session's.
   absl::Status RemoveChannel(uint64_t channel_id);
@@ -85,6 +87,7 @@ class Session {
   const std::string id_;
   const int pid_;
   const std::string client_name_;
+  const std::string client_key_;
   const int watch_pid_;
   const std::optional<uint64_t> watched_start_ticks_;
   const ClientLimits limits_;
@@ -107,12 +110,21 @@ class Session {
 
 class SessionRegistry {
  public:
+  explicit SessionRegistry(DaemonLimits limits = {}) : limits_(limits) {}
+  void SetLimits(const DaemonLimits& limits) {
+    absl::MutexLock lock(&mu_);
+    limits_ = limits;
+  }
+
   // `watch_pid`: the client process as the daemon sees it (its socket
   // peer, or its own pid when in the daemon's pid namespace); when given,
   // CloseExited() closes the session once that process is gone.
-  std::shared_ptr<Session> Open(int pid, const std::string& client_name,
-                                std::optional<int> watch_pid = std::nullopt,
-                                const ClientLimits& limits = {});
+  // `client_key` names the client process for DaemonLimits::
+  // max_client_sessions. RESOURCE_EXHAUSTED past that or max_sessions.
+  absl::StatusOr<std::shared_ptr<Session>> Open(int pid, const std::string& client_name,
+                                                std::optional<int> watch_pid = std::nullopt,
+                                                const ClientLimits& limits = {},
+                                                const std::string& client_key = "");
   // Forgets the session and stops its channels.
   absl::Status Close(const std::string& id);
   // Closes the sessions whose client process has exited; returns them.
@@ -127,8 +139,16 @@ class SessionRegistry {
   std::vector<std::shared_ptr<Session>> All() const;
 
  private:
+  // Forgets `it`'s session (under mu_) and counts its client key down.
+  std::shared_ptr<Session> Erase(
+      absl::flat_hash_map<std::string, std::shared_ptr<Session>>::iterator it)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   mutable absl::Mutex mu_;
+  DaemonLimits limits_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::shared_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
+  // Open sessions per client key.
+  absl::flat_hash_map<std::string, uint64_t> per_client_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace kiln::server

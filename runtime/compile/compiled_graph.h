@@ -57,7 +57,8 @@ struct Wave {
   int size() const { return end - begin; }
 };
 
-// A 64-byte aligned block for one run's intermediates and scratch.
+// A 64-byte aligned block for one run's intermediates and scratch; the
+// constructor throws std::bad_alloc when there is no memory for it.
 struct RunArena {
   explicit RunArena(int64_t bytes);
   ~RunArena();

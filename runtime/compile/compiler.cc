@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <limits>
+#include <new>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -27,6 +28,9 @@ namespace kiln::runtime {
 RunArena::RunArena(int64_t bytes) {
   size_t size = static_cast<size_t>((std::max<int64_t>(bytes, 64) + 63) / 64 * 64);
   data = static_cast<uint8_t*>(std::aligned_alloc(64, size));
+  // Kernels write through `data` unchecked: no arena is no run (the
+  // daemon turns this into RESOURCE_EXHAUSTED for the one request).
+  if (data == nullptr) throw std::bad_alloc();
 }
 
 RunArena::~RunArena() { std::free(data); }

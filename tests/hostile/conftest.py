@@ -238,6 +238,18 @@ class RawClient:
         self.channel.close()
 
 
+def open_channel(client: RawClient):
+    """A call channel of `client` (kiln's own Channel over the client's
+    session): raises the daemon's RpcError when it is refused."""
+    from kiln import channel as channel_mod
+
+    def open_fn(region_id):
+        r = client.stub.OpenChannel(kiln_pb2.OpenChannelRequest(
+            session_id=client.session, region_id=region_id), timeout=10)
+        return r.channel_id, r.max_tensors
+    return channel_mod.Channel(client.register, open_fn, lambda: True, generation=0)
+
+
 def sha256_hex(t: torch.Tensor) -> str:
     return hashlib.sha256(t.contiguous().numpy().tobytes()).hexdigest()
 

@@ -15,7 +15,7 @@ import grpc
 import pytest
 import torch
 
-from conftest import relu_graph, sha256_hex
+from conftest import open_channel, relu_graph, sha256_hex
 from kiln import channel as channel_mod
 from kiln.channel_layout import _MAGIC, _VERSION, LAYOUT_VERSION, MAGIC
 from kiln.v1 import kiln_pb2
@@ -82,14 +82,6 @@ def test_upload_from_a_truncated_region_is_refused_and_stores_nothing(kilnd, bys
     assert list(missing) == [digest]
 
 
-def _open_channel(client):
-    def open_fn(region_id):
-        r = client.stub.OpenChannel(kiln_pb2.OpenChannelRequest(
-            session_id=client.session, region_id=region_id), timeout=10)
-        return r.channel_id, r.max_tensors
-    return channel_mod.Channel(client.register, open_fn, lambda: True, generation=0)
-
-
 def test_channel_block_truncated_while_served_stops_that_channel(kilnd, bystander, hostile):
     block = hostile.region(channel_mod.BLOCK_BYTES, register=False)
     struct.pack_into("<I", block.map, _MAGIC, MAGIC)
@@ -105,7 +97,7 @@ def test_channel_block_truncated_while_served_stops_that_channel(kilnd, bystande
 
 
 def test_channel_call_on_a_truncated_data_region_fails_that_call(kilnd, bystander, hostile):
-    chan = _open_channel(hostile)
+    chan = open_channel(hostile)
     handle = hostile.compile(relu_graph(SHAPE)).handle
     data = hostile.region(2 * NBYTES)
     data.write(0, torch.randn(SHAPE))

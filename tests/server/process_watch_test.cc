@@ -34,10 +34,10 @@ TEST(ProcessWatchTest, SessionOfAnExitedClientIsClosedOthersStay) {
   }
   ASSERT_GT(child, 0);
   SessionRegistry sessions;
-  auto dying = sessions.Open(child, "child", child);
-  auto self = sessions.Open(getpid(), "self", getpid());
+  auto dying = *sessions.Open(child, "child", child);
+  auto self = *sessions.Open(getpid(), "self", getpid());
   // A client the daemon cannot see (another pid namespace): never watched.
-  auto foreign = sessions.Open(child, "elsewhere", std::nullopt);
+  auto foreign = *sessions.Open(child, "elsewhere", std::nullopt);
   EXPECT_TRUE(sessions.CloseExited().empty());
   kill(child, SIGKILL);
   int status = 0;
