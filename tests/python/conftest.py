@@ -63,6 +63,33 @@ def kill_and_wait(pid: int, sig: int = signal.SIGKILL, timeout_s: float = 10.0) 
     return False
 
 
+def stop_process(pid: int, timeout_s: float = 30.0) -> None:
+    """SIGSTOPs pid and returns once every one of its threads has stopped.
+
+    kill() only queues the stop: each thread stops when it next enters the
+    kernel, and until the last one has, a thread that was running (a
+    daemon's channel thread spinning for the next call) can still serve a
+    request. The threads' states in /proc say when none can any more."""
+    os.kill(pid, signal.SIGSTOP)
+
+    def stopped() -> bool:
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except FileNotFoundError:
+            return True
+        for task in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{task}/stat") as f:
+                    state = f.read().rsplit(")", 1)[-1].split()[0]
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+            if state not in ("T", "t"):
+                return False
+        return True
+
+    wait_for(stopped, timeout_s, f"every thread of pid {pid} to stop")
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 nothing listens on right now."""
     with socket.socket() as s:

@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from conftest import REPO, kill_and_wait
+from conftest import REPO, kill_and_wait, stop_process
 from kiln import backend, connection
 
 
@@ -112,7 +112,7 @@ def _kill_during_call(kilnd, compiled, x):
     still dies of SIGKILL."""
     pid = kilnd.pid()
     assert pid is not None
-    os.kill(pid, signal.SIGSTOP)
+    stop_process(pid)
     killer = threading.Timer(0.2, kill_and_wait, args=(pid,))
     killer.start()
     start = time.monotonic()

@@ -9,6 +9,7 @@ import threading
 import pytest
 import torch
 
+from conftest import stop_process
 from kiln import native
 
 check = native.weights_unchanged
@@ -188,7 +189,7 @@ def test_a_call_handed_back_is_finished_in_python(daemon_up, counted_channel_cal
         del counted_channel_calls[:]
         for _ in range(3):
             x = torch.randn(2, 3, 16, 16)
-            os.kill(pid, signal.SIGSTOP)
+            stop_process(pid)
             # Should a call not reach channel_call, it is not left hanging
             # on a stopped daemon: the count below then fails the test.
             resume = threading.Timer(5.0, os.kill, (pid, signal.SIGCONT))
