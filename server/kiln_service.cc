@@ -18,6 +18,7 @@
 #include "runtime/util/cpu_features.h"
 #include "runtime/util/status_macros.h"
 #include "server/call_channel_layout.h"
+#include "server/client_identity.h"
 #include "server/process_watch.h"
 #include "server/status_map.h"
 #include "spdlog/spdlog.h"
@@ -179,30 +180,15 @@ absl::Status KilnService::Admit(const grpc::CallbackServerContext& ctx,
 absl::Status KilnService::DoOpenSession(const grpc::CallbackServerContext& ctx,
                                         const kiln::v1::OpenSessionRequest& req,
                                         kiln::v1::OpenSessionResponse* resp) {
-  // The client says who it is; over the unix socket the kernel says too.
-  // In the daemon's pid namespace the two must agree: a client may not
-  // pass for another process (its region names and session lifetime hang
-  // on the pid). Elsewhere the kernel's view (translated into ours) is
-  // the one to watch.
-  if (req.pid() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("OpenSession: pid ", req.pid(), " is not a pid"));
-  }
-  int pid = req.pid();
-  std::optional<int> watch;
-  const bool same_namespace =
-      req.pid_namespace() != 0 && req.pid_namespace() == OwnPidNamespace();
+  // The client says who it is; over the unix socket the kernel says too,
+  // and where it can, its word wins (client_identity.h).
   const std::optional<PeerCredentials> peer =
       peers_ != nullptr ? peers_->PeerOf(ctx.peer()) : std::nullopt;
-  if (peer.has_value() && peer->pid > 0) {
-    if (pid == 0) pid = peer->pid;  // a client that did not say: the kernel knows
-    if (same_namespace && pid != peer->pid) {
-      return absl::PermissionDeniedError(absl::StrCat(
-          "OpenSession claims pid ", pid, " but the connection is from pid ", peer->pid));
-    }
-    watch = peer->pid;
-  } else if (same_namespace && pid > 0) {
-    watch = pid;
-  }
+  KILN_ASSIGN_OR_RETURN(
+      ClientIdentity identity,
+      ResolveClientIdentity(req.pid(), req.pid_namespace(), peer, OwnPidNamespace()));
+  const int pid = identity.pid;
+  const std::optional<int> watch = identity.watch;
   std::shared_ptr<Session> session;
   {
     absl::MutexLock lock(&open_mu_);
@@ -215,7 +201,7 @@ absl::Status KilnService::DoOpenSession(const grpc::CallbackServerContext& ctx,
   resp->set_runtime_version(KILN_RUNTIME_VERSION);
   resp->set_hold_required(!watch.has_value());
   spdlog::info("session {} opened by pid {} ({}{})", session->id().substr(0, 8), pid,
-               req.client_name(), peer.has_value() ? ", credentials checked" : "");
+               req.client_name(), watch.has_value() ? ", checked by its credentials" : "");
   return absl::OkStatus();
 }
 
