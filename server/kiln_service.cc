@@ -158,8 +158,11 @@ absl::Status KilnService::Admit(const grpc::CallbackServerContext& ctx,
   if (!while_draining && shutting_down_.load(std::memory_order_relaxed)) {
     return absl::UnavailableError("kilnd is shutting down");
   }
+  // Let in on its credentials only what the daemon's own unix listener
+  // accepted (it checked the peer's user). Every other way in needs the
+  // token: TCP, and whatever else gRPC might be listening on.
   const std::string peer = ctx.peer();
-  if (peer.rfind("ipv4:", 0) != 0 && peer.rfind("ipv6:", 0) != 0) return absl::OkStatus();
+  if (peers_ != nullptr && peers_->PeerOf(peer).has_value()) return absl::OkStatus();
   const auto& metadata = ctx.client_metadata();
   auto it = metadata.find("authorization");
   const std::string expected = "Bearer " + tcp_token_;
@@ -171,8 +174,11 @@ absl::Status KilnService::Admit(const grpc::CallbackServerContext& ctx,
     match = diff == 0;
   }
   if (!match) {
+    const bool tcp = peer.rfind("ipv4:", 0) == 0 || peer.rfind("ipv6:", 0) == 0;
     return absl::UnauthenticatedError(
-        "calls over TCP need the daemon's token (clients set KILN_TOKEN)");
+        tcp ? "calls over TCP need the daemon's token (clients set KILN_TOKEN)"
+            : "calls that do not come through the daemon's own unix socket need the daemon's "
+              "token (clients set KILN_TOKEN)");
   }
   return absl::OkStatus();
 }

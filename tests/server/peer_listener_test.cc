@@ -8,8 +8,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include <grpcpp/grpcpp.h>
 
@@ -222,6 +225,45 @@ TEST(TcpTokenTest, NoTokenConfiguredRefusesEveryTcpCall) {
   EXPECT_EQ(stub->GetStats(&ctx, req, &resp).error_code(), grpc::StatusCode::UNAUTHENTICATED);
   server->Shutdown();
   service.Shutdown();
+}
+
+// Listeners gRPC opens itself (what `--tcp unix:PATH` used to make) carry
+// no credentials the daemon checked: only its own listener's connections
+// are let in without the token.
+TEST(TcpTokenTest, UnixPeersNotFromTheDaemonsListenerNeedTheToken) {
+  const std::string token = "0123456789abcdef-token";
+  const fs::path dir = fs::temp_directory_path() / ("kiln-grpc-unix-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  auto listener = PeerListener::Bind((dir / "own.sock").string());
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  KilnService service("");
+  service.SetAccess(listener->get(), token);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("unix:" + (dir / "grpc.sock").string(),
+                           grpc::InsecureServerCredentials());
+  builder.RegisterService(&service);
+  auto server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  (*listener)->Start(server.get());
+  auto stats = [&](const std::string& socket, const std::string& authorization) {
+    auto stub = kiln::v1::Kiln::NewStub(grpc::CreateChannel(
+        "unix:" + (dir / socket).string(), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    if (!authorization.empty()) ctx.AddMetadata("authorization", authorization);
+    kiln::v1::StatsResponse resp;
+    return stub->GetStats(&ctx, kiln::v1::StatsRequest(), &resp);
+  };
+  EXPECT_TRUE(stats("own.sock", "").ok());
+  grpc::Status bare = stats("grpc.sock", "");
+  EXPECT_EQ(bare.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_NE(bare.error_message().find("token"), std::string::npos) << bare.error_message();
+  EXPECT_TRUE(stats("grpc.sock", "Bearer " + token).ok());
+  (*listener)->Stop();
+  server->Shutdown();
+  service.Shutdown();
+  listener->reset();
+  fs::remove_all(dir);
 }
 
 }  // namespace
