@@ -308,6 +308,15 @@ grpc::ServerUnaryReactor* KilnService::QueryConstants(grpc::CallbackServerContex
                                                       const kiln::v1::QueryConstantsRequest* req,
                                                       kiln::v1::QueryConstantsResponse* resp) {
   if (absl::Status admitted = Admit(*ctx); !admitted.ok()) return Done(ctx, admitted);
+  // Which weights the daemon holds says which models its clients run: told
+  // only to a client with a session (and so an identity the daemon checked).
+  if (req->session_id().empty()) {
+    return Done(ctx, absl::InvalidArgumentError(
+                         "QueryConstants needs session_id: open a session first (OpenSession)"));
+  }
+  if (auto session = sessions_.Find(req->session_id()); !session.ok()) {
+    return Done(ctx, session.status());
+  }
   for (const std::string& h : req->hashes()) {
     if (!constants_.Contains(h)) resp->add_missing(h);
   }
@@ -672,7 +681,7 @@ bool KilnService::BeginIdleShutdown(absl::Duration idle_for) {
 }
 
 grpc::ServerUnaryReactor* KilnService::GetStats(grpc::CallbackServerContext* ctx,
-                                                const kiln::v1::StatsRequest*,
+                                                const kiln::v1::StatsRequest* req,
                                                 kiln::v1::StatsResponse* resp) {
   if (absl::Status admitted = Admit(*ctx, /*while_draining=*/true); !admitted.ok()) return Done(ctx, admitted);
   const MetricsSnapshot m = CollectMetrics();
@@ -705,7 +714,14 @@ grpc::ServerUnaryReactor* KilnService::GetStats(grpc::CallbackServerContext* ctx
   resp->set_resident_bytes(m.resident_bytes);
   resp->set_live_graphs(m.live_graphs);
   resp->set_plan_bytes(m.plan_bytes);
+  // Other clients' pids and names are the daemon's user's business: a
+  // caller on the unix socket is that user (the listener checked), a TCP
+  // caller holds only the token and sees its own session alone.
+  const std::optional<PeerCredentials> peer =
+      peers_ != nullptr ? peers_->PeerOf(ctx->peer()) : std::nullopt;
+  const bool sees_every_session = peer.has_value() && peer->uid == geteuid();
   for (const auto& session : sessions_.All()) {
+    if (!sees_every_session && session->id() != req->session_id()) continue;
     kiln::v1::ClientStats* c = resp->add_clients();
     c->set_session_id(session->id().substr(0, 8));
     c->set_pid(session->pid());

@@ -447,7 +447,8 @@ class Connection:
             missing: list[str] = []
             if wanted:
                 response = self.stub.QueryConstants(
-                    kiln_pb2.QueryConstantsRequest(hashes=wanted), timeout=SMALL_CALL_TIMEOUT_S)
+                    kiln_pb2.QueryConstantsRequest(session_id=self.session_id, hashes=wanted),
+                    timeout=SMALL_CALL_TIMEOUT_S)
                 missing = list(dict.fromkeys(response.missing))
             batch: list[str] = []
             batch_bytes = 0
