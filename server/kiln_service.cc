@@ -236,8 +236,10 @@ void KilnService::LoseHold(const std::string& session_id) {
   if (!session.ok() || (*session)->watched_pid() != 0) return;
   if (!sessions_.Close(session_id).ok()) return;  // closed meanwhile
   idle_.Touch();
-  ReleaseGoneClient(**session, absl::StrCat("the connection of client pid ", (*session)->pid(),
-                                            " (in another pid namespace) closed"));
+  // Its Hold call ended: a client the daemon does not watch (TCP, or a pid
+  // namespace the daemon does not see into) has gone.
+  ReleaseGoneClient(**session, absl::StrCat("the Hold call of client pid ", (*session)->pid(),
+                                            " (not watched) ended with its connection"));
 }
 
 void KilnService::ReleaseGoneClient(Session& session, const std::string& how) {

@@ -76,20 +76,26 @@ def target_for(socket_path: str) -> str:
     return f"unix:{socket_path}"
 
 
-class _TokenInterceptor(grpc.UnaryUnaryClientInterceptor):
+class _TokenInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
     """Adds "authorization: Bearer <token>" to every call (kilnd --tcp
-    refuses calls without its token)."""
+    refuses calls without its token), the Hold stream included: a TCP
+    client's session lives as long as its Hold call."""
 
     def __init__(self, token: str):
         self._metadata = (("authorization", f"Bearer {token}"),)
 
-    def intercept_unary_unary(self, continuation, details, request):
+    def _with_token(self, details):
         metadata = tuple(details.metadata or ()) + self._metadata
-        details = details._replace(metadata=metadata) if hasattr(details, "_replace") else \
+        return details._replace(metadata=metadata) if hasattr(details, "_replace") else \
             _CallDetails(details.method, details.timeout, metadata, details.credentials,
                          getattr(details, "wait_for_ready", None),
                          getattr(details, "compression", None))
-        return continuation(details, request)
+
+    def intercept_unary_unary(self, continuation, details, request):
+        return continuation(self._with_token(details), request)
+
+    def intercept_unary_stream(self, continuation, details, request):
+        return continuation(self._with_token(details), request)
 
 
 class _CallDetails(grpc.ClientCallDetails):
