@@ -1,21 +1,11 @@
 #include "server/client_identity.h"
 
+#include <unistd.h>
+
 #include "absl/strings/str_cat.h"
-#include "runtime/util/status_macros.h"
 #include "server/process_watch.h"
 
 namespace kiln::server {
-namespace {
-
-// A namespace claim the kernel contradicts. 0 claims nothing.
-absl::Status CheckNamespaceClaim(uint64_t claimed, uint64_t actual, int peer_pid) {
-  if (claimed == 0 || claimed == actual) return absl::OkStatus();
-  return absl::PermissionDeniedError(absl::StrCat(
-      "OpenSession claims pid namespace ", claimed, " but the connection is from pid ", peer_pid,
-      " in pid namespace ", actual));
-}
-
-}  // namespace
 
 absl::StatusOr<ClientIdentity> ResolveClientIdentity(int64_t claimed_pid,
                                                      uint64_t claimed_namespace,
@@ -42,33 +32,84 @@ absl::StatusOr<ClientIdentity> ResolveClientIdentity(int64_t claimed_pid,
   }
   // Asked of the kernel, never taken from the request: a client that says
   // pid_namespace 0 or another namespace is checked all the same.
+  ProcessView seen, own;
   absl::StatusOr<uint64_t> peer_namespace = PidNamespaceOf(peer->pid);
-  if (!peer_namespace.ok()) {
+  if (peer_namespace.ok()) {
+    seen.pid_namespace = *peer_namespace;
+  } else if (peer_namespace.status().code() != absl::StatusCode::kPermissionDenied) {
     return absl::PermissionDeniedError(absl::StrCat(
-        "OpenSession: cannot tell which pid namespace the connecting process (pid ", peer->pid,
-        ") is in, so its pid cannot be checked: ", peer_namespace.status().message()));
+        "OpenSession: the connecting process (pid ", peer->pid,
+        ") cannot be looked up, so its pid cannot be checked: ",
+        peer_namespace.status().message()));
   }
-  int own_pid = peer->pid;  // the peer's pid in its own namespace
-  if (*peer_namespace != own_namespace) {
-    absl::StatusOr<int> inner = PidInOwnNamespace(peer->pid);
-    if (!inner.ok()) {
-      return absl::PermissionDeniedError(absl::StrCat(
-          "OpenSession: cannot tell the pid the connecting process (pid ", peer->pid,
-          " here) has in its own pid namespace: ", inner.status().message()));
+  absl::StatusOr<std::vector<int>> peer_pids = NamespacePids(peer->pid);
+  if (!peer_pids.ok()) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "OpenSession: cannot tell the pid the connecting process (pid ", peer->pid,
+        " here) has in its own pid namespace: ", peer_pids.status().message()));
+  }
+  seen.namespace_pids = *std::move(peer_pids);
+  if (own_namespace != 0) own.pid_namespace = own_namespace;
+  if (!seen.pid_namespace.has_value()) {
+    // Only needed to compare depths when the peer's namespace is unknown.
+    if (auto own_pids = NamespacePids(getpid()); own_pids.ok()) {
+      own.namespace_pids = *std::move(own_pids);
     }
-    own_pid = *inner;
   }
-  if (pid != 0 && pid != own_pid) {
+  return ResolveSeenClient(pid, claimed_namespace, peer->pid, seen, own);
+}
+
+absl::StatusOr<ClientIdentity> ResolveSeenClient(int claimed_pid, uint64_t claimed_namespace,
+                                                 int peer_pid, const ProcessView& peer,
+                                                 const ProcessView& own) {
+  if (peer.namespace_pids.empty()) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "OpenSession: cannot tell the pid the connecting process (pid ", peer_pid,
+        " here) has in its own pid namespace"));
+  }
+  bool same_namespace = false;
+  if (peer.pid_namespace.has_value() && own.pid_namespace.has_value()) {
+    same_namespace = *peer.pid_namespace == *own.pid_namespace;
+  } else if (!own.namespace_pids.empty()) {
+    // The daemon sees the peer, so the peer's namespace is the daemon's or
+    // nested in it; a nested one lists more pids.
+    same_namespace = peer.namespace_pids.size() == own.namespace_pids.size();
+  } else {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "OpenSession: cannot tell which pid namespace the connecting process (pid ", peer_pid,
+        ") is in, so its pid cannot be checked"));
+  }
+  const int own_pid = same_namespace ? peer_pid : peer.namespace_pids.back();
+  if (claimed_pid != 0 && claimed_pid != own_pid) {
     return absl::PermissionDeniedError(
-        *peer_namespace == own_namespace
-            ? absl::StrCat("OpenSession claims pid ", pid, " but the connection is from pid ",
-                           peer->pid)
-            : absl::StrCat("OpenSession claims pid ", pid, " but the connection is from pid ",
-                           own_pid, " of pid namespace ", *peer_namespace, " (pid ", peer->pid,
-                           " in the daemon's)"));
+        same_namespace
+            ? absl::StrCat("OpenSession claims pid ", claimed_pid,
+                           " but the connection is from pid ", peer_pid)
+            : absl::StrCat("OpenSession claims pid ", claimed_pid,
+                           " but the connection is from pid ", own_pid, " of pid namespace ",
+                           peer.pid_namespace.has_value()
+                               ? absl::StrCat(*peer.pid_namespace)
+                               : std::string("(one nested in the daemon's)"),
+                           " (pid ", peer_pid, " in the daemon's)"));
   }
-  KILN_RETURN_IF_ERROR(CheckNamespaceClaim(claimed_namespace, *peer_namespace, peer->pid));
-  return ClientIdentity{own_pid, peer->pid};
+  if (claimed_namespace != 0) {
+    // Checked against the kernel's answer where the daemon may read it;
+    // otherwise the claim can at least not contradict same_namespace.
+    const bool lie =
+        peer.pid_namespace.has_value()
+            ? claimed_namespace != *peer.pid_namespace
+            : own.pid_namespace.has_value() &&
+                  (claimed_namespace == *own.pid_namespace) != same_namespace;
+    if (lie) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "OpenSession claims pid namespace ", claimed_namespace,
+          " but the connection is from pid ", peer_pid, " in ",
+          peer.pid_namespace.has_value() ? absl::StrCat("pid namespace ", *peer.pid_namespace)
+          : same_namespace               ? std::string("the daemon's pid namespace")
+                                         : std::string("a pid namespace nested in the daemon's")));
+    }
+  }
+  return ClientIdentity{own_pid, peer_pid};
 }
 
 }  // namespace kiln::server

@@ -9,13 +9,15 @@
 // match it, whatever the client says about its namespace:
 //
 // - Unix socket, the peer in the daemon's pid namespace (its
-//   /proc/<pid>/ns/pid is the daemon's own): the claimed pid must be the
-//   peer's pid (SO_PEERCRED).
+//   /proc/<pid>/ns/pid is the daemon's own; where the kernel will not let
+//   the daemon read that, its NSpid list is as long as the daemon's): the
+//   claimed pid must be the peer's pid (SO_PEERCRED).
 // - Unix socket, the peer in a pid namespace nested in the daemon's (a
 //   container beside a daemon on the host): the claimed pid must be the one
 //   the process has in its own namespace (the last NSpid of its status).
 // - Either way a claimed pid_namespace other than 0 must be the peer's real
-//   one, and the daemon watches the process it sees (no Hold needed).
+//   one (as far as the daemon can read it), and the daemon watches the
+//   process it sees (no Hold needed).
 // - Unix socket, the peer outside the daemon's view (the kernel reports pid
 //   0: the daemon is the one in a container): nothing can be checked; the
 //   claim is taken, except that it cannot say it is in the daemon's
@@ -27,6 +29,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "server/peer_listener.h"
@@ -41,6 +44,15 @@ struct ClientIdentity {
   std::optional<int> watch;
 };
 
+// What /proc says about a connected process (process_watch.h).
+struct ProcessView {
+  // Its /proc/<pid>/ns/pid; unset when the kernel will not let the daemon
+  // read it (that needs ptrace access).
+  std::optional<uint64_t> pid_namespace;
+  // Its NSpid, outermost namespace first: the last is its own pid there.
+  std::vector<int> namespace_pids;
+};
+
 // The identity of a client that claims `claimed_pid` (0: "ask the kernel")
 // in the pid namespace `claimed_namespace` (0: not said) over a connection
 // with credentials `peer` (nullopt: not the daemon's unix listener, i.e.
@@ -50,5 +62,15 @@ struct ClientIdentity {
 [[nodiscard]] absl::StatusOr<ClientIdentity> ResolveClientIdentity(
     int64_t claimed_pid, uint64_t claimed_namespace, const std::optional<PeerCredentials>& peer,
     uint64_t own_namespace);
+
+// The same decision for a peer with pid > 0, given what /proc says about
+// it (`peer`) and about the daemon (`own`): what ResolveClientIdentity
+// reads, separated so that views the tests cannot make (a peer the daemon
+// may not inspect) can be tested.
+[[nodiscard]] absl::StatusOr<ClientIdentity> ResolveSeenClient(int claimed_pid,
+                                                               uint64_t claimed_namespace,
+                                                               int peer_pid,
+                                                               const ProcessView& peer,
+                                                               const ProcessView& own);
 
 }  // namespace kiln::server

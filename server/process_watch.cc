@@ -34,7 +34,7 @@ absl::StatusOr<uint64_t> PidNamespaceOf(int pid) {
   return static_cast<uint64_t>(st.st_ino);
 }
 
-absl::StatusOr<int> PidInOwnNamespace(int pid) {
+absl::StatusOr<std::vector<int>> NamespacePids(int pid) {
   if (pid <= 0) return absl::InvalidArgumentError(absl::StrCat("pid ", pid, " is not a process"));
   const std::string path = absl::StrCat("/proc/", pid, "/status");
   std::ifstream in(path);
@@ -43,13 +43,17 @@ absl::StatusOr<int> PidInOwnNamespace(int pid) {
   while (std::getline(in, line)) {
     constexpr std::string_view kKey = "NSpid:";
     if (line.compare(0, kKey.size(), kKey) != 0) continue;
-    // Outermost namespace (the one /proc belongs to) first, the process's
-    // own last.
-    std::vector<std::string> pids = absl::StrSplit(line.substr(kKey.size()),
-                                                   absl::ByAnyChar(" \t"), absl::SkipEmpty());
-    int own = 0;
-    if (pids.empty() || !absl::SimpleAtoi(pids.back(), &own) || own <= 0) break;
-    return own;
+    std::vector<int> pids;
+    const std::string fields = line.substr(kKey.size());
+    for (absl::string_view field :
+         absl::StrSplit(fields, absl::ByAnyChar(" \t"), absl::SkipEmpty())) {
+      int p = 0;
+      if (!absl::SimpleAtoi(field, &p) || p <= 0) return absl::DataLossError(
+          absl::StrCat(path, ": cannot read its NSpid line '", line, "'"));
+      pids.push_back(p);
+    }
+    if (pids.empty()) break;
+    return pids;
   }
   return absl::NotFoundError(absl::StrCat(path, " has no NSpid line the daemon can read"));
 }

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -20,15 +21,16 @@ uint64_t OwnPidNamespace();
 
 // The inode of /proc/<pid>/ns/pid: the pid namespace `pid` (as the daemon
 // sees it) is in. NOT_FOUND when there is no such process; PERMISSION_DENIED
-// when the kernel will not say (a process of another user, or one that made
-// itself non-dumpable).
+// when the kernel will not say: reading it needs ptrace access to the
+// process (refused for one that made itself non-dumpable, or to a daemon
+// confined by a security profile).
 absl::StatusOr<uint64_t> PidNamespaceOf(int pid);
 
-// The pid that process `pid` (as the daemon sees it) has in its own pid
-// namespace: the last number of the NSpid line of /proc/<pid>/status
-// (readable for every process). The same as `pid` in the daemon's own
-// namespace; in a container, the pid its getpid() returns.
-absl::StatusOr<int> PidInOwnNamespace(int pid);
+// The pids process `pid` (as the daemon sees it) has in each pid namespace
+// from the one /proc belongs to down to its own: the NSpid line of
+// /proc/<pid>/status, which every process may read. The last is the pid
+// its getpid() returns; the count says how deep its namespace is nested.
+absl::StatusOr<std::vector<int>> NamespacePids(int pid);
 
 // Start time of `pid` in clock ticks since boot; nullopt when there is no
 // such process (or /proc cannot say).

@@ -138,9 +138,11 @@ TEST(ClientIdentityTest, AClientInANestedNamespaceIsHeldToItsOwnPid) {
   auto its_namespace = PidNamespaceOf(nested.pid());
   ASSERT_TRUE(its_namespace.ok()) << its_namespace.status();
   EXPECT_NE(*its_namespace, own);
-  auto inner_pid = PidInOwnNamespace(nested.pid());
-  ASSERT_TRUE(inner_pid.ok()) << inner_pid.status();
-  EXPECT_EQ(*inner_pid, 1);
+  auto pids = NamespacePids(nested.pid());
+  ASSERT_TRUE(pids.ok()) << pids.status();
+  ASSERT_EQ(pids->size(), NamespacePids(getpid())->size() + 1);
+  EXPECT_EQ(pids->front(), nested.pid());
+  EXPECT_EQ(pids->back(), 1);
 
   for (uint64_t claimed_ns : {*its_namespace, uint64_t{0}}) {
     auto id = ResolveClientIdentity(1, claimed_ns, Peer(nested.pid()), own);
@@ -155,6 +157,48 @@ TEST(ClientIdentityTest, AClientInANestedNamespaceIsHeldToItsOwnPid) {
   }
   // Nor may it say it is in the daemon's namespace.
   EXPECT_EQ(ResolveClientIdentity(1, own, Peer(nested.pid()), own).status().code(),
+            absl::StatusCode::kPermissionDenied);
+}
+
+// Where the kernel will not let the daemon read a peer's /proc/<pid>/ns/pid
+// (a confined daemon, a non-dumpable client), the NSpid lists decide: the
+// same length is the daemon's namespace, a longer one a nested namespace.
+TEST(ClientIdentityTest, WithoutTheNamespaceInodeTheNSpidDepthDecides) {
+  const ProcessView daemon{uint64_t{1000}, {1}};
+  const ProcessView alongside{std::nullopt, {4242}};
+  const ProcessView nested{std::nullopt, {4243, 7}};
+  auto id = ResolveSeenClient(4242, 0, 4242, alongside, daemon);
+  ASSERT_TRUE(id.ok()) << id.status();
+  EXPECT_EQ(id->pid, 4242);
+  EXPECT_EQ(id->watch, 4242);
+  EXPECT_EQ(ResolveSeenClient(4000, 0, 4242, alongside, daemon).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  // In the daemon's namespace, claiming another is a lie, and vice versa.
+  EXPECT_TRUE(ResolveSeenClient(4242, 1000, 4242, alongside, daemon).ok());
+  EXPECT_EQ(ResolveSeenClient(4242, 1001, 4242, alongside, daemon).status().code(),
+            absl::StatusCode::kPermissionDenied);
+
+  auto inner = ResolveSeenClient(7, 0, 4243, nested, daemon);
+  ASSERT_TRUE(inner.ok()) << inner.status();
+  EXPECT_EQ(inner->pid, 7);
+  EXPECT_EQ(inner->watch, 4243);
+  for (int claimed : {8, 4243}) {
+    EXPECT_EQ(ResolveSeenClient(claimed, 0, 4243, nested, daemon).status().code(),
+              absl::StatusCode::kPermissionDenied)
+        << claimed;
+  }
+  EXPECT_EQ(ResolveSeenClient(7, 1000, 4243, nested, daemon).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(ResolveSeenClient(7, 2000, 4243, nested, daemon).ok());  // cannot be told apart
+
+  // Neither the inode nor the daemon's own NSpid: nothing to decide with.
+  const ProcessView blind{uint64_t{1000}, {}};
+  EXPECT_EQ(ResolveSeenClient(4242, 0, 4242, alongside, blind).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  // No NSpid for the peer: its own pid is unknown.
+  EXPECT_EQ(ResolveSeenClient(4242, 0, 4242, ProcessView{uint64_t{1000}, {}}, daemon)
+                .status()
+                .code(),
             absl::StatusCode::kPermissionDenied);
 }
 
