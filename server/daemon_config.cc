@@ -16,6 +16,7 @@
 #include "absl/strings/strip.h"
 #include "absl/strings/ascii.h"
 #include "server/config_file.h"
+#include "server/tcp_address.h"
 
 namespace kiln::server {
 namespace {
@@ -58,10 +59,12 @@ std::string HelpText() {
       "                     now: ", DefaultSocketPath(), ").\n",
       "                     Its directory is created with mode 0700; <PATH>.lock is held\n",
       "                     exclusively so a second daemon cannot take the socket over.\n",
-      "  --tcp HOST:PORT    also listen on TCP (off by default). Needs --token-file: every\n",
-      "                     TCP call must carry the token (clients: environment\n",
-      "                     variable KILN_TOKEN). Unix-socket clients are checked by their\n",
-      "                     credentials instead: only this user's processes may connect.\n",
+      "  --tcp HOST:PORT    also listen on TCP (off by default): a host name, IPv4 address\n",
+      "                     or [IPv6] address, and a port from 1 to 65535; nothing else\n",
+      "                     (no unix: addresses). Needs --token-file: every TCP call must\n",
+      "                     carry the token (clients: environment variable KILN_TOKEN).\n",
+      "                     Unix-socket clients are checked by their credentials instead:\n",
+      "                     only this user's processes may connect.\n",
       "  --token-file PATH  file holding the TCP token (at least 16 characters; mode 0600;\n",
       "                     env KILN_TOKEN_FILE).\n",
       "  --tls-cert PATH, --tls-key PATH\n",
@@ -203,8 +206,10 @@ constexpr FlagSpec kFlags[] = {
        return SetString(&c.socket_path, v);
      }},
     {"tcp", false, false,
-     [](DaemonConfig& c, const std::string&, const std::string& v) {
-       return SetString(&c.tcp_address, v);
+     [](DaemonConfig& c, const std::string&, const std::string& v) -> absl::Status {
+       absl::StatusOr<std::string> address = ParseTcpAddress(v);
+       if (address.ok()) c.tcp_address = *std::move(address);
+       return address.status();
      }},
     {"token-file", false, false,
      [](DaemonConfig& c, const std::string&, const std::string& v) {

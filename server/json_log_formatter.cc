@@ -6,45 +6,15 @@
 #include <ctime>
 
 #include "absl/strings/str_format.h"
+#include "server/utf8.h"
 
 namespace kiln::server {
-namespace {
-
-// The length of the valid UTF-8 sequence starting at s[i], or 0 when the
-// bytes there are not one (overlong forms, surrogates and values past
-// U+10FFFF included).
-size_t Utf8Length(absl::string_view s, size_t i) {
-  const auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
-  const unsigned char b = byte(i);
-  size_t n;
-  unsigned char lo = 0x80, hi = 0xBF;  // bounds of the second byte
-  if (b >= 0xC2 && b <= 0xDF) {
-    n = 2;
-  } else if (b >= 0xE0 && b <= 0xEF) {
-    n = 3;
-    if (b == 0xE0) lo = 0xA0;
-    if (b == 0xED) hi = 0x9F;
-  } else if (b >= 0xF0 && b <= 0xF4) {
-    n = 4;
-    if (b == 0xF0) lo = 0x90;
-    if (b == 0xF4) hi = 0x8F;
-  } else {
-    return 0;
-  }
-  if (i + n > s.size() || byte(i + 1) < lo || byte(i + 1) > hi) return 0;
-  for (size_t k = 2; k < n; ++k) {
-    if ((byte(i + k) & 0xC0) != 0x80) return 0;
-  }
-  return n;
-}
-
-}  // namespace
 
 void AppendJsonEscaped(absl::string_view text, std::string* out) {
   for (size_t i = 0; i < text.size();) {
     const unsigned char c = static_cast<unsigned char>(text[i]);
     if (c >= 0x80) {
-      const size_t n = Utf8Length(text, i);
+      const size_t n = Utf8SequenceLength(text, i);
       if (n == 0) {
         out->append("\\ufffd");
         ++i;

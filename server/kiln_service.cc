@@ -19,6 +19,7 @@
 #include "runtime/util/cpu_features.h"
 #include "runtime/util/status_macros.h"
 #include "server/call_channel_layout.h"
+#include "server/client_identity.h"
 #include "server/overlap_check.h"
 #include "server/process_watch.h"
 #include "server/request_guard.h"
@@ -170,8 +171,11 @@ absl::Status KilnService::Admit(const grpc::CallbackServerContext& ctx,
   if (!while_draining && shutting_down_.load(std::memory_order_relaxed)) {
     return absl::UnavailableError("kilnd is shutting down");
   }
+  // Let in on its credentials only what the daemon's own unix listener
+  // accepted (it checked the peer's user). Every other way in needs the
+  // token: TCP, and whatever else gRPC might be listening on.
   const std::string peer = ctx.peer();
-  if (peer.rfind("ipv4:", 0) != 0 && peer.rfind("ipv6:", 0) != 0) return absl::OkStatus();
+  if (peers_ != nullptr && peers_->PeerOf(peer).has_value()) return absl::OkStatus();
   const auto& metadata = ctx.client_metadata();
   auto it = metadata.find("authorization");
   const std::string expected = "Bearer " + tcp_token_;
@@ -183,8 +187,11 @@ absl::Status KilnService::Admit(const grpc::CallbackServerContext& ctx,
     match = diff == 0;
   }
   if (!match) {
+    const bool tcp = peer.rfind("ipv4:", 0) == 0 || peer.rfind("ipv6:", 0) == 0;
     return absl::UnauthenticatedError(
-        "calls over TCP need the daemon's token (clients set KILN_TOKEN)");
+        tcp ? "calls over TCP need the daemon's token (clients set KILN_TOKEN)"
+            : "calls that do not come through the daemon's own unix socket need the daemon's "
+              "token (clients set KILN_TOKEN)");
   }
   return absl::OkStatus();
 }
@@ -192,30 +199,15 @@ absl::Status KilnService::Admit(const grpc::CallbackServerContext& ctx,
 absl::Status KilnService::DoOpenSession(const grpc::CallbackServerContext& ctx,
                                         const kiln::v1::OpenSessionRequest& req,
                                         kiln::v1::OpenSessionResponse* resp) {
-  // The client says who it is; over the unix socket the kernel says too.
-  // In the daemon's pid namespace the two must agree: a client may not
-  // pass for another process (its region names and session lifetime hang
-  // on the pid). Elsewhere the kernel's view (translated into ours) is
-  // the one to watch.
-  if (req.pid() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("OpenSession: pid ", req.pid(), " is not a pid"));
-  }
-  int pid = req.pid();
-  std::optional<int> watch;
-  const bool same_namespace =
-      req.pid_namespace() != 0 && req.pid_namespace() == OwnPidNamespace();
+  // The client says who it is; over the unix socket the kernel says too,
+  // and where it can, its word wins (client_identity.h).
   const std::optional<PeerCredentials> peer =
       peers_ != nullptr ? peers_->PeerOf(ctx.peer()) : std::nullopt;
-  if (peer.has_value() && peer->pid > 0) {
-    if (pid == 0) pid = peer->pid;  // a client that did not say: the kernel knows
-    if (same_namespace && pid != peer->pid) {
-      return absl::PermissionDeniedError(absl::StrCat(
-          "OpenSession claims pid ", pid, " but the connection is from pid ", peer->pid));
-    }
-    watch = peer->pid;
-  } else if (same_namespace && pid > 0) {
-    watch = pid;
-  }
+  KILN_ASSIGN_OR_RETURN(
+      ClientIdentity identity,
+      ResolveClientIdentity(req.pid(), req.pid_namespace(), peer, OwnPidNamespace()));
+  const int pid = identity.pid;
+  const std::optional<int> watch = identity.watch;
   // Who holds the session, for --max-client-sessions: the process the
   // kernel names, else the pid claimed from the peer's address.
   std::string client_key;
@@ -238,7 +230,7 @@ absl::Status KilnService::DoOpenSession(const grpc::CallbackServerContext& ctx,
   resp->set_runtime_version(KILN_RUNTIME_VERSION);
   resp->set_hold_required(!watch.has_value());
   spdlog::info("session {} opened by pid {} ({}{})", session->id().substr(0, 8), pid,
-               req.client_name(), peer.has_value() ? ", credentials checked" : "");
+               req.client_name(), watch.has_value() ? ", checked by its credentials" : "");
   return absl::OkStatus();
 }
 
@@ -267,8 +259,10 @@ void KilnService::LoseHold(const std::string& session_id) {
   if (!session.ok() || (*session)->watched_pid() != 0) return;
   if (!sessions_.Close(session_id).ok()) return;  // closed meanwhile
   idle_.Touch();
-  ReleaseGoneClient(**session, absl::StrCat("the connection of client pid ", (*session)->pid(),
-                                            " (in another pid namespace) closed"));
+  // Its Hold call ended: a client the daemon does not watch (TCP, or a pid
+  // namespace the daemon does not see into) has gone.
+  ReleaseGoneClient(**session, absl::StrCat("the Hold call of client pid ", (*session)->pid(),
+                                            " (not watched) ended with its connection"));
 }
 
 void KilnService::ReleaseGoneClient(Session& session, const std::string& how) {
@@ -341,7 +335,15 @@ grpc::ServerUnaryReactor* KilnService::QueryConstants(grpc::CallbackServerContex
                                                       const kiln::v1::QueryConstantsRequest* req,
                                                       kiln::v1::QueryConstantsResponse* resp) {
   if (absl::Status admitted = Admit(*ctx); !admitted.ok()) return Done(ctx, admitted);
-  return Done(ctx, Guarded("looking up constants", [&] {
+  return Done(ctx, Guarded("looking up constants", [&]() -> absl::Status {
+    // Which weights the daemon holds says which models its clients run:
+    // told only to a client with a session (and so an identity the daemon
+    // checked).
+    if (req->session_id().empty()) {
+      return absl::InvalidArgumentError(
+          "QueryConstants needs session_id: open a session first (OpenSession)");
+    }
+    KILN_RETURN_IF_ERROR(sessions_.Find(req->session_id()).status());
     for (const std::string& h : req->hashes()) {
       if (!constants_.Contains(h)) resp->add_missing(h);
     }
@@ -743,13 +745,15 @@ bool KilnService::BeginIdleShutdown(absl::Duration idle_for) {
 }
 
 grpc::ServerUnaryReactor* KilnService::GetStats(grpc::CallbackServerContext* ctx,
-                                                const kiln::v1::StatsRequest*,
+                                                const kiln::v1::StatsRequest* req,
                                                 kiln::v1::StatsResponse* resp) {
   if (absl::Status admitted = Admit(*ctx, /*while_draining=*/true); !admitted.ok()) return Done(ctx, admitted);
-  return Done(ctx, Guarded("collecting stats", [&] { return DoGetStats(resp); }));
+  return Done(ctx, Guarded("collecting stats", [&] { return DoGetStats(*ctx, *req, resp); }));
 }
 
-absl::Status KilnService::DoGetStats(kiln::v1::StatsResponse* resp) {
+absl::Status KilnService::DoGetStats(const grpc::CallbackServerContext& ctx,
+                                     const kiln::v1::StatsRequest& req,
+                                     kiln::v1::StatsResponse* resp) {
   const MetricsSnapshot m = CollectMetrics();
   resp->set_runtime_version(KILN_RUNTIME_VERSION);
   resp->set_graphs_compiled(m.compiles);
@@ -780,7 +784,14 @@ absl::Status KilnService::DoGetStats(kiln::v1::StatsResponse* resp) {
   resp->set_resident_bytes(m.resident_bytes);
   resp->set_live_graphs(m.live_graphs);
   resp->set_plan_bytes(m.plan_bytes);
+  // Other clients' pids and names are the daemon's user's business: a
+  // caller on the unix socket is that user (the listener checked), a TCP
+  // caller holds only the token and sees its own session alone.
+  const std::optional<PeerCredentials> peer =
+      peers_ != nullptr ? peers_->PeerOf(ctx.peer()) : std::nullopt;
+  const bool sees_every_session = peer.has_value() && peer->uid == geteuid();
   for (const auto& session : sessions_.All()) {
+    if (!sees_every_session && session->id() != req.session_id()) continue;
     kiln::v1::ClientStats* c = resp->add_clients();
     c->set_session_id(session->id().substr(0, 8));
     c->set_pid(session->pid());

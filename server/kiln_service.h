@@ -47,11 +47,12 @@ class KilnService final : public kiln::v1::Kiln::CallbackService {
                        uint64_t cache_max_bytes = cache::kDefaultArtifactCacheMaxBytes,
                        absl::Duration constant_grace = absl::Seconds(60));
 
-  // Who may call: `peers` (may be null: no credentials known, e.g. the
-  // tests' in-process server) vouches for unix-socket clients, whose
-  // claimed pid OpenSession checks against the kernel's; calls over TCP
-  // must carry "authorization: Bearer <tcp_token>" (an empty token refuses
-  // every TCP call). Set before serving.
+  // Who may call: `peers` vouches for the connections it accepted on the
+  // daemon's unix socket (their user checked; OpenSession holds the pid a
+  // client claims to the kernel's, client_identity.h). Every other call -
+  // TCP, or any listener gRPC opened itself - must carry "authorization:
+  // Bearer <tcp_token>"; an empty token refuses them all, and so does a
+  // null `peers` for every call without it. Set before serving.
   void SetAccess(const PeerListener* peers, std::string tcp_token);
   void SetClientLimits(const ClientLimits& limits) { limits_ = limits; }
   void SetDaemonLimits(const DaemonLimits& limits) {
@@ -124,8 +125,9 @@ class KilnService final : public kiln::v1::Kiln::CallbackService {
   ~KilnService() override;
 
  private:
-  // OK for a call the daemon may serve; UNAUTHENTICATED for a TCP call
-  // without the token, UNAVAILABLE once shutting down (unless
+  // OK for a call the daemon may serve; UNAUTHENTICATED for a call that
+  // did not come through `peers_` and lacks the token, UNAVAILABLE once
+  // shutting down (unless
   // `while_draining`: GetStats answers to the end, as clients waiting on a
   // call in flight ask it whether the daemon is still there).
   absl::Status Admit(const grpc::CallbackServerContext& ctx, bool while_draining = false) const;
@@ -140,7 +142,8 @@ class KilnService final : public kiln::v1::Kiln::CallbackService {
   // removes its /dev/shm objects, which the client cannot, and logs `how`.
   void ReleaseGoneClient(Session& session, const std::string& how);
   absl::Status DoGetCapabilities(kiln::v1::CapabilitiesResponse* resp);
-  absl::Status DoGetStats(kiln::v1::StatsResponse* resp);
+  absl::Status DoGetStats(const grpc::CallbackServerContext& ctx,
+                          const kiln::v1::StatsRequest& req, kiln::v1::StatsResponse* resp);
   absl::Status DoUpload(const kiln::v1::UploadConstantsRequest& req,
                         kiln::v1::UploadConstantsResponse* resp);
   absl::Status DoCompile(const kiln::v1::CompileRequest& req, kiln::v1::CompileResponse* resp);

@@ -19,6 +19,7 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "runtime/exec/arenas.h"
 #include "runtime/exec/executor.h"
 #include "runtime/exec/profile.h"
@@ -30,6 +31,7 @@
 #include "server/peer_listener.h"
 #include "server/shm_region.h"
 #include "server/socket_lock.h"
+#include "server/text_log_formatter.h"
 #include "spdlog/sinks/basic_file_sink.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/sinks/stdout_sinks.h"
@@ -69,7 +71,7 @@ int Run(int argc, char** argv) {
   if (json_logs) {
     spdlog::set_formatter(std::make_unique<JsonLogFormatter>());
   } else {
-    spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e [kilnd %P] %^%l%$ %v");
+    spdlog::set_formatter(MakeTextLogFormatter());
   }
   if (!config->config_file.empty()) spdlog::info("settings from {}", config->config_file);
 
@@ -232,7 +234,11 @@ int Run(int argc, char** argv) {
   server->Wait();
   if (lock) lock->Release();
   if (kiln::runtime::ProfilingEnabled()) {
-    spdlog::info("execution profile (KILN_PROFILE):\n{}", kiln::runtime::ProfileReport());
+    // One record per line: a record's newlines are escaped (text_log_formatter.h).
+    spdlog::info("execution profile (KILN_PROFILE):");
+    for (absl::string_view line : absl::StrSplit(kiln::runtime::ProfileReport(), '\n')) {
+      if (!line.empty()) spdlog::info("  {}", std::string(line));
+    }
   }
   spdlog::info("kilnd stopped");
   return 0;

@@ -1,8 +1,9 @@
 // Hold calls: how the daemon learns that a client it cannot watch has gone.
 //
 // A client in another pid namespace (a pod next to the DaemonSet's kilnd, a
-// container beside the daemon's) has no pid the daemon can look up, so the
-// process watch (process_watch.h) cannot close its session when it dies.
+// container beside the daemon's) has no pid the daemon can look up, and
+// nothing vouches for the pid a TCP client names (client_identity.h), so
+// the process watch (process_watch.h) cannot close its session when it dies.
 // Such a client keeps one Hold call open for its lifetime instead. When the
 // process dies the kernel closes its connection, gRPC cancels the call, and
 // the reactor reports the loss; the service then closes the session as it

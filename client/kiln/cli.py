@@ -15,10 +15,45 @@ from kiln import cache_cli, daemon
 from kiln.v1 import kiln_pb2, kiln_pb2_grpc
 
 
-def _stub(socket_path: str) -> tuple[grpc.Channel, kiln_pb2_grpc.KilnStub]:
-    # daemon.open_channel: a TCP daemon needs KILN_TOKEN (and KILN_TLS_CA).
-    channel = daemon.open_channel(socket_path)
-    return channel, kiln_pb2_grpc.KilnStub(channel)
+class _Daemon:
+    """A channel to the daemon on socket_path. On a unix socket, through
+    its checked directory, and only once the process listening there is
+    known to run as this user (daemon.UntrustedSocketError otherwise)."""
+
+    def __init__(self, socket_path: str):
+        self.socket_dir = self.channel = self.stub = None
+        if not daemon.is_tcp(socket_path):
+            self.socket_dir = daemon.SocketDir.open_existing(socket_path)
+            if self.socket_dir is None:
+                return  # no directory, no daemon: nothing to connect to
+            if self.socket_dir.has_socket():
+                try:
+                    self.socket_dir.server_credentials()
+                except BaseException:
+                    self.socket_dir.close()
+                    raise
+        # daemon.open_channel: a TCP daemon needs KILN_TOKEN (and KILN_TLS_CA).
+        self.channel = daemon.open_channel(socket_path, socket_dir=self.socket_dir)
+        self.stub = kiln_pb2_grpc.KilnStub(self.channel)
+
+    def stats(self) -> kiln_pb2.StatsResponse:
+        """GetStats; grpc.RpcError (UNAVAILABLE without a socket directory)."""
+        if self.stub is None:
+            raise _NotThere()
+        return self.stub.GetStats(kiln_pb2.StatsRequest(), timeout=5.0)
+
+    def close(self) -> None:
+        if self.channel is not None:
+            self.channel.close()
+        if self.socket_dir is not None:
+            self.socket_dir.close()
+
+
+class _NotThere(grpc.RpcError):
+    """What a call gets when the socket's directory does not exist."""
+
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNAVAILABLE
 
 
 def format_stats(s: kiln_pb2.StatsResponse, socket_path: str) -> str:
@@ -50,14 +85,18 @@ def format_stats(s: kiln_pb2.StatsResponse, socket_path: str) -> str:
 
 
 def _status(socket_path: str) -> int:
-    channel, stub = _stub(socket_path)
     try:
-        s = stub.GetStats(kiln_pb2.StatsRequest(), timeout=5.0)
+        d = _Daemon(socket_path)
+    except daemon.UntrustedSocketError as e:
+        print(e, file=sys.stderr)
+        return 1
+    try:
+        s = d.stats()
     except grpc.RpcError as e:
         print(f"kilnd is not answering on {socket_path}: {e.code().name}", file=sys.stderr)
         return 1
     finally:
-        channel.close()
+        d.close()
     print(format_stats(s, socket_path))
     return 0
 
@@ -70,14 +109,16 @@ def _zombie(pid: int) -> bool:
         return True
 
 
-def _unanswering_daemon(socket_path: str) -> int | None:
+def _unanswering_daemon(socket_path: str, socket_dir: daemon.SocketDir | None) -> int | None:
     """Pid of a kilnd holding socket_path's lock without answering on it
     (stopped, stuck), or None. The daemon writes its pid into the lock file
-    and holds an exclusive flock on it while it lives."""
-    if daemon.is_tcp(socket_path):
+    and holds an exclusive flock on it while it lives. The lock is read
+    through the socket's checked directory, never through a link."""
+    if daemon.is_tcp(socket_path) or socket_dir is None:
         return None
     try:
-        with open(socket_path + ".lock") as f:
+        lock = socket_dir.open_file(os.path.basename(socket_path) + ".lock", os.O_RDONLY)
+        with os.fdopen(lock) as f:
             try:
                 fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 fcntl.flock(f, fcntl.LOCK_UN)
@@ -91,18 +132,22 @@ def _unanswering_daemon(socket_path: str) -> int | None:
 
 
 def _stop(socket_path: str) -> int:
-    channel, stub = _stub(socket_path)
     try:
-        pid = stub.GetStats(kiln_pb2.StatsRequest(), timeout=5.0).pid
+        d = _Daemon(socket_path)
+    except daemon.UntrustedSocketError as e:
+        print(e, file=sys.stderr)
+        return 1
+    try:
+        pid = d.stats().pid
     except grpc.RpcError:
-        pid = _unanswering_daemon(socket_path)
+        pid = _unanswering_daemon(socket_path, d.socket_dir)
         if pid is None:
             print(f"kilnd is not running on {socket_path}")
             return 0
         print(f"kilnd (pid {pid}) holds {socket_path}.lock but does not answer; "
               "sending SIGTERM (and SIGCONT, in case it is stopped)")
     finally:
-        channel.close()
+        d.close()
     os.kill(pid, signal.SIGTERM)
     os.kill(pid, signal.SIGCONT)
     deadline = time.monotonic() + 10

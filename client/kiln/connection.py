@@ -187,6 +187,7 @@ class Connection:
         self.runtime_version = ""
         self._lock = threading.RLock()
         self._channel: grpc.Channel | None = None
+        self._socket_dir: daemon.SocketDir | None = None
         self._stub: LoggedStub | None = None
         self._capabilities: kiln_pb2.CapabilitiesResponse | None = None
         self._local = threading.local()
@@ -209,9 +210,13 @@ class Connection:
                 self._open()
 
     def _open(self) -> None:
-        daemon.ensure_daemon(self.socket_path, self.autostart, cache_dir=self.cache_dir,
-                             idle_min=self.daemon_idle_min)
-        channel = daemon.open_channel(self.socket_path, options=_CHANNEL_OPTIONS)
+        # The checked socket directory (daemon.ensure_daemon): the channel
+        # connects through it, so it stays open as long as the channel.
+        socket_dir = daemon.ensure_daemon(self.socket_path, self.autostart,
+                                          cache_dir=self.cache_dir,
+                                          idle_min=self.daemon_idle_min)
+        channel = daemon.open_channel(self.socket_path, options=_CHANNEL_OPTIONS,
+                                      socket_dir=socket_dir)
         stub = LoggedStub(kiln_pb2_grpc.KilnStub(channel))
         try:
             response = stub.OpenSession(
@@ -220,8 +225,10 @@ class Connection:
                 timeout=SMALL_CALL_TIMEOUT_S)
         except grpc.RpcError:
             channel.close()
+            if socket_dir is not None:
+                socket_dir.close()
             raise
-        self._channel, self._stub = channel, stub
+        self._channel, self._stub, self._socket_dir = channel, stub, socket_dir
         self.session_id = response.session_id
         self.runtime_version = response.runtime_version
         if response.hold_required:
@@ -261,7 +268,9 @@ class Connection:
             self._hold = None
         if self._channel is not None:
             self._channel.close()
-        self._channel = self._stub = None
+        if self._socket_dir is not None:
+            self._socket_dir.close()  # after the channel that connects through it
+        self._channel = self._stub = self._socket_dir = None
         self.session_id = ""
 
     def close(self) -> None:
@@ -447,7 +456,8 @@ class Connection:
             missing: list[str] = []
             if wanted:
                 response = self.stub.QueryConstants(
-                    kiln_pb2.QueryConstantsRequest(hashes=wanted), timeout=SMALL_CALL_TIMEOUT_S)
+                    kiln_pb2.QueryConstantsRequest(session_id=self.session_id, hashes=wanted),
+                    timeout=SMALL_CALL_TIMEOUT_S)
                 missing = list(dict.fromkeys(response.missing))
             batch: list[str] = []
             batch_bytes = 0

@@ -78,7 +78,8 @@ def test_upload_from_a_truncated_region_is_refused_and_stores_nothing(kilnd, bys
         hostile.upload([(digest, desc)])
     _assert_shrank(info.value)
     missing = hostile.stub.QueryConstants(
-        kiln_pb2.QueryConstantsRequest(hashes=[digest]), timeout=10).missing
+        kiln_pb2.QueryConstantsRequest(session_id=hostile.session, hashes=[digest]),
+        timeout=10).missing
     assert list(missing) == [digest]
 
 

@@ -111,6 +111,41 @@ def test_tcp_calls_need_the_token(tmp_path, token_file, monkeypatch):
         d.stop()
 
 
+def test_killed_tcp_client_is_released_when_its_hold_call_ends(tmp_path, token_file):
+    # Nothing vouches for the pid a TCP client claims, so the daemon does
+    # not watch it: the client keeps a Hold call open (with the token), and
+    # its death ends it.
+    port = free_port()
+    d = PrivateDaemon(tmp_path, "--tcp", f"127.0.0.1:{port}", "--token-file", token_file)
+    code = (
+        "import time, torch, torch.nn as nn\n"
+        "m = nn.Sequential(nn.Linear(8, 8), nn.ReLU()).eval()\n"
+        "c = torch.compile(m, backend='kiln', options={'fallback': 'error'})\n"
+        "x = torch.randn(2, 8)\n"
+        "with torch.no_grad():\n"
+        "    torch.testing.assert_close(c(x), m(x), rtol=1e-5, atol=1e-5)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(600)\n")
+    env = dict(os.environ, KILN_SOCKET=f"tcp:127.0.0.1:{port}", KILN_TOKEN=TOKEN)
+    channel = grpc.insecure_channel(daemon.target_for(d.socket))
+    try:
+        d.wait_ready(lambda: daemon.probe(d.socket, 1.0))
+        client = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        try:
+            assert client.stdout.readline().strip() == "ready", client.stderr.read()[-3000:]
+            assert _stats_over(channel).sessions == 1
+        finally:
+            kill_and_wait(client.pid)
+            client.communicate()
+        wait_for(lambda: _stats_over(channel).sessions == 0
+                 and "(not watched) ended with its connection" in d.log_text(),
+                 15, "the killed TCP client's session to close when its Hold call ended")
+    finally:
+        channel.close()
+        d.stop()
+
+
 def test_tcp_without_a_token_file_is_refused_at_start(tmp_path):
     proc = subprocess.run([find_kilnd(), "--socket", str(tmp_path / "s.sock"), "--tcp",
                            f"127.0.0.1:{free_port()}"], capture_output=True, text=True,
@@ -335,7 +370,7 @@ def test_killed_client_the_daemon_cannot_watch_is_released_when_its_connection_c
         def released() -> bool:
             s = _stats_over(channel)
             return (s.sessions == 0 and s.live_handles == 0 and s.channels == 0
-                    and "in another pid namespace) closed" in log.read_text(errors="replace"))
+                    and "(not watched) ended with its connection" in log.read_text(errors="replace"))
         wait_for(released, 15, "the killed client's session to close and its close to be logged")
         assert not [f for f in os.listdir("/dev/shm") if f.startswith(f"kiln-{client.pid}-")]
     finally:

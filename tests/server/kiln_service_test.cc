@@ -98,6 +98,25 @@ TEST_F(KilnServiceTest, ConstantWithWrongHashIsRefused) {
   EXPECT_EQ(resp.stored(), 1u);
 }
 
+TEST_F(KilnServiceTest, QueryConstantsNeedsASession) {
+  auto query = [&](const std::string& session, kiln::v1::QueryConstantsResponse* resp) {
+    grpc::ClientContext ctx;
+    kiln::v1::QueryConstantsRequest req;
+    req.set_session_id(session);
+    req.add_hashes(std::string(64, 'a'));
+    return stub_->QueryConstants(&ctx, req, resp);
+  };
+  kiln::v1::QueryConstantsResponse resp;
+  grpc::Status none = query("", &resp);
+  EXPECT_EQ(none.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(none.error_message().find("OpenSession"), std::string::npos) << none.error_message();
+  EXPECT_EQ(resp.missing_size(), 0);
+  EXPECT_EQ(query(std::string(32, '0'), &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(resp.missing_size(), 0);
+  ASSERT_TRUE(query(session_, &resp).ok());
+  EXPECT_EQ(resp.missing_size(), 1);
+}
+
 TEST_F(KilnServiceTest, SecondCompileOfTheSameGraphIsACacheHit) {
   CompileRelu(32);
   GraphBuilder b;

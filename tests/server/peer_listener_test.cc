@@ -8,8 +8,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include <grpcpp/grpcpp.h>
 
@@ -222,6 +225,106 @@ TEST(TcpTokenTest, NoTokenConfiguredRefusesEveryTcpCall) {
   EXPECT_EQ(stub->GetStats(&ctx, req, &resp).error_code(), grpc::StatusCode::UNAUTHENTICATED);
   server->Shutdown();
   service.Shutdown();
+}
+
+// Listeners gRPC opens itself (what `--tcp unix:PATH` used to make) carry
+// no credentials the daemon checked: only its own listener's connections
+// are let in without the token.
+TEST(TcpTokenTest, UnixPeersNotFromTheDaemonsListenerNeedTheToken) {
+  const std::string token = "0123456789abcdef-token";
+  const fs::path dir = fs::temp_directory_path() / ("kiln-grpc-unix-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  auto listener = PeerListener::Bind((dir / "own.sock").string());
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  KilnService service("");
+  service.SetAccess(listener->get(), token);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("unix:" + (dir / "grpc.sock").string(),
+                           grpc::InsecureServerCredentials());
+  builder.RegisterService(&service);
+  auto server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  (*listener)->Start(server.get());
+  auto stats = [&](const std::string& socket, const std::string& authorization) {
+    auto stub = kiln::v1::Kiln::NewStub(grpc::CreateChannel(
+        "unix:" + (dir / socket).string(), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    if (!authorization.empty()) ctx.AddMetadata("authorization", authorization);
+    kiln::v1::StatsResponse resp;
+    return stub->GetStats(&ctx, kiln::v1::StatsRequest(), &resp);
+  };
+  EXPECT_TRUE(stats("own.sock", "").ok());
+  grpc::Status bare = stats("grpc.sock", "");
+  EXPECT_EQ(bare.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_NE(bare.error_message().find("token"), std::string::npos) << bare.error_message();
+  EXPECT_TRUE(stats("grpc.sock", "Bearer " + token).ok());
+  (*listener)->Stop();
+  server->Shutdown();
+  service.Shutdown();
+  listener->reset();
+  fs::remove_all(dir);
+}
+
+// A TCP caller holds only the token: GetStats lists its own session, not
+// the pids and names of the daemon's user's other clients.
+TEST(TcpTokenTest, OverTcpGetStatsListsOnlyTheCallersSession) {
+  const std::string token = "0123456789abcdef-token";
+  const fs::path dir = fs::temp_directory_path() / ("kiln-tcp-stats-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  auto listener = PeerListener::Bind((dir / "s.sock").string());
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  KilnService service("");
+  service.SetAccess(listener->get(), token);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  auto server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  (*listener)->Start(server.get());
+  auto unix_stub = kiln::v1::Kiln::NewStub(
+      grpc::CreateChannel("unix:" + (dir / "s.sock").string(), grpc::InsecureChannelCredentials()));
+  auto tcp_stub = kiln::v1::Kiln::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+  auto open = [&](kiln::v1::Kiln::Stub* stub, const std::string& name) {
+    grpc::ClientContext ctx;
+    if (stub == tcp_stub.get()) ctx.AddMetadata("authorization", "Bearer " + token);
+    kiln::v1::OpenSessionRequest req;
+    req.set_pid(getpid());
+    req.set_client_name(name);
+    kiln::v1::OpenSessionResponse resp;
+    EXPECT_TRUE(stub->OpenSession(&ctx, req, &resp).ok());
+    return resp;
+  };
+  const kiln::v1::OpenSessionResponse local = open(unix_stub.get(), "local");
+  const kiln::v1::OpenSessionResponse remote = open(tcp_stub.get(), "remote");
+  EXPECT_FALSE(local.hold_required());
+  EXPECT_TRUE(remote.hold_required());  // a pid it only names is not watched
+  auto listed = [&](kiln::v1::Kiln::Stub* stub, const std::string& session) {
+    grpc::ClientContext ctx;
+    if (stub == tcp_stub.get()) ctx.AddMetadata("authorization", "Bearer " + token);
+    kiln::v1::StatsRequest req;
+    req.set_session_id(session);
+    kiln::v1::StatsResponse resp;
+    EXPECT_TRUE(stub->GetStats(&ctx, req, &resp).ok());
+    std::vector<std::string> names;
+    for (const auto& c : resp.clients()) names.push_back(c.client_name());
+    std::sort(names.begin(), names.end());
+    EXPECT_EQ(resp.sessions(), 2u);
+    return names;
+  };
+  using Names = std::vector<std::string>;
+  EXPECT_EQ(listed(tcp_stub.get(), remote.session_id()), Names{"remote"});
+  EXPECT_EQ(listed(tcp_stub.get(), ""), Names{});
+  EXPECT_EQ(listed(tcp_stub.get(), local.session_id()), Names{"local"});  // knows its id
+  EXPECT_EQ(listed(unix_stub.get(), ""), (Names{"local", "remote"}));
+  (*listener)->Stop();
+  server->Shutdown();
+  service.Shutdown();
+  listener->reset();
+  fs::remove_all(dir);
 }
 
 }  // namespace
