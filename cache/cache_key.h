@@ -1,7 +1,7 @@
 // The secret that authenticates the constants a daemon derives (folded,
-// packed) in the cache directory: each such file carries an HMAC-SHA256
-// under it (cache/constant_files.h), so a derived file that no holder of
-// the key wrote is never used.
+// packed) in the cache directory: each such file carries a MAC under it
+// (cache/digest.h, cache/constant_files.h), so a derived file that no
+// holder of the key wrote is never used. The 32 bytes are an AES-256 key.
 //
 // The key lives in a file, so that every daemon sharing the directory
 // (restarts, several daemons of one user) uses the same one: the first

@@ -28,10 +28,15 @@ namespace {
 namespace fs = std::filesystem;
 constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'C', 'S', 'T', '\0'};
 constexpr size_t kKeyOffset = 32;
-constexpr size_t kMacOffset = kConstantFileHeaderBytes - sizeof(Digest);
+// The MAC field: the GMAC's nonce, its tag, four zero bytes.
+constexpr size_t kMacOffset = kConstantFileHeaderBytes - 32;
 constexpr size_t kMaxStoredKey = kMacOffset - kKeyOffset;
 // Reads in pieces this large, on every core.
-constexpr size_t kReadChunk = size_t{4} << 20;
+constexpr size_t kReadChunk = size_t{1} << 20;
+// A deferred load of a constant up to this size reads its bytes in at
+// once (biases, batch-norm statistics: kernels copy them while they are
+// prepared); larger ones when they are first needed.
+constexpr uint64_t kReadAtLoadBytes = uint64_t{64} << 10;
 
 struct Header {
   char magic[8];
@@ -58,22 +63,31 @@ bool WriteAll(int fd, const void* data, size_t size) {
 // buffers are (at least) 64-aligned, with one zero page past the end:
 // kernels may read a little past a weight's last byte (vector loads).
 // Untouched pages cost nothing until the payload is read into them.
-std::shared_ptr<uint8_t> AllocatePayload(uint64_t size) {
+// `populate`: the bytes are read in now, and the kernel allocating every
+// page at once costs less than a fault per page while reading.
+std::shared_ptr<uint8_t> AllocatePayload(uint64_t size, bool populate) {
   const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
   const uint64_t map_size = (size + page - 1) / page * page + page;
-  void* base = ::mmap(nullptr, map_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void* base = ::mmap(nullptr, map_size, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | (populate ? MAP_POPULATE : 0), -1, 0);
   if (base == MAP_FAILED) return nullptr;
   return std::shared_ptr<uint8_t>(static_cast<uint8_t*>(base),
                                   [map_size](uint8_t* p) { ::munmap(p, map_size); });
 }
 
-// What a derived constant's MAC covers: everything its name stands for
-// (key, runtime version, CPU features), its size and its bytes.
-std::string MacMessage(const std::string& preimage, uint64_t size, const Digest& payload) {
+// What a derived constant's MAC covers before its bytes: everything its
+// name stands for (key, runtime version, CPU features) and its size.
+std::string MacPrefix(const std::string& preimage, uint64_t size) {
   std::string m = absl::StrCat("kiln derived constant\n", preimage, "\n");
   m.append(reinterpret_cast<const char*>(&size), sizeof(size));
-  m.append(reinterpret_cast<const char*>(payload.data()), payload.size());
   return m;
+}
+
+std::optional<MacTag> MacOf(const CacheKey& key, const MacIv& iv, const std::string& preimage,
+                            const uint8_t* data, uint64_t size) {
+  return Gmac(key, iv,
+              {MacPrefix(preimage, size),
+               std::string_view(reinterpret_cast<const char*>(data), static_cast<size_t>(size))});
 }
 
 }  // namespace
@@ -91,19 +105,22 @@ struct ConstantFiles::Opened {
   CacheEntry entry;
   FileDescriptor shard;
   Header header;
-  Digest mac;
+  MacIv iv;
+  MacTag tag;
 };
 
-// One load whose check is deferred: its bytes, read, and what they must
-// match.
+// One load whose check is deferred: its bytes (read in at the load, or at
+// the check), and what they must match.
 struct PendingCheck {
   absl::Mutex mu;
   enum class State { kPending, kGood, kBad } state ABSL_GUARDED_BY(mu) = State::kPending;
-  const uint8_t* data = nullptr;
+  bool read_in ABSL_GUARDED_BY(mu) = false;
+  uint8_t* data = nullptr;
   uint64_t size = 0;
   std::string key;
   bool derived = false;
-  Digest mac;
+  MacIv iv;        // from the header read with the bytes
+  MacTag tag;
   struct stat st;  // of the file read: a rejection deletes that one only
 };
 
@@ -233,7 +250,8 @@ absl::StatusOr<ConstantFiles::Opened> ConstantFiles::OpenChecked(const Name& nam
     return reject(read.message());
   }
   std::memcpy(&f.header, head.data(), sizeof(Header));
-  std::memcpy(f.mac.data(), head.data() + kMacOffset, f.mac.size());
+  std::memcpy(f.iv.data(), head.data() + kMacOffset, f.iv.size());
+  std::memcpy(f.tag.data(), head.data() + kMacOffset + f.iv.size(), f.tag.size());
   const Header& h = f.header;
   if (std::memcmp(h.magic, kMagic, sizeof(kMagic)) != 0) return reject("bad magic");
   if (h.format != kConstantFileFormatVersion) return reject("other format version");
@@ -258,8 +276,8 @@ absl::StatusOr<ConstantFiles::Opened> ConstantFiles::OpenChecked(const Name& nam
 
 absl::Status ConstantFiles::ReadPayload(Opened& file, const Name& name, uint8_t* out) {
   const uint64_t size = file.header.payload_size;
-  // Read in parallel: a page-cache copy of a large weight takes a while on
-  // one core.
+  // In parallel: a copy of a large weight from the page cache takes a
+  // while on one core.
   const int64_t chunks = static_cast<int64_t>((size + kReadChunk - 1) / kReadChunk);
   std::atomic<bool> failed{false};
   absl::Mutex error_mu;
@@ -283,7 +301,7 @@ absl::Status ConstantFiles::ReadPayload(Opened& file, const Name& name, uint8_t*
 }
 
 absl::Status ConstantFiles::Verify(const Name& name, const uint8_t* data, uint64_t size,
-                                   const Digest& mac) {
+                                   const MacIv& iv, const MacTag& tag) {
   checked_bytes_ += size;
   if (!name.derived) {
     // The key is "h:<SHA-256 of the bytes>" (runtime::StoreConstantKey).
@@ -292,9 +310,10 @@ absl::Status ConstantFiles::Verify(const Name& name, const uint8_t* data, uint64
     }
     return absl::OkStatus();
   }
-  const Digest expected =
-      HmacSha256(*key_, MacMessage(name.preimage, size, ChunkedSha256(data, size)));
-  if (!DigestsEqual(expected, mac)) return absl::DataLossError("no valid MAC");
+  const std::optional<MacTag> expected = MacOf(*key_, iv, name.preimage, data, size);
+  if (!expected.has_value() || !TagsEqual(*expected, tag)) {
+    return absl::DataLossError("no valid MAC");
+  }
   return absl::OkStatus();
 }
 
@@ -307,12 +326,31 @@ bool ConstantFiles::CheckBeforeRead(const void* data) {
     absl::MutexLock lock(&check->mu);
     if (check->state == PendingCheck::State::kPending) {
       const Name name = NameFor(check->key, check->derived);
-      const absl::Status verified = Verify(name, check->data, check->size, check->mac);
-      if (!verified.ok()) {
-        if (absl::StatusOr<FileDescriptor> shard =
-                store_->OpenShard("constants", name.shard, false);
-            shard.ok()) {
-          Reject(name, shard->get(), check->st, verified.message());
+      absl::Status verified = absl::OkStatus();
+      if (!check->read_in) {
+        // Opened again: whatever is there now is read in, and it is that
+        // copy that is checked and used.
+        absl::StatusOr<Opened> file = OpenChecked(name, static_cast<int64_t>(check->size));
+        verified = file.status();
+        if (file.ok()) verified = ReadPayload(*file, name, check->data);
+        if (file.ok() && verified.ok()) {
+          check->read_in = true;
+          check->iv = file->iv;
+          check->tag = file->tag;
+          check->st = file->entry.st;
+        }
+        if (absl::IsNotFound(verified)) {
+          spdlog::info("cached constant {} was removed before it was read", name.path);
+        }
+      }
+      if (check->read_in) {
+        verified = Verify(name, check->data, check->size, check->iv, check->tag);
+        if (!verified.ok()) {
+          if (absl::StatusOr<FileDescriptor> shard =
+                  store_->OpenShard("constants", name.shard, false);
+              shard.ok()) {
+            Reject(name, shard->get(), check->st, verified.message());
+          }
         }
       }
       check->state = verified.ok() ? PendingCheck::State::kGood : PendingCheck::State::kBad;
@@ -324,6 +362,13 @@ bool ConstantFiles::CheckBeforeRead(const void* data) {
     checks_->by_data.erase(data);
   }
   return good;
+}
+
+bool ConstantFiles::NotReadIn(const void* data) {
+  std::shared_ptr<PendingCheck> check = checks_->Find(data);
+  if (check == nullptr) return false;
+  absl::MutexLock lock(&check->mu);
+  return !check->read_in;
 }
 
 bool ConstantFiles::IsBad(const void* data) const {
@@ -341,14 +386,14 @@ std::optional<runtime::ConstantData> ConstantFiles::LoadFile(const std::string& 
   absl::StatusOr<Opened> file = OpenChecked(name, size);
   if (!file.ok()) return std::nullopt;
   const uint64_t payload_size = file->header.payload_size;
-  std::shared_ptr<uint8_t> bytes = AllocatePayload(payload_size);
+  // Always the daemon's own copy, whenever read in; a check, whenever it
+  // comes, is of that copy.
+  const bool read_now = !defer_check || payload_size <= kReadAtLoadBytes;
+  std::shared_ptr<uint8_t> bytes = AllocatePayload(payload_size, read_now);
   if (bytes == nullptr) return std::nullopt;
-  // Read now, whether checked now or later: the bytes handed out are the
-  // daemon's own copy from the start, and a check, whenever it comes, is
-  // of that copy.
-  if (!ReadPayload(*file, name, bytes.get()).ok()) return std::nullopt;
+  if (read_now && !ReadPayload(*file, name, bytes.get()).ok()) return std::nullopt;
   if (!defer_check) {
-    if (absl::Status verified = Verify(name, bytes.get(), payload_size, file->mac);
+    if (absl::Status verified = Verify(name, bytes.get(), payload_size, file->iv, file->tag);
         !verified.ok()) {
       Reject(name, file->shard.get(), file->entry.st, verified.message());
       return std::nullopt;
@@ -367,11 +412,13 @@ std::optional<runtime::ConstantData> ConstantFiles::LoadFile(const std::string& 
     return runtime::ConstantData{std::move(bytes), static_cast<int64_t>(payload_size)};
   }
   auto check = std::make_shared<PendingCheck>();
+  check->read_in = read_now;
   check->data = bytes.get();
   check->size = payload_size;
   check->key = key;
   check->derived = derived;
-  check->mac = file->mac;
+  check->iv = file->iv;
+  check->tag = file->tag;
   check->st = file->entry.st;
   const uint8_t* raw = bytes.get();
   {
@@ -483,11 +530,12 @@ void ConstantFiles::Write(const Name& name, const runtime::ConstantData& data) {
   std::memcpy(header.data(), &h, sizeof(h));
   std::memcpy(header.data() + kKeyOffset, name.key.data(), std::min(name.key.size(), kMaxStoredKey));
   if (name.derived) {
-    // On this (low-priority) thread only: no pool threads taken from compiles.
-    const Digest payload =
-        ChunkedSha256(data.bytes.get(), static_cast<size_t>(data.size), /*parallel=*/false);
-    const Digest mac = HmacSha256(*key_, MacMessage(name.preimage, h.payload_size, payload));
-    std::memcpy(header.data() + kMacOffset, mac.data(), mac.size());
+    const MacIv iv = RandomMacIv();
+    const std::optional<MacTag> tag =
+        MacOf(*key_, iv, name.preimage, data.bytes.get(), h.payload_size);
+    if (!tag.has_value()) return fail("cannot compute a MAC (OpenSSL has no AES-256-GCM GMAC)");
+    std::memcpy(header.data() + kMacOffset, iv.data(), iv.size());
+    std::memcpy(header.data() + kMacOffset + iv.size(), tag->data(), tag->size());
   }
   // A unique temporary per writer: daemons sharing the directory never
   // write into each other's.

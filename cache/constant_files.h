@@ -12,7 +12,7 @@
 // bytes depend on them) =
 //   4096-byte header: magic "KILNCST\0" | u32 format version | u32 key
 //   length | u64 payload size | u64 zero | the key (its first 4032 bytes) |
-//   zeros | 32-byte MAC at offset 4064
+//   zeros | at offset 4064, the MAC: 12-byte nonce, 16-byte tag, 4 zeros
 //   payload
 // The directory is input (cache/cache_dir.h): a file is opened without
 // following links or blocking, only as a regular file of the daemon's user,
@@ -22,10 +22,11 @@
 // truncated afterwards changes nothing the daemon holds. The checks:
 //   - a client's constant: the SHA-256 of the bytes is the hash it is
 //     saved under (its name is its check; the MAC field is zero);
-//   - a derived constant: the MAC, HMAC-SHA256 under the directory's key
-//     (cache/cache_key.h) of the key, runtime version, CPU features, size
-//     and payload, so a file that no daemon holding the key wrote is never
-//     used (it is derived again from the client's checked weights).
+//   - a derived constant: the MAC, a GMAC (cache/digest.h) under the
+//     directory's key (cache/cache_key.h) with a random nonce, of the key,
+//     runtime version, CPU features, size and payload, so a file that no
+//     daemon holding the key wrote is never used (it is derived again from
+//     the client's checked weights).
 // Any mismatch deletes the file (logged) and is a miss; a bad file that
 // cannot be deleted is remembered and stays a miss. Writes go through a
 // temporary and a rename, on a background thread: the compile that derived
@@ -33,12 +34,15 @@
 // store's size cap and are evicted with its entries, least recently used
 // first (a load marks a file used).
 //
-// Loads may defer the check until the bytes are first needed
+// Loads may defer the read and the check until the bytes are first needed
 // (runtime::DeferredChecks, CheckBeforeRead), so a weight that is loaded
-// but never used (a fold whose packed form was saved too) costs no hashing.
-// Its bytes are read at the load all the same: kernels read some weights
-// while they are prepared and have them checked just after, which is only
-// sound if what they read is the copy that is checked.
+// but never used (a client's weight whose fold was saved, a fold whose
+// packed form was saved) costs neither a read nor a hash: its memory is
+// handed out before the bytes are read into it. Small constants (64 KiB at
+// most: biases, statistics) are read in at the load all the same, as
+// kernels copy them while they are prepared; the compiler prepares a
+// kernel again should it have read bytes not read in yet
+// (runtime::NotReadIn).
 //
 // Thread-safe.
 #pragma once
@@ -90,9 +94,11 @@ class ConstantFiles : public runtime::ConstantPersistence, public runtime::Defer
   std::optional<runtime::ConstantData> Load(const std::string& key, int64_t size,
                                             bool defer_check) override;
   void Save(const std::string& key, runtime::ConstantData data) override;
-  // runtime::DeferredChecks: checks a deferred load's bytes (the copy
-  // read at the load); a bad file is deleted (and logged) when found.
+  // runtime::DeferredChecks: reads a deferred load's bytes in if they are
+  // not yet, then checks that copy; a bad file is deleted (and logged)
+  // when found.
   bool CheckBeforeRead(const void* data) override;
+  bool NotReadIn(const void* data) override;
   // `data` (from a load) failed its deferred check.
   bool IsBad(const void* data) const;
 
@@ -119,7 +125,7 @@ class ConstantFiles : public runtime::ConstantPersistence, public runtime::Defer
  private:
   struct Name;     // where a key's file is, and what its MAC covers
   struct Opened;   // a file whose header passed
-  struct Checks;   // loads whose check is deferred, by their bytes
+  struct Checks;   // loads whose read or check is deferred, by their bytes
   Name NameFor(const std::string& key, bool derived) const;
   // Opens `name`'s file and checks its header against `key` and `size`
   // (-1: any). NOT_FOUND: a plain miss; FAILED_PRECONDITION: a miss that
@@ -130,8 +136,9 @@ class ConstantFiles : public runtime::ConstantPersistence, public runtime::Defer
   // when it is shorter than its header said.
   absl::Status ReadPayload(Opened& file, const Name& name, uint8_t* out);
   // DATA_LOSS saying why when `data` is not what `name` says (content
-  // hash) or `mac` does not authenticate it.
-  absl::Status Verify(const Name& name, const uint8_t* data, uint64_t size, const Digest& mac);
+  // hash) or its MAC (`iv`, `tag`) does not authenticate it.
+  absl::Status Verify(const Name& name, const uint8_t* data, uint64_t size, const MacIv& iv,
+                      const MacTag& tag);
   // Logs, deletes `name`'s file if it is still the one `st` describes, and
   // forgets it; if it cannot be deleted, remembers it as bad.
   void Reject(const Name& name, int shard, const struct stat& st, absl::string_view why);

@@ -1,14 +1,12 @@
 #include "cache/digest.h"
 
+#include <openssl/core_names.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
-#include <openssl/hmac.h>
+#include <openssl/params.h>
+#include <openssl/rand.h>
 
-#include <algorithm>
-#include <cstring>
-#include <vector>
-
-#include "runtime/exec/parallel.h"
+#include <memory>
 
 namespace kiln::cache {
 
@@ -19,42 +17,6 @@ Digest Sha256(const void* data, size_t size) {
   return out;
 }
 
-Digest ChunkedSha256(const void* data, size_t size, bool parallel) {
-  constexpr size_t kChunk = size_t{1} << 20;
-  const auto* p = static_cast<const uint8_t*>(data);
-  const int64_t chunks = static_cast<int64_t>((size + kChunk - 1) / kChunk);
-  // The size first, then the chunks' digests.
-  std::vector<uint8_t> list(sizeof(uint64_t) + static_cast<size_t>(chunks) * sizeof(Digest));
-  const uint64_t size64 = size;
-  std::memcpy(list.data(), &size64, sizeof(size64));
-  auto hash = [&](int64_t begin, int64_t end) {
-    for (int64_t c = begin; c < end; ++c) {
-      const size_t offset = static_cast<size_t>(c) * kChunk;
-      const Digest d = Sha256(p + offset, std::min(kChunk, size - offset));
-      std::memcpy(list.data() + sizeof(uint64_t) + static_cast<size_t>(c) * sizeof(Digest),
-                  d.data(), d.size());
-    }
-  };
-  if (parallel) {
-    runtime::ParallelFor(chunks, 1, hash);
-  } else {
-    hash(0, chunks);
-  }
-  return Sha256(list.data(), list.size());
-}
-
-Digest HmacSha256(const Digest& key, std::string_view message) {
-  Digest out;
-  unsigned int len = 0;
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
-       reinterpret_cast<const unsigned char*>(message.data()), message.size(), out.data(), &len);
-  return out;
-}
-
-bool DigestsEqual(const Digest& a, const Digest& b) {
-  return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
-}
-
 std::string DigestHex(const Digest& d) {
   static const char kHex[] = "0123456789abcdef";
   std::string out(2 * d.size(), '0');
@@ -63,6 +25,46 @@ std::string DigestHex(const Digest& d) {
     out[2 * i + 1] = kHex[d[i] & 15];
   }
   return out;
+}
+
+MacIv RandomMacIv() {
+  MacIv iv{};
+  RAND_bytes(iv.data(), static_cast<int>(iv.size()));
+  return iv;
+}
+
+std::optional<MacTag> Gmac(const Digest& key, const MacIv& iv,
+                           std::initializer_list<std::string_view> parts) {
+  // Fetched once: the lookup goes through OpenSSL's provider tables.
+  static EVP_MAC* const gmac = EVP_MAC_fetch(nullptr, "GMAC", nullptr);
+  if (gmac == nullptr) return std::nullopt;
+  std::unique_ptr<EVP_MAC_CTX, decltype(&EVP_MAC_CTX_free)> ctx(EVP_MAC_CTX_new(gmac),
+                                                                 &EVP_MAC_CTX_free);
+  char cipher[] = "AES-256-GCM";
+  MacIv nonce = iv;
+  const OSSL_PARAM params[] = {
+      OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_CIPHER, cipher, 0),
+      OSSL_PARAM_construct_octet_string(OSSL_MAC_PARAM_IV, nonce.data(), nonce.size()),
+      OSSL_PARAM_construct_end()};
+  if (ctx == nullptr || EVP_MAC_init(ctx.get(), key.data(), key.size(), params) != 1) {
+    return std::nullopt;
+  }
+  for (std::string_view part : parts) {
+    if (EVP_MAC_update(ctx.get(), reinterpret_cast<const unsigned char*>(part.data()),
+                       part.size()) != 1) {
+      return std::nullopt;
+    }
+  }
+  MacTag tag{};
+  size_t len = 0;
+  if (EVP_MAC_final(ctx.get(), tag.data(), &len, tag.size()) != 1 || len != tag.size()) {
+    return std::nullopt;
+  }
+  return tag;
+}
+
+bool TagsEqual(const MacTag& a, const MacTag& b) {
+  return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
 }  // namespace kiln::cache

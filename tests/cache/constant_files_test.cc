@@ -227,6 +227,21 @@ TEST_F(ConstantFilesTest, FilesAreEvictedUnderTheCacheCap) {
   EXPECT_FALSE(files.Load("d:0", static_cast<int64_t>(v.size() * 4), false).has_value());
 }
 
+TEST_F(ConstantFilesTest, KeyFileOthersMayReadRefusesTheCache) {
+  {
+    ArtifactStore store(dir_.string());
+    ConstantFiles files(&store);
+    ASSERT_TRUE(store.enabled());
+  }
+  fs::permissions(dir_ / kCacheKeyFile, fs::perms::group_read, fs::perm_options::add);
+  ArtifactStore store(dir_.string());
+  ConstantFiles files(&store);
+  EXPECT_FALSE(store.enabled());
+  files.Save("d:x", Borrow(Random(100, 28)));
+  files.Flush();
+  EXPECT_TRUE(Files(dir_).empty());
+}
+
 std::string Read(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
@@ -409,7 +424,7 @@ TEST_F(ConstantFilesTest, EntriesThatAreNotUsableFilesAreMissesAndRemoved) {
 // convolution's weight and bias and packs the folded weight.
 class PersistedCompile : public ConstantFilesTest {
  protected:
-  static constexpr int64_t kIc = 8, kOc = 16, kHw = 10;
+  int64_t kIc = 8, kOc = 16, kHw = 10;  // set before SetUp builds the graph
 
   kiln::v1::Graph Build() {
     GraphBuilder b;
@@ -582,6 +597,118 @@ TEST_F(PersistedCompile, DeferredChecksReadOnlyWhatTheCompileUses) {
   failed = absl::UnknownError("dropped");  // lets the bad copies go
   EXPECT_FALSE(fs::exists(folded_weight));
   EXPECT_EQ(CompileAndRun(&files), plain);
+}
+
+// Wide enough that the folded weight (64x64x3x3 floats) is past what a
+// deferred load reads in at once: it is read in when first needed, by the
+// packing or the Winograd transform that asks for it, or never.
+class PersistedWideCompile : public PersistedCompile {
+ protected:
+  void SetUp() override {
+    kIc = 64;
+    kOc = 64;
+    PersistedCompile::SetUp();
+  }
+};
+
+TEST_F(PersistedWideCompile, WeightsReadInWhenFirstNeededGiveTheSameAnswer) {
+  const std::vector<float> plain = CompileAndRun(nullptr);
+  {
+    ArtifactStore store(dir_.string());
+    ConstantFiles files(&store);
+    CompileAndRun(&files);
+    files.Flush();
+  }
+  for (int round = 0; round < 2; ++round) {
+    ArtifactStore store(dir_.string());
+    ConstantFiles files(&store);
+    files.InstallDeferredChecks();
+    EXPECT_EQ(CompileAndRun(&files), plain) << round;
+    EXPECT_GT(files.loaded_bytes(), 0u);
+    EXPECT_GE(files.loaded_bytes(), files.checked_bytes());
+  }
+  // The folds damaged: whatever reads them gets them checked first.
+  for (const std::string& path : FilesOfKind(dir_, "d:")) Damage(path);
+  for (const std::string& path : FilesOfKind(dir_, "pack|")) Damage(path);
+  ArtifactStore store(dir_.string());
+  ConstantFiles files(&store);
+  files.InstallDeferredChecks();
+  auto ir = runtime::GraphFromProto(graph_);
+  ASSERT_TRUE(ir.ok());
+  absl::StatusOr<std::unique_ptr<runtime::CompiledGraph>> compiled;
+  {
+    runtime::PersistenceScope scope(&files);
+    compiled = runtime::Compile(*std::move(ir), Resolver());
+  }
+  EXPECT_EQ(compiled.status().code(), absl::StatusCode::kDataLoss) << compiled.status();
+  compiled = absl::UnknownError("dropped");
+  EXPECT_EQ(CompileAndRun(&files), plain);
+}
+
+// A bias past what a deferred load reads in at once, which the oneDNN
+// convolution copies while it is prepared without asking for it first: the
+// compiler notices it was not read in, reads it in, and prepares the
+// kernel again (read as it was handed out, the bias would be zeros).
+class PersistedWideBiasCompile : public PersistedCompile {
+ protected:
+  void SetUp() override {
+    kIc = 1;
+    kOc = 20000;  // 80 KB of folded bias
+    kHw = 1;
+    PersistedCompile::SetUp();
+  }
+};
+
+TEST_F(PersistedWideBiasCompile, BiasCopiedWhilePreparedIsReadInFirst) {
+  const std::vector<float> plain = CompileAndRun(nullptr);
+  {
+    ArtifactStore store(dir_.string());
+    ConstantFiles files(&store);
+    CompileAndRun(&files);
+    files.Flush();
+  }
+  ArtifactStore store(dir_.string());
+  ConstantFiles files(&store);
+  files.InstallDeferredChecks();
+  EXPECT_EQ(CompileAndRun(&files), plain);
+  EXPECT_GT(files.checked_bytes(), 0u);
+}
+
+TEST_F(ConstantFilesTest, LargeDeferredLoadIsReadInAndCheckedWhenFirstNeeded) {
+  const std::vector<float> v = Random(100000, 29), other = Random(100000, 30);
+  const int64_t size = static_cast<int64_t>(v.size() * sizeof(float));
+  const std::string path = SaveOne("d:w", v);
+  const std::string good = Read(path);
+  ArtifactStore store(dir_.string());
+  ConstantFiles files(&store);
+  files.InstallDeferredChecks();
+  auto first = files.Load("d:w", size, /*defer_check=*/true);
+  ASSERT_TRUE(first.has_value());
+  EXPECT_TRUE(files.NotReadIn(first->bytes.get()));
+  EXPECT_EQ(files.checked_bytes(), 0u);
+  EXPECT_TRUE(files.CheckBeforeRead(first->bytes.get()));
+  EXPECT_FALSE(files.NotReadIn(first->bytes.get()));
+  EXPECT_EQ(std::memcmp(first->bytes.get(), v.data(), static_cast<size_t>(size)), 0);
+  // Changed between the load and the first read: what is read in is the
+  // change, and it fails.
+  auto second = files.Load("d:w", size, /*defer_check=*/true);
+  ASSERT_TRUE(second.has_value());
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(kConstantFileHeaderBytes);
+    f.write(reinterpret_cast<const char*>(other.data()), size);
+  }
+  EXPECT_FALSE(files.CheckBeforeRead(second->bytes.get()));
+  EXPECT_FALSE(fs::exists(path));
+  // Gone before the first read: a miss for the compile, not a crash.
+  {
+    std::ofstream(path, std::ios::binary) << good;
+    fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write);
+  }
+  auto third = files.Load("d:w", size, /*defer_check=*/true);
+  ASSERT_TRUE(third.has_value());
+  fs::remove(path);
+  EXPECT_FALSE(files.CheckBeforeRead(third->bytes.get()));
 }
 
 }  // namespace
