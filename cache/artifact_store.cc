@@ -142,7 +142,9 @@ absl::StatusOr<FileDescriptor> ArtifactStore::OpenShard(const char* kind,
   const fs::path kind_path = fs::path(dir_) / kind;
   absl::StatusOr<FileDescriptor> dir = OpenCacheRoot(dir_, create);
   if (dir.ok()) dir = OpenCacheSubdirectory(dir->get(), kind, kind_path.string(), create);
-  if (dir.ok()) dir = OpenCacheSubdirectory(dir->get(), shard, (kind_path / shard).string(), create);
+  if (dir.ok()) {
+    dir = OpenCacheSubdirectory(dir->get(), shard, (kind_path / shard).string(), create);
+  }
   if (absl::IsPermissionDenied(dir.status())) Disable(std::string(dir.status().message()));
   return dir;
 }
@@ -339,7 +341,9 @@ void ArtifactStore::Store(const std::string& key, const std::string& payload) {
   const fs::path tmp = final_path.parent_path() / tmp_name;
   int fd = ::openat(shard->get(), tmp_name.c_str(),
                     O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd < 0) return Disable(absl::StrCat("cannot write ", tmp.string(), ": ", std::strerror(errno)));
+  if (fd < 0) {
+    return Disable(absl::StrCat("cannot write ", tmp.string(), ": ", std::strerror(errno)));
+  }
   size_t written = 0;
   while (written < data.size()) {
     ssize_t n = write(fd, data.data() + written, data.size() - written);

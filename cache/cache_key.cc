@@ -22,9 +22,11 @@ absl::Status Published(int dir, const std::string& name, const std::string& path
     return absl::InternalError("no random bytes for a new cache key");
   }
   const std::string text = DigestHex(key) + "\n";
-  CacheKey tag;
-  RAND_bytes(tag.data(), 8);
-  const std::string tmp = absl::StrCat(name, ".tmp.", ::getpid(), ".", DigestHex(tag).substr(0, 16));
+  // A name of this daemon's own (O_EXCL makes sure of it), nothing of the
+  // key in it: others may list the directory.
+  uint32_t tag = 0;
+  RAND_bytes(reinterpret_cast<unsigned char*>(&tag), sizeof(tag));
+  const std::string tmp = absl::StrCat(name, ".tmp.", ::getpid(), ".", tag);
   FileDescriptor fd(::openat(dir, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
                              0600));
   if (fd.get() < 0) {
@@ -55,7 +57,8 @@ absl::StatusOr<CacheKey> LoadOrCreateCacheKey(int dir, const std::string& name,
     entry = OpenCacheEntry(dir, name, path);
   }
   if (absl::IsDataLoss(entry.status())) {
-    return absl::DataLossError(absl::StrCat(path, " is ", entry.status().message()));
+    return absl::DataLossError(
+        absl::StrCat(path, " cannot be used (", entry.status().message(), ")"));
   }
   if (!entry.ok()) return entry.status();
   if ((entry->st.st_mode & 077) != 0) {

@@ -425,13 +425,12 @@ std::optional<runtime::ConstantData> ConstantFiles::LoadFile(const std::string& 
     absl::MutexLock lock(&checks_->mu);
     checks_->by_data[raw] = std::move(check);
   }
-  return runtime::ConstantData{
-      std::shared_ptr<const uint8_t>(raw,
-                                     [bytes = std::move(bytes), checks = checks_](const uint8_t* p) {
-                                       absl::MutexLock lock(&checks->mu);
-                                       checks->by_data.erase(p);
-                                     }),
-      static_cast<int64_t>(payload_size)};
+  auto release = [bytes = std::move(bytes), checks = checks_](const uint8_t* p) {
+    absl::MutexLock lock(&checks->mu);
+    checks->by_data.erase(p);
+  };
+  return runtime::ConstantData{std::shared_ptr<const uint8_t>(raw, std::move(release)),
+                               static_cast<int64_t>(payload_size)};
 }
 
 std::optional<runtime::ConstantData> ConstantFiles::Load(const std::string& key, int64_t size,
@@ -528,7 +527,8 @@ void ConstantFiles::Write(const Name& name, const runtime::ConstantData& data) {
   h.key_length = static_cast<uint32_t>(name.key.size());
   h.payload_size = static_cast<uint64_t>(data.size);
   std::memcpy(header.data(), &h, sizeof(h));
-  std::memcpy(header.data() + kKeyOffset, name.key.data(), std::min(name.key.size(), kMaxStoredKey));
+  std::memcpy(header.data() + kKeyOffset, name.key.data(),
+              std::min(name.key.size(), kMaxStoredKey));
   if (name.derived) {
     const MacIv iv = RandomMacIv();
     const std::optional<MacTag> tag =
