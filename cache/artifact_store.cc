@@ -9,9 +9,7 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
-#include <fstream>
 #include <random>
-#include <sstream>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -27,12 +25,12 @@ constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'A', 'R', 'T', '\0'};
 // A writer's temporary this old belongs to a writer that died: no write of
 // one entry takes an hour.
 constexpr time_t kStaleTemporarySeconds = 3600;
-
-// Size of the file at `path`, 0 if it does not exist.
-uint64_t FileSize(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
-}
+// The longest header: magic, format, two strings of at most 4096 bytes
+// with their lengths, size, checksum.
+constexpr uint64_t kMaxHeaderBytes = 8 + 4 + 2 * (4 + 4096) + 8 + 64;
+// A payload is a graph a client sent in one message (kilnd takes messages
+// of up to 256 MiB); anything larger was not written by a daemon.
+constexpr uint64_t kMaxPayloadBytes = uint64_t{1} << 30;
 
 void PutU32(std::string* out, uint32_t v) { out->append(reinterpret_cast<const char*>(&v), 4); }
 void PutU64(std::string* out, uint64_t v) { out->append(reinterpret_cast<const char*>(&v), 8); }
@@ -80,20 +78,75 @@ struct ArtifactStore::ScanResult {
 ArtifactStore::ArtifactStore(std::string dir, uint64_t max_bytes)
     : dir_(std::move(dir)), max_bytes_(max_bytes) {
   if (dir_.empty()) return;
-  std::error_code ec;
-  fs::create_directories(fs::path(dir_) / "artifacts", ec);
-  if (ec) {
-    Disable(absl::StrCat("cannot create ", dir_, ": ", ec.message()));
+  absl::StatusOr<FileDescriptor> root = OpenCacheRoot(dir_, /*create=*/true);
+  if (!root.ok()) {
+    Disable(std::string(root.status().message()));
     return;
   }
-  if (access((fs::path(dir_) / "artifacts").c_str(), W_OK) != 0) {
+  const std::string artifacts = (fs::path(dir_) / "artifacts").string();
+  absl::StatusOr<FileDescriptor> sub =
+      OpenCacheSubdirectory(root->get(), "artifacts", artifacts, /*create=*/true);
+  if (!sub.ok()) {
+    Disable(std::string(sub.status().message()));
+    return;
+  }
+  if (::faccessat(root->get(), "artifacts", W_OK, 0) != 0) {
     Disable(absl::StrCat(dir_, " is not writable"));
+    return;
+  }
+  // Before anything in it is read: a directory someone else can write
+  // refuses the whole cache now rather than entry by entry.
+  if (absl::Status tree = CheckTree(root->get()); !tree.ok()) {
+    Disable(std::string(tree.message()));
     return;
   }
   enabled_ = true;
   const uint64_t total = Rescan();
   spdlog::debug("compiled-graph cache {}: {} bytes of entries, cap {}", dir_, total,
                 max_bytes_ == 0 ? std::string("none") : std::to_string(max_bytes_));
+}
+
+absl::Status ArtifactStore::CheckTree(int root) {
+  for (const char* kind : {"artifacts", "constants"}) {
+    const std::string kind_path = (fs::path(dir_) / kind).string();
+    absl::StatusOr<FileDescriptor> dir =
+        OpenCacheSubdirectory(root, kind, kind_path, /*create=*/false);
+    if (absl::IsNotFound(dir.status())) continue;
+    // Not a directory at all (DATA_LOSS): its writes fail later, as any.
+    if (absl::IsPermissionDenied(dir.status())) return dir.status();
+    if (!dir.ok()) continue;
+    std::error_code ec;
+    for (auto shard = fs::directory_iterator(kind_path, ec);
+         !ec && shard != fs::directory_iterator(); shard.increment(ec)) {
+      const std::string name = shard->path().filename().string();
+      if (name.size() != 2) continue;
+      absl::StatusOr<FileDescriptor> checked = OpenCacheSubdirectory(
+          dir->get(), name, shard->path().string(), /*create=*/false);
+      if (absl::IsPermissionDenied(checked.status())) return checked.status();
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<FileDescriptor> ArtifactStore::OpenRoot() {
+  absl::StatusOr<FileDescriptor> root = OpenCacheRoot(dir_, /*create=*/false);
+  if (absl::IsPermissionDenied(root.status())) Disable(std::string(root.status().message()));
+  return root;
+}
+
+absl::StatusOr<FileDescriptor> ArtifactStore::OpenShard(const char* kind,
+                                                        const std::string& shard, bool create) {
+  // Each level again on every use: a directory changed since the start
+  // (its mode, its owner, a symbolic link in its place) is noticed before
+  // anything under it is read.
+  const fs::path kind_path = fs::path(dir_) / kind;
+  absl::StatusOr<FileDescriptor> dir = OpenCacheRoot(dir_, create);
+  if (dir.ok()) dir = OpenCacheSubdirectory(dir->get(), kind, kind_path.string(), create);
+  if (dir.ok()) {
+    dir = OpenCacheSubdirectory(dir->get(), shard, (kind_path / shard).string(), create);
+  }
+  if (absl::IsPermissionDenied(dir.status())) Disable(std::string(dir.status().message()));
+  return dir;
 }
 
 // Walks artifacts/<xx>/ and constants/<xx>/ only: the layouts PathFor and
@@ -115,6 +168,13 @@ void ArtifactStore::ScanKind(const char* subdir, const std::string& suffix, Scan
   for (auto shard = fs::directory_iterator(fs::path(dir_) / subdir, ec);
        !ec && shard != fs::directory_iterator(); shard.increment(ec)) {
     if (shard->path().filename().string().size() != 2) continue;
+    // Only directories of the store's own making: what is under a symbolic
+    // link or another user's directory is neither counted nor removed.
+    struct stat shard_st;
+    if (::lstat(shard->path().c_str(), &shard_st) != 0 ||
+        !CheckCacheDirectory(shard_st, shard->path().string()).ok()) {
+      continue;
+    }
     std::error_code shard_ec;
     for (auto file = fs::directory_iterator(shard->path(), shard_ec);
          !shard_ec && file != fs::directory_iterator(); file.increment(shard_ec)) {
@@ -206,23 +266,34 @@ std::string ArtifactStore::PathFor(const std::string& key) const {
 std::optional<std::string> ArtifactStore::Load(const std::string& key) {
   if (!enabled()) return std::nullopt;
   const std::string path = PathFor(key);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::stringstream buf;
-  buf << in.rdbuf();
-  const std::string data = buf.str();
-
-  auto reject = [&](const char* why) -> std::optional<std::string> {
-    spdlog::warn("cache entry {} rejected ({}); removing it and recompiling", path, why);
-    std::error_code ec;
-    if (fs::remove(path, ec)) {
+  absl::StatusOr<FileDescriptor> shard = OpenShard("artifacts", key.substr(0, 2), false);
+  if (!shard.ok()) return std::nullopt;
+  const std::string name = fs::path(path).filename().string();
+  absl::StatusOr<CacheEntry> entry = OpenCacheEntry(shard->get(), name, path);
+  uint64_t file_size = 0;
+  auto reject = [&](absl::string_view why) -> std::optional<std::string> {
+    spdlog::warn("cache entry {} rejected ({}); removing it and recompiling", path,
+                 std::string(why));
+    if (::unlinkat(shard->get(), name.c_str(), 0) == 0) {
       absl::MutexLock lock(&mu_);
-      total_bytes_ -= std::min<uint64_t>(total_bytes_, data.size());
+      total_bytes_ -= std::min<uint64_t>(total_bytes_, file_size);
     }
     return std::nullopt;
   };
-  Reader r(data);
-  std::string magic, version, features, checksum, payload;
+  if (absl::IsDataLoss(entry.status())) return reject(entry.status().message());
+  if (!entry.ok()) return std::nullopt;
+  file_size = static_cast<uint64_t>(entry->st.st_size);
+
+  // The header is read first, and the payload only when the header's size
+  // is the rest of the file: a planted file of any length (a sparse one of
+  // terabytes) costs one header's read.
+  std::string head(std::min<uint64_t>(file_size, kMaxHeaderBytes), '\0');
+  if (absl::Status read = ReadExactly(entry->fd.get(), 0, head.data(), head.size(), path);
+      !read.ok()) {
+    return reject(read.message());
+  }
+  Reader r(head);
+  std::string magic, version, features, checksum;
   uint32_t format = 0;
   uint64_t size = 0;
   if (!r.Bytes(8, &magic) || std::memcmp(magic.data(), kMagic, 8) != 0) return reject("bad magic");
@@ -232,11 +303,18 @@ std::optional<std::string> ArtifactStore::Load(const std::string& key) {
   if (version != KILN_RUNTIME_VERSION) return reject("other runtime version");
   if (features != runtime::CpuFeatureString()) return reject("other CPU features");
   if (!r.Scalar(&size) || !r.Bytes(64, &checksum)) return reject("truncated header");
-  if (r.remaining() != size) return reject("truncated or oversized payload");
-  r.Bytes(size, &payload);
+  const uint64_t header_size = head.size() - r.remaining();
+  if (file_size - header_size != size) return reject("truncated or oversized payload");
+  if (size > kMaxPayloadBytes) return reject("payload larger than any graph");
+  std::string payload(size, '\0');
+  if (absl::Status read =
+          ReadExactly(entry->fd.get(), header_size, payload.data(), payload.size(), path);
+      !read.ok()) {
+    return reject(read.message());
+  }
   if (runtime::Sha256Hex(payload) != checksum) return reject("checksum mismatch");
   // The LRU clock (see the header); failing to set it only ages the entry.
-  ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);
+  ::futimens(entry->fd.get(), nullptr);
   return payload;
 }
 
@@ -253,34 +331,41 @@ void ArtifactStore::Store(const std::string& key, const std::string& payload) {
   data += payload;
 
   const fs::path final_path = PathFor(key);
-  std::error_code ec;
-  fs::create_directories(final_path.parent_path(), ec);
-  if (ec) return Disable(absl::StrCat("cannot create ", final_path.parent_path().string(), ": ", ec.message()));
+  const std::string name = final_path.filename().string();
+  absl::StatusOr<FileDescriptor> shard = OpenShard("artifacts", key.substr(0, 2), true);
+  if (!shard.ok()) return Disable(std::string(shard.status().message()));
   // A unique temporary name per writer, so daemons sharing the directory
   // never write into each other's temporaries.
   std::random_device rd;
-  const fs::path tmp = final_path.string() + absl::StrCat(".tmp.", getpid(), ".", rd());
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) return Disable(absl::StrCat("cannot write ", tmp.string(), ": ", std::strerror(errno)));
+  const std::string tmp_name = name + absl::StrCat(".tmp.", getpid(), ".", rd());
+  const fs::path tmp = final_path.parent_path() / tmp_name;
+  int fd = ::openat(shard->get(), tmp_name.c_str(),
+                    O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return Disable(absl::StrCat("cannot write ", tmp.string(), ": ", std::strerror(errno)));
+  }
   size_t written = 0;
   while (written < data.size()) {
     ssize_t n = write(fd, data.data() + written, data.size() - written);
     if (n <= 0) {
       int err = errno;
       close(fd);
-      fs::remove(tmp, ec);
+      ::unlinkat(shard->get(), tmp_name.c_str(), 0);
       return Disable(absl::StrCat("write to ", tmp.string(), " failed: ", std::strerror(err)));
     }
     written += static_cast<size_t>(n);
   }
   if (fsync(fd) != 0 || close(fd) != 0) {
-    fs::remove(tmp, ec);
+    ::unlinkat(shard->get(), tmp_name.c_str(), 0);
     return Disable(absl::StrCat("cannot flush ", tmp.string()));
   }
-  const uint64_t replaced = FileSize(final_path.string());
-  fs::rename(tmp, final_path, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
+  struct stat old_st;
+  const uint64_t replaced =
+      ::fstatat(shard->get(), name.c_str(), &old_st, AT_SYMLINK_NOFOLLOW) == 0
+          ? static_cast<uint64_t>(old_st.st_size)
+          : 0;
+  if (::renameat(shard->get(), tmp_name.c_str(), shard->get(), name.c_str()) != 0) {
+    ::unlinkat(shard->get(), tmp_name.c_str(), 0);
     return Disable(absl::StrCat("cannot rename into ", final_path.string()));
   }
   {

@@ -21,8 +21,17 @@
 // cap is exceeded and the directory is scanned again before evicting. A scan
 // also removes writers' temporaries older than an hour (left by a crash).
 //
-// Thread-safe. When the directory cannot be created or written, the store
-// disables itself, logs once, and every call becomes a miss / no-op.
+// The directory is input too (cache/cache_dir.h): the root and every
+// directory under it that the store uses must belong to the daemon's user
+// and be writable by nobody else, or the store refuses the directory
+// (disables itself, saying why once), at start or whenever it comes upon
+// one. Entries are opened without following symbolic links or blocking,
+// only as regular files of the daemon's user, and read up to the size
+// their header gives, which must be the file's.
+//
+// Thread-safe. When the directory cannot be created or written, or is
+// refused, the store disables itself, logs once, and every call becomes a
+// miss / no-op.
 #pragma once
 
 #include <atomic>
@@ -31,7 +40,9 @@
 #include <optional>
 #include <string>
 
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "cache/cache_dir.h"
 
 namespace kiln::cache {
 
@@ -59,6 +70,19 @@ class ArtifactStore {
 
   std::string PathFor(const std::string& key) const;
 
+  // The directory <dir>/<kind>/<shard> (kind "artifacts" or "constants",
+  // shard two hex digits), checked at every level and created when
+  // `create`. A directory someone else could write disables the store
+  // (PERMISSION_DENIED); NOT_FOUND when absent and not created.
+  absl::StatusOr<FileDescriptor> OpenShard(const char* kind, const std::string& shard,
+                                           bool create);
+  // The root directory, checked.
+  absl::StatusOr<FileDescriptor> OpenRoot();
+
+  // Turns the store off for good and logs `why` once (with what it means:
+  // compiling without caching).
+  void Disable(const std::string& why);
+
   // Another file in the cache directory counted against the cap with the
   // entries (cache/constant_files.h): `bytes` were just written at `path`,
   // or `bytes` were just removed.
@@ -78,7 +102,9 @@ class ArtifactStore {
   void ScanKind(const char* subdir, const std::string& suffix, ScanResult* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EvictIfOver(const std::string& keep_path) ABSL_LOCKS_EXCLUDED(mu_);
-  void Disable(const std::string& why);
+  // Every directory of the tree as CheckCacheDirectory wants it; the first
+  // that is not, or OK.
+  absl::Status CheckTree(int root);
 
   std::string dir_;
   const uint64_t max_bytes_;

@@ -1,5 +1,5 @@
 // Constants kept in the cache directory, so a restarted daemon (or another
-// daemon on the same directory) maps them instead of asking clients to
+// daemon on the same directory) reads them instead of asking clients to
 // upload weights again and deriving folded and packed weights again.
 //
 // Two kinds, one format: clients' constants by content hash (the constant
@@ -11,19 +11,44 @@
 // (with the runtime version and CPU features for derived constants, whose
 // bytes depend on them) =
 //   4096-byte header: magic "KILNCST\0" | u32 format version | u32 key
-//   length | u64 payload size | u64 ChunkedChecksum64 of the payload | the key
-//   (its first 4000 bytes) | zeros
-//   payload (page-aligned, so a mapping of the file serves it directly)
-// Loads map the file shared and read-only: daemons on one host share its
-// pages in the page cache. Any mismatch (magic, version, key, size,
-// checksum) deletes the file and is a miss. Writes go through a temporary
-// and a rename, on a background thread: the compile that derived a weight
-// does not wait for the disk. The files count toward the artifact store's
-// size cap and are evicted with its entries, least recently used first (a
-// load marks a file used).
+//   length | u64 payload size | u64 zero | the key (its first 4032 bytes) |
+//   zeros | at offset 4064, the MAC: 12-byte nonce, 16-byte tag, 4 zeros
+//   payload
+// The directory is input (cache/cache_dir.h): a file is opened without
+// following links or blocking, only as a regular file of the daemon's user,
+// and read up to the size its header gives, which must be the file's.
+// What is used is always what was verified: the payload is read into the
+// daemon's memory and that copy is checked, so a file rewritten or
+// truncated afterwards changes nothing the daemon holds. The checks:
+//   - a client's constant: the SHA-256 of the bytes is the hash it is
+//     saved under (its name is its check; the MAC field is zero);
+//   - a derived constant: the MAC, a GMAC (cache/digest.h) under the
+//     directory's key (cache/cache_key.h) with a random nonce, of the key,
+//     runtime version, CPU features, size and payload, so a file that no
+//     daemon holding the key wrote is never used (it is derived again from
+//     the client's checked weights).
+// Any mismatch deletes the file (logged) and is a miss; a bad file that
+// cannot be deleted is remembered and stays a miss. Writes go through a
+// temporary and a rename, on a background thread: the compile that derived
+// a weight does not wait for the disk. The files count toward the artifact
+// store's size cap and are evicted with its entries, least recently used
+// first (a load marks a file used).
+//
+// Loads may defer the read and the check until the bytes are first needed
+// (runtime::DeferredChecks, CheckBeforeRead), so a weight that is loaded
+// but never used (a client's weight whose fold was saved, a fold whose
+// packed form was saved) costs neither a read nor a hash: its memory is
+// handed out before the bytes are read into it. Small constants (64 KiB at
+// most: biases, statistics) are read in at the load all the same, as
+// kernels copy them while they are prepared; the compiler prepares a
+// kernel again should it have read bytes not read in yet
+// (runtime::NotReadIn).
 //
 // Thread-safe.
 #pragma once
+
+#include <sys/stat.h>
+#include <sys/types.h>
 
 #include <atomic>
 #include <cstdint>
@@ -34,20 +59,26 @@
 #include <thread>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "cache/artifact_store.h"
+#include "cache/cache_key.h"
 #include "runtime/compile/constant_persistence.h"
 
 namespace kiln::cache {
 
-inline constexpr uint32_t kConstantFileFormatVersion = 1;
+inline constexpr uint32_t kConstantFileFormatVersion = 2;
 inline constexpr size_t kConstantFileHeaderBytes = 4096;
 
 class ConstantFiles : public runtime::ConstantPersistence, public runtime::DeferredChecks {
  public:
   // Files live in store->dir(); nothing is read or written while the store
-  // is disabled (no cache directory, or it failed).
+  // is disabled (no cache directory, or it failed or was refused). Reads
+  // the directory's key, creating it if there is none; a key file that is
+  // not a key of the daemon's user closed to others refuses the directory.
   explicit ConstantFiles(ArtifactStore* store);
   // Writes what is still queued, then stops the writer.
   ~ConstantFiles() override;
@@ -55,52 +86,95 @@ class ConstantFiles : public runtime::ConstantPersistence, public runtime::Defer
   ConstantFiles& operator=(const ConstantFiles&) = delete;
 
   // Makes this the process's runtime::DeferredChecks (until destroyed):
-  // only then do loads asked to defer their checksum do so; otherwise
-  // every load checks at once.
+  // only then do loads asked to defer their read do so; otherwise every
+  // load reads and checks at once.
   void InstallDeferredChecks();
 
   // Derived constants (runtime::ConstantPersistence).
   std::optional<runtime::ConstantData> Load(const std::string& key, int64_t size,
                                             bool defer_check) override;
   void Save(const std::string& key, runtime::ConstantData data) override;
-  // runtime::DeferredChecks: a bad file is deleted (and logged) when found.
+  // runtime::DeferredChecks: reads a deferred load's bytes in if they are
+  // not yet, then checks that copy; a bad file is deleted (and logged)
+  // when found.
   bool CheckBeforeRead(const void* data) override;
+  bool NotReadIn(const void* data) override;
   // `data` (from a load) failed its deferred check.
   bool IsBad(const void* data) const;
 
-  // Clients' constants, by content hash; checked when first read (when
-  // deferred checks are installed).
-  std::optional<runtime::ConstantData> LoadUploaded(const std::string& hash);
+  // Clients' constants, by content hash, of `size` bytes (what the graph
+  // asking for it says; a file of another size is a miss). Checked when
+  // first read (when deferred checks are installed).
+  std::optional<runtime::ConstantData> LoadUploaded(const std::string& hash, int64_t size);
   void SaveUploaded(const std::string& hash, runtime::ConstantData data);
-  // A file for it exists (not yet verified: LoadUploaded checks it).
-  bool HasUploaded(const std::string& hash) const;
+  // A file for it that can be opened and whose header is right exists
+  // (its bytes are not read here: LoadUploaded checks them). One that
+  // cannot be used is deleted (logged), so it is never "present" again.
+  bool HasUploaded(const std::string& hash);
 
   // Waits until every queued write is done (tests, shutdown).
   void Flush();
   // Payload bytes of the files loaded so far.
   uint64_t loaded_bytes() const { return loaded_bytes_.load(); }
-  // Payload bytes whose checksum was computed on load (at once or deferred).
+  // Payload bytes checked (at once or deferred).
   uint64_t checked_bytes() const { return checked_bytes_.load(); }
 
   // Where `key`'s file is; `derived` selects the naming.
   std::string PathFor(const std::string& key, bool derived) const;
 
  private:
+  struct Name;     // where a key's file is, and what its MAC covers
+  struct Opened;   // a file whose header passed
+  struct Checks;   // loads whose read or check is deferred, by their bytes
+  Name NameFor(const std::string& key, bool derived) const;
+  // Opens `name`'s file and checks its header against `key` and `size`
+  // (-1: any). NOT_FOUND: a plain miss; FAILED_PRECONDITION: a miss that
+  // is no fault of the file's (another size asked for, a file already
+  // rejected); DATA_LOSS: the file is bad and has been rejected.
+  absl::StatusOr<Opened> OpenChecked(const Name& name, int64_t size);
+  // Reads the payload of `file` into `out`; DATA_LOSS (the file rejected)
+  // when it is shorter than its header said.
+  absl::Status ReadPayload(Opened& file, const Name& name, uint8_t* out);
+  // DATA_LOSS saying why when `data` is not what `name` says (content
+  // hash) or its MAC (`iv`, `tag`) does not authenticate it.
+  absl::Status Verify(const Name& name, const uint8_t* data, uint64_t size, const MacIv& iv,
+                      const MacTag& tag);
+  // Logs, deletes `name`'s file if it is still the one `st` describes, and
+  // forgets it; if it cannot be deleted, remembers it as bad.
+  void Reject(const Name& name, int shard, const struct stat& st, absl::string_view why);
+  // `st` is a file Reject could not delete.
+  bool RejectedBefore(const Name& name, const struct stat& st);
   std::optional<runtime::ConstantData> LoadFile(const std::string& key, bool derived,
                                                 int64_t size, bool defer_check);
-  struct Checks;  // loads whose checksum is deferred, by their bytes
   void Enqueue(const std::string& key, bool derived, runtime::ConstantData data);
   void WriterLoop();
-  void Write(const std::string& key, const std::string& path, const runtime::ConstantData& data);
+  void Write(const Name& name, const runtime::ConstantData& data);
   bool Usable() const;
 
   ArtifactStore* store_;
+  std::optional<CacheKey> key_;  // set once, at construction
   absl::Mutex mu_;
   // Files this process wrote, queued or loaded: no second write or stat.
   absl::flat_hash_set<std::string> known_ ABSL_GUARDED_BY(mu_);
+  // Rejected files that could not be deleted, by path: the same file
+  // (device, inode, size, change time) is a miss without another look.
+  struct FileId {
+    dev_t dev;
+    ino_t ino;
+    off_t size;
+    int64_t ctime_ns;
+    static FileId Of(const struct stat& st) {
+      return FileId{st.st_dev, st.st_ino, st.st_size,
+                    int64_t{st.st_ctim.tv_sec} * 1000000000 + st.st_ctim.tv_nsec};
+    }
+    bool operator==(const FileId& o) const {
+      return dev == o.dev && ino == o.ino && size == o.size && ctime_ns == o.ctime_ns;
+    }
+  };
+  absl::flat_hash_map<std::string, FileId> unremovable_ ABSL_GUARDED_BY(mu_);
   struct Pending {
     std::string key;
-    std::string path;
+    bool derived;
     runtime::ConstantData data;
   };
   std::deque<Pending> queue_ ABSL_GUARDED_BY(mu_);
@@ -110,7 +184,7 @@ class ConstantFiles : public runtime::ConstantPersistence, public runtime::Defer
   std::atomic<uint64_t> loaded_bytes_{0};
   std::atomic<uint64_t> checked_bytes_{0};
   std::atomic<bool> deferring_{false};
-  // Shared with the mappings' deleters, which may outlive this object.
+  // Shared with the loaded bytes' deleters, which may outlive this object.
   std::shared_ptr<Checks> checks_;
   std::thread writer_;
 };

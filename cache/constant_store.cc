@@ -22,7 +22,7 @@ absl::StatusOr<std::shared_ptr<uint8_t>> ConstantStore::Allocate(int64_t size) {
 }
 
 absl::StatusOr<bool> ConstantStore::Put(const std::string& hash, runtime::ConstantData owned) {
-  if (Contains(hash)) return false;
+  if (InMemory(hash)) return false;
   // Hash outside the lock: it is the slow part.
   if (runtime::Sha256Hex(owned.bytes.get(), static_cast<size_t>(owned.size)) != hash) {
     return absl::InvalidArgumentError(
@@ -42,7 +42,8 @@ absl::StatusOr<bool> ConstantStore::PutCopy(const std::string& hash, const void*
   return Put(hash, runtime::ConstantData{std::move(bytes), size});
 }
 
-absl::StatusOr<runtime::ConstantData> ConstantStore::Get(const std::string& hash) const {
+absl::StatusOr<runtime::ConstantData> ConstantStore::Get(const std::string& hash,
+                                                         int64_t size) const {
   {
     absl::MutexLock lock(&mu_);
     auto it = entries_.find(hash);
@@ -53,7 +54,7 @@ absl::StatusOr<runtime::ConstantData> ConstantStore::Get(const std::string& hash
   }
   // Mapped outside the lock: checking a large file takes a while.
   std::optional<runtime::ConstantData> saved =
-      files_ == nullptr ? std::nullopt : files_->LoadUploaded(hash);
+      files_ == nullptr ? std::nullopt : files_->LoadUploaded(hash, size);
   if (!saved) return absl::NotFoundError(absl::StrCat("constant ", hash, " not found"));
   absl::MutexLock lock(&mu_);
   auto [it, inserted] = entries_.emplace(hash, Entry{*std::move(saved), absl::Now()});
@@ -62,17 +63,19 @@ absl::StatusOr<runtime::ConstantData> ConstantStore::Get(const std::string& hash
   return it->second.data;
 }
 
+bool ConstantStore::InMemory(const std::string& hash) const {
+  absl::MutexLock lock(&mu_);
+  auto it = entries_.find(hash);
+  if (it == entries_.end()) return false;
+  it->second.touched = absl::Now();
+  return true;
+}
+
 bool ConstantStore::Contains(const std::string& hash) const {
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = entries_.find(hash);
-    if (it != entries_.end()) {
-      it->second.touched = absl::Now();
-      return true;
-    }
-  }
-  // Not verified here: Get checks the file, and a compile that finds it
-  // bad fails as for any missing constant (the client uploads it).
+  if (InMemory(hash)) return true;
+  // Its bytes are not checked here: Get checks them, and a compile that
+  // finds them bad fails as for any missing constant (the client uploads
+  // it). A file that cannot be used at all is gone after this.
   return files_ != nullptr && files_->HasUploaded(hash);
 }
 

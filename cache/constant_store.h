@@ -43,12 +43,20 @@ class ConstantStore {
   // (INVALID_ARGUMENT otherwise: a client cannot poison an entry other
   // clients will share). The bytes must be the daemon's own (from
   // Allocate), never a client's shared memory, which could change between
-  // the hash and any later read. Returns true when newly stored.
+  // the hash and any later read. Returns true when newly stored: false
+  // when memory holds `hash` already. A file of it in the cache directory
+  // does not count: bytes in hand are worth more than a file that may yet
+  // fail its check.
   absl::StatusOr<bool> Put(const std::string& hash, runtime::ConstantData owned);
   // Put of a copy of `size` bytes at `data` (the daemon's memory).
   absl::StatusOr<bool> PutCopy(const std::string& hash, const void* data, int64_t size);
-  absl::StatusOr<runtime::ConstantData> Get(const std::string& hash) const;
+  // `size`: what the graph asking for it says it holds, which bounds what
+  // is read from a file (a file of another size is not it).
+  absl::StatusOr<runtime::ConstantData> Get(const std::string& hash, int64_t size) const;
+  // In memory, or a file for it looks right (ConstantFiles::HasUploaded).
   bool Contains(const std::string& hash) const;
+  // In memory.
+  bool InMemory(const std::string& hash) const;
   // Forgets `hash` if its entry holds these bytes (a copy mapped from the
   // cache directory that failed its deferred check).
   void Drop(const std::string& hash, const void* bytes);

@@ -20,15 +20,26 @@ absl::StatusOr<std::shared_ptr<const runtime::CompiledGraph>> GraphCache::Build(
     bool persist) {
   cache::ConstantFiles* files = persist ? files_ : nullptr;
   bool check_now = false;  // the second attempt's: every weight checked up front
-  auto resolve = [this, &files, &check_now](const std::string& hash) {
-    auto data = constants_->Get(hash);
+  // What each constant's node says it holds: a file in the cache directory
+  // is read up to that size and no further.
+  absl::flat_hash_map<std::string, int64_t> sizes;
+  for (const auto& node : graph.nodes()) {
+    if (!node.has_constant()) continue;
+    if (auto meta = runtime::MetaFromProto(node.constant().meta()); meta.ok()) {
+      sizes.emplace(node.constant().hash(), meta->ByteSize());
+    }
+  }
+  auto resolve = [this, &files, &check_now, &sizes](const std::string& hash) {
+    auto known = sizes.find(hash);
+    const int64_t size = known == sizes.end() ? -1 : known->second;
+    auto data = constants_->Get(hash, size);
     // A copy from the cache directory that failed its check: gone from
     // the store, and from the directory (so: missing, and uploaded again).
     if (data.ok() && files_ != nullptr &&
         (check_now ? !files_->CheckBeforeRead(data->bytes.get())
                    : files_->IsBad(data->bytes.get()))) {
       constants_->Drop(hash, data->bytes.get());
-      data = constants_->Get(hash);
+      data = constants_->Get(hash, size);
     }
     // Saved with the graph's artifact, so a warm start needs no upload.
     if (data.ok() && files != nullptr) files->SaveUploaded(hash, *data);

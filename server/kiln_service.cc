@@ -362,7 +362,9 @@ absl::Status KilnService::DoUpload(const kiln::v1::UploadConstantsRequest& req,
     // UnregisterRegion does meanwhile.
     std::vector<std::shared_ptr<ShmRegion>> keep;
     KILN_ASSIGN_OR_RETURN(uint8_t * data, ResolveDescriptor(*session, c.data(), meta, what, &keep));
-    if (constants_.Contains(c.hash())) {
+    // In memory only: a file in the cache directory is not enough, as it
+    // may yet fail its check, and the client has the bytes in hand.
+    if (constants_.InMemory(c.hash())) {
       resp->set_already_present(resp->already_present() + 1);
       continue;
     }
@@ -451,7 +453,9 @@ absl::Status KilnService::DoCompile(const kiln::v1::CompileRequest& req,
     int missing = 0;
     for (const auto& node : req.graph().nodes()) {
       if (!node.has_constant()) continue;
-      auto data = constants_.Get(node.constant().hash());
+      auto meta = runtime::MetaFromProto(node.constant().meta());
+      KILN_RETURN_IF_ERROR(meta.status());
+      auto data = constants_.Get(node.constant().hash(), meta->ByteSize());
       if (!data.ok()) {
         if (missing++ == 0) {
           first_missing = absl::StrCat("node '", node.name(), "': constant ", node.constant().hash());

@@ -341,13 +341,14 @@ def check_lowering(entry: LoweringEntry) -> str | None:
 # ---- Weights the daemon saved (constants/<xx>/<name>.kcst) --------------------
 # Layout and header as cache/constant_files.h writes them: a 4096-byte
 # header (magic, u32 format version, u32 key length, u64 payload size, u64
-# checksum, the key) then the payload. The checksum is the daemon's own
-# (cache/checksum.h), recomputed by the daemon when it reads the bytes; this
-# module checks the container only.
+# zero, the key, a MAC in its last 32 bytes) then the payload. What checks
+# the bytes is the daemon's when it reads them (a client's weight: the
+# SHA-256 its name says; a derived one: the MAC under the directory's key,
+# which this module does not read); this module checks the container only.
 
 CONSTANT_DIR = "constants"
 CONSTANT_MAGIC = b"KILNCST\0"
-CONSTANT_FORMAT_VERSION = 1
+CONSTANT_FORMAT_VERSION = 2
 CONSTANT_SUFFIX = ".kcst"
 CONSTANT_HEADER_BYTES = 4096
 _CONSTANT_HEADER = struct.Struct("<8sIIQQ")
@@ -397,12 +398,12 @@ def list_constants(cache_dir: str) -> list[ConstantFile]:
 def _parse_constant_header(path: str, head: bytes, size: int, mtime: float) -> ConstantFile:
     if len(head) < CONSTANT_HEADER_BYTES:
         return ConstantFile(path, "", size, mtime, header_error="truncated header")
-    magic, fmt, key_length, payload_size, _checksum = _CONSTANT_HEADER.unpack_from(head)
+    magic, fmt, key_length, payload_size, _zero = _CONSTANT_HEADER.unpack_from(head)
     if magic != CONSTANT_MAGIC:
         return ConstantFile(path, "", size, mtime, header_error="bad magic")
     if fmt != CONSTANT_FORMAT_VERSION:
         return ConstantFile(path, "", size, mtime, header_error="other format version")
-    stored = head[_CONSTANT_HEADER.size:_CONSTANT_HEADER.size + min(key_length, 4000)]
+    stored = head[_CONSTANT_HEADER.size:_CONSTANT_HEADER.size + min(key_length, 4032)]
     key = stored.decode("utf-8", errors="replace")
     if size - CONSTANT_HEADER_BYTES != payload_size:
         return ConstantFile(path, key, size, mtime, header_error="truncated or oversized payload",

@@ -75,7 +75,7 @@ def format_stats(s: kiln_pb2.StatsResponse, socket_path: str) -> str:
         f"{s.constants} ({mib(s.constant_bytes)}); packed weights {mib(s.packed_weight_bytes)}; "
         f"plans of {s.live_graphs} live graphs {mib(s.plan_bytes)}",
         f"  constant bytes:  {mib(s.constant_bytes_uploaded)} uploaded, "
-        f"{mib(s.constant_bytes_from_cache)} mapped from the cache dir",
+        f"{mib(s.constant_bytes_from_cache)} read from the cache dir",
         f"  clients:         {s.sessions} sessions, {s.live_handles} handles",
     ]
     for c in s.clients:

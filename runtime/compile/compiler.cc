@@ -507,11 +507,31 @@ absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
     const size_t found_before = reads.packed_without_reading.size();
     KILN_ASSIGN_OR_RETURN(PreparedOp prepared,
                           PrepareNode(graph, node, constant_data, /*shape_only=*/false));
+    auto found_packed_now = [&] {
+      return absl::flat_hash_set<const void*>(
+          reads.packed_without_reading.begin() + static_cast<std::ptrdiff_t>(found_before),
+          reads.packed_without_reading.end());
+    };
+    // A kernel that read a constant at prepare time without asking
+    // CheckBeforeRead first read bytes that a deferred load had not read in
+    // yet (constant_persistence.h): those are read in and checked now, and
+    // the kernel is prepared again, from the real bytes.
+    bool prepare_again = false;
+    {
+      const absl::flat_hash_set<const void*> found = found_packed_now();
+      for (const void* c : prepared.consumed_constants) {
+        if (found.contains(c) || !NotReadIn(c)) continue;
+        if (!CheckBeforeRead(c)) return absl::DataLossError(kBadSavedConstant);
+        prepare_again = true;
+      }
+    }
+    if (prepare_again) {
+      reads.packed_without_reading.resize(found_before);
+      KILN_ASSIGN_OR_RETURN(prepared, PrepareNode(graph, node, constant_data, /*shape_only=*/false));
+    }
     // What the kernel took at prepare time, bar weights whose packing it
     // found (their bytes were not read): checked below.
-    const absl::flat_hash_set<const void*> found_packed(
-        reads.packed_without_reading.begin() + static_cast<std::ptrdiff_t>(found_before),
-        reads.packed_without_reading.end());
+    const absl::flat_hash_set<const void*> found_packed = found_packed_now();
     for (const void* c : prepared.consumed_constants) {
       if (!found_packed.contains(c)) read_at_prepare.insert(c);
     }

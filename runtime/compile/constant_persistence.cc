@@ -16,6 +16,15 @@ bool CheckBeforeRead(const void* data) {
   return checks == nullptr || data == nullptr || checks->CheckBeforeRead(data);
 }
 
+void CheckBeforePrepareReads(const void* data) {
+  if (!CheckBeforeRead(data) && current_reads != nullptr) current_reads->failed_check = true;
+}
+
+bool NotReadIn(const void* data) {
+  DeferredChecks* checks = deferred_checks.load();
+  return checks != nullptr && data != nullptr && checks->NotReadIn(data);
+}
+
 CompileReads* CurrentCompileReads() { return current_reads; }
 
 CompileReadsScope::CompileReadsScope(CompileReads* reads) : previous_(current_reads) {

@@ -36,15 +36,21 @@ class ConstantPersistence {
   virtual void Save(const std::string& key, ConstantData data) = 0;
 };
 
-// Constant bytes handed out before their checks (a mapped cache file whose
-// checksum is verified on first read). Process-wide: a compile may find
-// such bytes through the tables of shared constants, loaded by another.
+// Constant bytes handed out before their checks (a cache file whose bytes
+// are read in and verified when first needed). Process-wide: a compile may
+// find such bytes through the tables of shared constants, loaded by
+// another.
 class DeferredChecks {
  public:
   virtual ~DeferredChecks() = default;
   // True when `data` awaits no check or passes it now (once; concurrent
   // callers wait for the one checking); false when its bytes are bad.
+  // Large constants may not even be read in before this: whoever reads
+  // bytes that may be deferred asks first.
   virtual bool CheckBeforeRead(const void* data) = 0;
+  // `data` is handed out but its bytes are not read in yet: whatever read
+  // it did not ask CheckBeforeRead first, and saw no weight.
+  virtual bool NotReadIn(const void* data) = 0;
 };
 // Installed once by the daemon before any compile; null: nothing defers.
 void SetDeferredChecks(DeferredChecks* checks);
@@ -52,6 +58,12 @@ void SetDeferredChecks(DeferredChecks* checks);
 // or in a run): true when they may be read. False means the compile must
 // fail (DATA_LOSS) and be redone; the bad copy is already dropped.
 bool CheckBeforeRead(const void* data);
+// CheckBeforeRead for a kernel's prepare function, which has no status to
+// return: a failure is recorded in the compile's CompileReads, and the
+// compile fails with DATA_LOSS once the kernel is prepared.
+void CheckBeforePrepareReads(const void* data);
+// DeferredChecks::NotReadIn of the installed checks (false without).
+bool NotReadIn(const void* data);
 
 // What a compile read, for deciding which deferred checks it needs. Set by
 // Compile on its thread; PackConstant reports srcs it did not read (their

@@ -25,6 +25,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "runtime/compile/constant_persistence.h"
 #include "runtime/exec/parallel.h"
 #include "runtime/kernels/kernel_util.h"
 #include "runtime/kernels/post_op_loops.h"
@@ -198,6 +199,10 @@ bool NarrowGroupApplies(const NarrowGroupConvShape& s, bool constant_weight, boo
 std::unique_ptr<Kernel> MakeNarrowGroupConv(const NarrowGroupConvShape& s, const float* weight,
                                             const float* bias, int input_index, int bias_index,
                                             int residual_index, std::vector<PostOp> post_ops) {
+  // Both are read here: bytes from the cache directory are read in and
+  // checked first.
+  CheckBeforePrepareReads(weight);
+  CheckBeforePrepareReads(bias);
   NarrowGroupConvKernel::Config cfg;
   cfg.s = s;
   cfg.input_index = input_index;

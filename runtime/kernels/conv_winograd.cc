@@ -33,6 +33,7 @@
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/compile/constant_persistence.h"
 #include "runtime/exec/parallel.h"
 #include "runtime/kernels/kernel_util.h"
 #include "runtime/kernels/onednn_util.h"
@@ -301,6 +302,10 @@ bool WinogradApplies(const WinogradConvShape& s, int64_t kh, int64_t kw,
 absl::StatusOr<std::unique_ptr<Kernel>> MakeWinogradConv(
     const NodeArgs& args, const WinogradConvShape& s, const float* weight, const float* bias,
     int input_index, int bias_index, int residual_index, std::vector<PostOp> post_ops) {
+  // Both are read here, to transform and to copy: bytes from the cache
+  // directory are read in and checked first.
+  CheckBeforePrepareReads(weight);
+  CheckBeforePrepareReads(bias);
   WinogradConvKernel::Config cfg;
   cfg.s = s;
   cfg.tiles_h = (s.oh + 1) / 2;

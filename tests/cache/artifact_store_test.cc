@@ -4,10 +4,14 @@
 // stores on one directory, used from many threads, never see a torn entry.
 #include "cache/artifact_store.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <set>
 #include <sstream>
@@ -283,6 +287,79 @@ TEST_F(ArtifactStoreTest, TwoStoresOnOneDirectoryFromManyThreadsNeverTearAnEntry
     ASSERT_TRUE(got.has_value()) << "key " << k;
     EXPECT_TRUE(allowed[k].count(*got)) << "key " << k;
   }
+}
+
+TEST_F(ArtifactStoreTest, EntriesThatAreNotRegularFilesAreMissesWithoutBlocking) {
+  ArtifactStore store(dir_.string());
+  store.Store(key_, payload_);
+  const std::string path = store.PathFor(key_);
+  // A FIFO would block an open for reading until a writer came (never); a
+  // link to /dev/zero would be read until memory ran out.
+  const std::function<void()> plants[] = {
+      [&] { ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0); },
+      [&] { fs::create_symlink("/dev/zero", path); },
+      [&] { fs::create_symlink(dir_ / "elsewhere", path); },
+  };
+  WriteFile((dir_ / "elsewhere").string(), ReadFile(path));
+  for (const auto& plant : plants) {
+    fs::remove(path);
+    plant();
+    EXPECT_FALSE(store.Load(key_).has_value());
+    EXPECT_FALSE(fs::exists(fs::symlink_status(path)));  // the link itself, not its target
+  }
+  EXPECT_TRUE(fs::exists(dir_ / "elsewhere"));
+  EXPECT_TRUE(store.enabled());
+}
+
+TEST_F(ArtifactStoreTest, EntryLargerThanItsHeaderSaysIsRejectedUnread) {
+  ArtifactStore store(dir_.string());
+  store.Store(key_, payload_);
+  const std::string path = store.PathFor(key_);
+  // Sparse: costs no disk, but reading it whole would take 64 GiB.
+  fs::resize_file(path, uint64_t{64} << 30);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(store.Load(key_).has_value());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  EXPECT_FALSE(fs::exists(path));
+}
+
+TEST_F(ArtifactStoreTest, DirectoryOthersCanWriteRefusesTheCache) {
+  {
+    ArtifactStore store(dir_.string());
+    store.Store(key_, payload_);
+  }
+  const fs::path shard = fs::path(ArtifactStore(dir_.string()).PathFor(key_)).parent_path();
+  for (const fs::path& d : {dir_, dir_ / "artifacts", shard}) {
+    ::chmod(d.c_str(), 0777);
+    ArtifactStore store(dir_.string());
+    EXPECT_FALSE(store.enabled()) << d;
+    EXPECT_FALSE(store.Load(key_).has_value()) << d;
+    ::chmod(d.c_str(), 0755);
+  }
+  // Found later, on use: refused from then on.
+  ArtifactStore store(dir_.string());
+  ASSERT_TRUE(store.enabled());
+  ::chmod(shard.c_str(), 0775);
+  EXPECT_FALSE(store.Load(key_).has_value());
+  EXPECT_FALSE(store.enabled());
+  ::chmod(shard.c_str(), 0755);
+  EXPECT_TRUE(fs::exists(store.PathFor(key_)));  // refused, not deleted
+}
+
+TEST_F(ArtifactStoreTest, DirectoryOfAnotherUserRefusesTheCache) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to give a directory away";
+  fs::create_directories(dir_ / "artifacts");
+  ASSERT_EQ(::chown((dir_ / "artifacts").c_str(), 65534, 0), 0);
+  ArtifactStore store(dir_.string());
+  EXPECT_FALSE(store.enabled());
+}
+
+TEST_F(ArtifactStoreTest, LinkInPlaceOfAShardRefusesTheCache) {
+  fs::create_directories(dir_ / "elsewhere");
+  fs::create_directories(dir_ / "artifacts");
+  fs::create_directory_symlink(dir_ / "elsewhere", dir_ / "artifacts" / key_.substr(0, 2));
+  ArtifactStore store(dir_.string());
+  EXPECT_FALSE(store.enabled());
 }
 
 }  // namespace

@@ -32,7 +32,7 @@ TEST(ConstantStore, EvictsOnlyUnheldConstantsPastTheirGrace) {
   Blob held(1.f), free(2.f);
   ASSERT_TRUE(store.PutCopy(held.hash, held.values.data(), held.size()).ok());
   ASSERT_TRUE(store.PutCopy(free.hash, free.values.data(), free.size()).ok());
-  auto in_use = store.Get(held.hash);  // as a compiled graph holds it
+  auto in_use = store.Get(held.hash, held.size());  // as a compiled graph holds it
   ASSERT_TRUE(in_use.ok());
   const absl::Duration grace = absl::Seconds(30);
 

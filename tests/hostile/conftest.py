@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import mmap
 import os
+import resource
 import secrets
 import shutil
 import signal
@@ -42,20 +43,30 @@ def find_kilnd() -> str:
 class Daemon:
     """One kilnd on a socket and cache directory of its own."""
 
-    def __init__(self, workdir: str, extra_args: Sequence[str] = ()):
+    def __init__(self, workdir: str, extra_args: Sequence[str] = (),
+                 address_space: int | None = None):
         self.workdir = workdir
         self.socket = os.path.join(workdir, "kilnd.sock")
         self.cache_dir = os.path.join(workdir, "cache")
         self.log_file = os.path.join(workdir, "kilnd.log")
         self.extra_args = list(extra_args)
+        self.address_space = address_space
         self.proc: subprocess.Popen | None = None
+
+    def _limit(self) -> None:
+        """In the child: caps its address space (RLIMIT_AS), so a daemon
+        that allocates without bound fails fast instead of taking the
+        machine's memory."""
+        if self.address_space is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (self.address_space, self.address_space))
 
     def start(self) -> None:
         with open(self.log_file, "ab") as log:
             self.proc = subprocess.Popen(
                 [find_kilnd(), "--socket", self.socket, "--cache-dir", self.cache_dir,
                  *self.extra_args],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                preexec_fn=self._limit if self.address_space is not None else None)
         deadline = time.monotonic() + 60
         while not daemon.probe(self.socket, 1.0):
             if self.proc.poll() is not None:
@@ -286,7 +297,8 @@ def kilnd(request):
     """A daemon for this test only. At the end it must still be running,
     and the test's bystander (if it used one) must still be served."""
     workdir = tempfile.mkdtemp(prefix="kh-", dir="/tmp")
-    d = Daemon(workdir, daemon_args(request))
+    limit = request.node.get_closest_marker("kilnd_address_space")
+    d = Daemon(workdir, daemon_args(request), address_space=limit.args[0] if limit else None)
     d.start()
     try:
         yield d
@@ -314,3 +326,5 @@ def hostile(kilnd):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "kilnd_args(*flags): extra flags for the test's kilnd")
+    config.addinivalue_line("markers",
+                            "kilnd_address_space(bytes): RLIMIT_AS for the test's kilnd")
