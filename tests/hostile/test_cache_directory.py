@@ -130,8 +130,8 @@ def compile_cached(client: RawClient, g: kiln_pb2.Graph, weights: list[torch.Ten
     missing after all (a saved copy failed its check) uploads them and
     compiles again."""
     hashes = [sha256_hex(w) for w in weights]
-    missing = client.stub.QueryConstants(
-        kiln_pb2.QueryConstantsRequest(hashes=hashes), timeout=30).missing
+    request = kiln_pb2.QueryConstantsRequest(session_id=client.session, hashes=hashes)
+    missing = client.stub.QueryConstants(request, timeout=30).missing
     _upload(client, weights, set(missing))
     request = kiln_pb2.CompileRequest(session_id=client.session, graph=g, model_caching=True)
     try:
@@ -433,7 +433,7 @@ def test_unusable_saved_weight_is_not_already_present(kilnd, fresh_bystander, sp
     bystander = Bystander(kilnd.socket)
     client = RawClient(kilnd.socket)
     try:
-        query = kiln_pb2.QueryConstantsRequest(hashes=[sha256_hex(w)])
+        query = kiln_pb2.QueryConstantsRequest(session_id=client.session, hashes=[sha256_hex(w)])
         # A daemon of another user could not even open it: never "present".
         assert list(client.stub.QueryConstants(query, timeout=10).missing) == [sha256_hex(w)]
         _upload(client, [w], {sha256_hex(w)})
