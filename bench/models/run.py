@@ -194,9 +194,9 @@ def child_main(spec_path: str) -> int:
 SETTLE_S = 0.05
 # Seconds of untimed calls at the start of each block. After another
 # backend's block a process comes back with cold caches and sleeping
-# threads; one call did not undo that for every backend (Kiln on
-# shufflenet_v2 at batch 1: 9 of 30 timed calls at 1.6-2.3x the median of
-# a back-to-back loop, ONNX Runtime's within 1.15x of its own).
+# threads; one call did not undo that for every backend (Kiln's small
+# models at batch 1 then had a share of timed calls far above the median
+# of a back-to-back loop, where ONNX Runtime's stayed close to its own).
 BLOCK_WARMUP_S = 0.2
 
 
