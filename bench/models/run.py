@@ -444,7 +444,8 @@ def _fma_peak() -> dict[str, Any]:
         if row.get("error_occurred") or row.get("skipped") or "GFLOPS" not in row:
             continue  # BM_FmaPeakAvx512 on a CPU without AVX-512
         isa = "avx512" if "Avx512" in row["name"] else "avx2"
-        peaks.setdefault(isa, {})[int(row.get("threads", 1))] = row["GFLOPS"]
+        # The JSON holds the rate in FLOP/s: the counter's "G" is display only.
+        peaks.setdefault(isa, {})[int(row.get("threads", 1))] = row["GFLOPS"] / 1e9
     isa = "avx512" if "avx512" in peaks else "avx2"
     if not peaks.get(isa):
         return {"command": shown, "error": f"no FMA peak in its output: {out.stderr[-300:]}"}
