@@ -57,10 +57,9 @@ void Isolated(absl::FunctionRef<void()> fn) {
 // A client calling in a loop spends the time between its calls in Python
 // (Dynamo's guards, copying inputs), on one core; a worker asleep in that
 // gap wakes for the next run only after its first parallel regions have
-// run on the calling thread alone. Measured on a 2-core VM: the first
-// milliseconds of mobilenet_v3_large's run (its 112x112 layers) at about
-// half speed, 1.7 ms per call lost in all, against the same run repeated
-// back to back. ONNX Runtime's pool spins between runs for the same reason.
+// run on the calling thread alone, so the start of every run (in a CNN, its
+// large early layers) goes at the speed of one thread. ONNX Runtime's pool
+// spins between runs for the same reason.
 std::atomic<int64_t> g_keep_warm_us{kDefaultKeepWarmUs};
 // Spinner tasks queued since start, and those spinning now (KeepWarmStats).
 std::atomic<uint64_t> g_spinners_queued{0};
