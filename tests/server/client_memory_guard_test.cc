@@ -78,6 +78,8 @@ TEST(ClientMemoryGuardDeathTest, AFaultOutsideClientMemoryStillKills) {
   EXPECT_EXIT(
       {
         Object object(1 << 16);
+        // The child dies before any destructor runs: no name left behind.
+        shm_unlink(("/" + object.name).c_str());
         auto* p = static_cast<volatile uint8_t*>(
             mmap(nullptr, 1 << 16, PROT_READ | PROT_WRITE, MAP_SHARED, object.fd, 0));
         if (ftruncate(object.fd, 0) != 0) _exit(3);
