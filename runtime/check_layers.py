@@ -107,6 +107,9 @@ def main(manifest, root, stamp):
                         f"{', '.join(sorted(allowed[layer]))})")
 
     if problems:
+        # No stamp from an earlier pass may let a later build skip the check.
+        if os.path.exists(stamp):
+            os.remove(stamp)
         for p in problems:
             print(f"error: {p}", file=sys.stderr)
         print("runtime layering check failed (runtime/CMakeLists.txt declares the layers)",

@@ -45,6 +45,13 @@ def test_an_upward_include_fails_naming_file_and_line(tmp_path):
     assert not (tmp_path / "stamp").exists()
 
 
+def test_a_failure_removes_the_stamp_of_an_earlier_pass(tmp_path):
+    assert run_check(tmp_path, BASE, {"low": [], "high": ["low"]}, OWNERS).returncode == 0
+    result = run_check(tmp_path, BASE, {"low": [], "high": []}, OWNERS)
+    assert result.returncode == 1
+    assert not (tmp_path / "stamp").exists()
+
+
 def test_a_layer_uses_what_its_dependencies_use(tmp_path):
     files = {"runtime/base/c.h": "#pragma once\n",
              "runtime/low/a.h": '#include "runtime/base/c.h"\n',
