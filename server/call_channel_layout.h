@@ -5,7 +5,9 @@
 // The client creates a region (RegisterRegion), lays out the block below,
 // and asks for a channel over it (OpenChannel); a daemon thread then serves
 // the calls posted in it. Every field is little-endian, at a fixed offset.
-// The Python client (client/kiln/channel.py) mirrors these numbers; change
+// This header is the one definition: the Python client's
+// client/kiln/channel_layout.py mirrors its numbers, and
+// tests/python/test_channel_layout.py fails when the two differ. Change
 // both together and bump kChannelLayoutVersion.
 //
 //   offset  size  field

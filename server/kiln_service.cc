@@ -14,6 +14,7 @@
 #include "runtime/compile/dump.h"
 #include "runtime/exec/executor.h"
 #include "runtime/ir/from_proto.h"
+#include "runtime/ir/specialize.h"
 #include "runtime/kernels/onednn_util.h"
 #include "runtime/ops/registry.h"
 #include "runtime/util/cpu_features.h"
@@ -436,9 +437,9 @@ absl::Status KilnService::DoCompile(const kiln::v1::CompileRequest& req,
         daemon_limits_.max_graph_nodes, " (kilnd --max-graph-nodes)"));
   }
   std::map<std::string, std::string> options(req.options().begin(), req.options().end());
-  if (IsDynamic(req.graph())) {
+  if (runtime::IsDynamic(req.graph())) {
     // Checked now so a bad graph or option fails at compile, not per shape.
-    KILN_RETURN_IF_ERROR(ValidateTemplate(req.graph()));
+    KILN_RETURN_IF_ERROR(runtime::ValidateTemplate(req.graph()));
     KILN_RETURN_IF_ERROR(runtime::ParseCompileOptions(options).status());
     auto tmpl = std::make_shared<GraphTemplate>();
     tmpl->graph = req.graph();
@@ -485,7 +486,7 @@ absl::Status KilnService::DoSpecialize(const kiln::v1::SpecializeRequest& req,
   KILN_ASSIGN_OR_RETURN(auto session, sessions_.Find(req.session_id()));
   KILN_ASSIGN_OR_RETURN(auto tmpl, session->Template(req.handle()));
   KILN_ASSIGN_OR_RETURN(kiln::v1::Graph graph,
-                        SpecializeGraph(tmpl->graph, req.inputs(), req.sizes()));
+                        runtime::SpecializeGraph(tmpl->graph, req.inputs(), req.sizes()));
   KILN_ASSIGN_OR_RETURN(CompileResult result,
                         graphs_.GetOrCompile(graph, tmpl->options, tmpl->model_caching,
                                              /*shape_variant=*/true));

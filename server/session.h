@@ -20,7 +20,7 @@
 #include "server/call_channel.h"
 #include "server/client_limits.h"
 #include "server/shm_region.h"
-#include "server/specialize.h"
+#include "server/graph_template.h"
 
 namespace kiln::server {
 

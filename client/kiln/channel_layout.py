@@ -1,6 +1,8 @@
 """The byte layout of a call channel block: server/call_channel_layout.h's
-numbers, which this mirrors (change both together). channel.py speaks the
-protocol; native.py's self-test checks the C++ helper writes the same."""
+numbers, which this mirrors (change both together;
+tests/python/test_channel_layout.py checks them against the header).
+channel.py speaks the protocol; native.py's self-test checks the C++ helper
+writes the same."""
 
 LAYOUT_VERSION = 1
 MAGIC = 0x314E484B

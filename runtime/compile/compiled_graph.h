@@ -17,17 +17,11 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "runtime/compile/constant_data.h"
 #include "runtime/ir/graph.h"
 #include "runtime/kernels/kernel.h"
 
 namespace kiln::runtime {
-
-// Bytes of one constant, owned by whoever resolved it (the constant store);
-// the compiled graph keeps it alive.
-struct ConstantData {
-  std::shared_ptr<const uint8_t> bytes;
-  int64_t size = 0;
-};
 
 // Where a tensor value lives during a run.
 struct ValueSlot {

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/compile/compiled_graph.h"
+#include "runtime/compile/constant_data.h"
 
 namespace kiln::runtime {
 

@@ -22,7 +22,8 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
-#include "runtime/compile/compiled_graph.h"
+#include "runtime/compile/constant_data.h"
+#include "runtime/ir/graph.h"
 
 namespace kiln::runtime {
 

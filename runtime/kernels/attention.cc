@@ -15,7 +15,7 @@
 // Work is split over (batch, head, block of query rows). A run first lays
 // out K^T per key/value head (in run scratch), so that each block's
 // scores are one small product, Q_block @ K^T, and its output another,
-// P @ V (kernels/small_gemm.h), with the softmax between them on the
+// P @ V (microkernels/small_gemm.h), with the softmax between them on the
 // block's rows while they are in cache.
 #include <algorithm>
 #include <cmath>
@@ -27,7 +27,7 @@
 #include "runtime/exec/parallel.h"
 #include "runtime/kernels/broadcast.h"
 #include "runtime/kernels/kernel_util.h"
-#include "runtime/kernels/small_gemm.h"
+#include "runtime/microkernels/small_gemm.h"
 #include "runtime/kernels/strided_loop.h"
 #include "runtime/kernels/vector_math.h"
 #include "runtime/ops/prepare_fns.h"

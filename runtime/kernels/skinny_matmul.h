@@ -35,7 +35,7 @@
 
 #include "runtime/kernels/onednn_util.h"
 #include "runtime/kernels/post_ops.h"
-#include "runtime/kernels/skinny_panel.h"
+#include "runtime/microkernels/skinny_panel.h"
 
 namespace kiln::runtime {
 

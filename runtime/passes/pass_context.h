@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "runtime/compile/compiled_graph.h"
+#include "runtime/compile/constant_data.h"
 #include "runtime/ir/graph.h"
 
 namespace kiln::runtime {

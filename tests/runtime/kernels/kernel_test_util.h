@@ -24,6 +24,7 @@
 #include "runtime/kernels/kernel.h"
 #include "runtime/ops/op_def.h"
 #include "runtime/ops/registry.h"
+#include "tests/testing/random_floats.h"
 
 namespace kiln::runtime::testing {
 
@@ -39,16 +40,6 @@ inline int64_t NumElements(const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   return n;
-}
-
-// Uniform values in [lo, hi), deterministic per seed.
-inline std::vector<float> RandomFloats(int64_t n, uint32_t seed,
-                                       float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(gen);
-  return v;
 }
 
 // 64-byte aligned, owned byte buffer (oneDNN and the executor align so).

@@ -5,7 +5,7 @@
 // The many-row loops likewise, from A packed in row tiles into a panel of
 // 16-column strips. Whole products (packing, blocks, epilogue) are tested
 // through kiln.addmm in matmul_test.cc.
-#include "runtime/kernels/skinny_panel.h"
+#include "runtime/microkernels/skinny_panel.h"
 
 #include <sys/mman.h>
 #include <unistd.h>

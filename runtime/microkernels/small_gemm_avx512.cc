@@ -5,7 +5,7 @@
 // AVX-512 copy here that the linker could pick for everyone).
 #include <immintrin.h>
 
-#include "runtime/kernels/small_gemm.h"
+#include "runtime/microkernels/small_gemm.h"
 
 namespace kiln::runtime::small_gemm_internal {
 namespace {

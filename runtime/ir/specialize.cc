@@ -1,4 +1,4 @@
-#include "server/specialize.h"
+#include "runtime/ir/specialize.h"
 
 #include <vector>
 
@@ -6,7 +6,7 @@
 #include "runtime/ir/from_proto.h"
 #include "runtime/ir/tensor_meta.h"
 
-namespace kiln::server {
+namespace kiln::runtime {
 namespace {
 
 absl::Status NodeError(int index, const kiln::v1::Node& node, const std::string& msg) {
@@ -17,7 +17,7 @@ absl::Status NodeError(int index, const kiln::v1::Node& node, const std::string&
 // `is_size[i]` says node i is a SymbolicSize.
 absl::Status CheckArg(const kiln::v1::Argument& arg, int self, const std::vector<bool>& is_size,
                       int depth) {
-  if (depth > runtime::kMaxArgDepth) return absl::InvalidArgumentError("argument nesting too deep");
+  if (depth > kMaxArgDepth) return absl::InvalidArgumentError("argument nesting too deep");
   if (arg.has_node()) {
     const int ref = arg.node().node();
     if (ref < 0 || ref >= self || arg.node().output() < 0) {
@@ -70,10 +70,10 @@ bool IsDynamic(const kiln::v1::Graph& graph) {
 }
 
 absl::Status ValidateTemplate(const kiln::v1::Graph& graph) {
-  if (graph.nodes_size() > runtime::kMaxGraphNodes) {
+  if (graph.nodes_size() > kMaxGraphNodes) {
     return absl::InvalidArgumentError(absl::StrCat("graph has ", graph.nodes_size(),
                                                    " nodes; the limit is ",
-                                                   runtime::kMaxGraphNodes));
+                                                   kMaxGraphNodes));
   }
   std::vector<bool> is_size(graph.nodes_size(), false);
   for (int i = 0; i < graph.nodes_size(); ++i) {
@@ -82,9 +82,9 @@ absl::Status ValidateTemplate(const kiln::v1::Graph& graph) {
       is_size[i] = true;
     } else if (node.has_placeholder()) {
       const auto& meta = node.placeholder().meta();
-      if (meta.shape_size() > runtime::kMaxRank) {
+      if (meta.shape_size() > kMaxRank) {
         return NodeError(i, node, absl::StrCat("rank ", meta.shape_size(), " exceeds the limit of ",
-                                               runtime::kMaxRank));
+                                               kMaxRank));
       }
       if (meta.dtype() == kiln::v1::DTYPE_UNSPECIFIED || !kiln::v1::DType_IsValid(meta.dtype())) {
         return NodeError(i, node, "placeholder has no valid dtype");
@@ -183,4 +183,4 @@ absl::StatusOr<kiln::v1::Graph> SpecializeGraph(
   return out;
 }
 
-}  // namespace kiln::server
+}  // namespace kiln::runtime

@@ -24,7 +24,7 @@
 
 #include <algorithm>
 
-#include "runtime/kernels/skinny_panel.h"
+#include "runtime/microkernels/skinny_panel.h"
 
 namespace kiln::runtime {
 namespace {

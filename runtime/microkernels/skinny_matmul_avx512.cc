@@ -12,7 +12,7 @@
 
 #include <cstdint>
 
-#include "runtime/kernels/skinny_panel.h"
+#include "runtime/microkernels/skinny_panel.h"
 
 namespace kiln::runtime::skinny_internal {
 namespace {

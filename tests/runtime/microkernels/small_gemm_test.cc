@@ -1,12 +1,16 @@
 // SmallGemm's two implementations (AVX2 everywhere, AVX-512 where the CPU
 // has it) against a double-precision product: tile heights and widths
 // with remainders, row strides wider than the blocks, accumulation.
-#include "runtime/kernels/small_gemm.h"
+#include "runtime/microkernels/small_gemm.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
-#include "tests/runtime/kernels/kernel_test_util.h"
+#include "gtest/gtest.h"
+#include "tests/testing/random_floats.h"
 
 namespace kiln::runtime::testing {
 namespace {

@@ -1,5 +1,5 @@
 // The AVX2 tiles of SmallGemm, and the dispatch to AVX-512.
-#include "runtime/kernels/small_gemm.h"
+#include "runtime/microkernels/small_gemm.h"
 
 #include <immintrin.h>
 
