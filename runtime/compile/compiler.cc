@@ -80,22 +80,6 @@ absl::StatusOr<PreparedOp> PrepareNode(const Graph& g, const Node& node,
   return prepared;
 }
 
-// Ops whose output is their input's bytes unchanged (dense tensors): they
-// become aliases in the memory plan instead of copies. A clone is one too:
-// the graph is functional (nothing writes a value after computing it, bar
-// plan/in_place.h, which checks every reader of the shared bytes), and
-// every value here is dense, so the copy would be byte for byte; it
-// follows each materialized permute of a `.contiguous()` (attention heads,
-// shufflenet's channel shuffle).
-bool IsAliasOp(const std::string& target) {
-  static const auto* ops = new absl::flat_hash_set<std::string>{
-      "aten.view.default", "aten._unsafe_view.default", "aten.reshape.default",
-      "aten.flatten.using_ints", "aten.unsqueeze.default", "aten.squeeze.dim",
-      "aten.squeeze.dims", "aten.squeeze.default", "aten.alias.default",
-      "aten.clone.default"};
-  return ops->contains(target);
-}
-
 // Runs an op whose inputs are all constants once, now, and turns the node
 // into a constant holding its result.
 absl::Status FoldNode(PassContext& ctx, int i) {
@@ -490,9 +474,10 @@ absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
     if (node.dead || node.kind != Node::Kind::kOp) continue;
     const int step = static_cast<int>(cg->steps.size());
     std::vector<ValueRef> inputs = TensorInputsOf(node);
-    if (IsAliasOp(node.target) && node.outputs.size() == 1 && inputs.size() == 1 &&
+    if (HasTrait(node, kAlias) && node.outputs.size() == 1 && inputs.size() == 1 &&
         graph.MetaOf(inputs[0]).ByteSize() == node.outputs[0].ByteSize()) {
-      // Validated by the shape sweep; no kernel, same bytes as the source.
+      // An alias (ops/op_traits.h), validated by the shape sweep: no
+      // kernel, the same bytes as its source.
       cg->slots[i] = {cg->slots[inputs[0].node][inputs[0].output]};
       request_of[i][0] = request_of[inputs[0].node][inputs[0].output];
       step_of[i] = step_of[inputs[0].node];

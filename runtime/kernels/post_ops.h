@@ -42,8 +42,9 @@ absl::StatusOr<std::vector<PostOp>> ParsePostOps(const NodeArgs& args, int pos,
 // to its reference implementation).
 dnnl::post_ops ToDnnlPostOps(const std::vector<PostOp>& ops);
 
-// The post-op string for an ATen activation node (target and its literal
-// arguments), or "" when the node is not a fusable activation.
+// The post-op string for an activation node (its op's post-op trait in
+// ops.def and its literal arguments), or "" when the node is not a fusable
+// activation.
 std::string ActivationPostOp(const Node& node);
 
 }  // namespace kiln::runtime

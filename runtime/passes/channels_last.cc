@@ -34,7 +34,6 @@
 #include <optional>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/ir/arg_builders.h"
 #include "runtime/kernels/activation_layout.h"
@@ -69,20 +68,6 @@ bool LayoutAmbiguous(const std::vector<int64_t>& shape, Layout layout) {
   return s[1] == 1 || s[2] * s[3] == 1;
 }
 
-// Ops that compute each output element from the same-position elements of
-// their (broadcast) inputs: they run unchanged on permuted shapes.
-bool IsElementwise(const std::string& target) {
-  static const auto* ops = new absl::flat_hash_set<std::string>{
-      "aten.add.Tensor",       "aten.sub.Tensor",         "aten.mul.Tensor",
-      "aten.mul.Scalar",       "aten.div.Tensor",         "aten.relu.default",
-      "aten.sigmoid.default",  "aten.silu.default",       "aten.hardswish.default",
-      "aten.hardsigmoid.default", "aten.hardtanh.default", "aten.clamp.default",
-      "aten.gelu.default",     "aten.neg.default",        "aten.exp.default",
-      "aten.tanh.default",     "aten.sqrt.default",       "aten.rsqrt.default",
-      "aten.pow.Tensor_Scalar", "aten.clone.default",     "kiln.elementwise"};
-  return ops->contains(target);
-}
-
 // The argument at (pos, name), positional or keyword; null when absent.
 Arg* FindArg(Node& node, size_t pos, const char* name) {
   if (pos < node.args.size()) return &node.args[pos];
@@ -94,17 +79,12 @@ Arg* FindArg(Node& node, size_t pos, const char* name) {
 
 int WrapDim(int64_t d, int rank) { return static_cast<int>(d < 0 ? d + rank : d); }
 
-bool IsBatchNorm(const std::string& target) {
-  return target == "aten.native_batch_norm.default" ||
-         target == "aten._native_batch_norm_legit_no_training.default";
-}
-
-// Ops the rewriter can run in `layout` (given such inputs).
-bool FollowsLayout(const std::string& target, Layout layout) {
-  return IsElementwise(target) || target == "aten.cat.default" || target == "aten.mean.dim" ||
-         target == "aten.avg_pool2d.default" || target == "aten._adaptive_avg_pool2d.default" ||
-         target == "aten.max_pool2d_with_indices.default" ||
-         (IsBatchNorm(target) && layout == Layout::kNhwc);
+// Ops the rewriter can run in `layout` (given such inputs): those whose
+// traits say they follow it (ops/op_traits.h).
+bool RunsInLayout(const Node& node, Layout layout) {
+  const OpDef* op = OpOf(node);
+  return op != nullptr &&
+         FollowsLayout(op->traits, layout == Layout::kBlocked ? kFollowsBlocked : kFollowsNhwc);
 }
 
 // permute(x, dims) with dims [0, 2, 3, 1] (or its negative spelling).
@@ -132,11 +112,7 @@ struct ShuffleChain {
   int64_t groups = 0;
 };
 
-bool IsView(const Node& n) {
-  return n.kind == Node::Kind::kOp && !n.dead &&
-         (n.target == "aten.view.default" || n.target == "aten._unsafe_view.default" ||
-          n.target == "aten.reshape.default");
-}
+bool IsView(const Node& n) { return !n.dead && HasTrait(n, kReshape); }
 
 // The node reading node i's only output, when it is the only reader.
 int SoleUser(const Uses& uses, int i) {
@@ -242,7 +218,7 @@ std::vector<std::vector<bool>> WantsLayout(const Graph& g, Layout layout,
       }
     } else if (auto chain = shuffles.find(i); chain != shuffles.end() && wants[i][0]) {
       wants[chain->second.x.node][chain->second.x.output] = true;
-    } else if (FollowsLayout(node.target, layout) && !node.outputs.empty() &&
+    } else if (RunsInLayout(node, layout) && !node.outputs.empty() &&
                (wants[i][0] || (node.outputs[0].rank() == 4 &&
                                 LayoutAmbiguous(node.outputs[0].shape, layout)))) {
       // (A global pool's [N, C, 1, 1] output reads the same in both
@@ -511,9 +487,10 @@ class Rewriter {
   bool Rewrite(int i) {
     const Node& node = old_.nodes[i];
     if (IsSplit(old_, node)) return RewriteSplit(i);
-    if (node.target == "aten.max_pool2d_with_indices.default" ||
-        (IsBatchNorm(node.target) && !blocked())) {
-      return RewriteFirstOutputOnly(i);
+    const OpDef* op = OpOf(node);
+    const char* form = op != nullptr ? op->traits.layout_form : nullptr;
+    if (form != nullptr && node.outputs.size() > 1 && RunsInLayout(node, layout_)) {
+      return RewriteFirstOutputOnly(i, form);
     }
     if (node.outputs.size() != 1) return false;
     const TensorMeta& out = node.outputs[0];
@@ -524,13 +501,10 @@ class Rewriter {
     bool any_cl = false;
     for (const ValueRef& r : inputs) any_cl |= cl_[r.node][r.output].has_value();
     if (!any_cl) return false;
-    if (IsElementwise(node.target) && Representable(out)) return RewriteElementwise(i);
+    if (HasTrait(node, kElementwise) && Representable(out)) return RewriteElementwise(i);
     if (node.target == "aten.cat.default") return RewriteCat(i);
     if (node.target == "aten.mean.dim") return RewriteMean(i);
-    if (node.target == "aten.avg_pool2d.default") return RewriteSameArgs(i, "kiln.avg_pool2d_nhwc");
-    if (node.target == "aten._adaptive_avg_pool2d.default") {
-      return RewriteSameArgs(i, "kiln.adaptive_avg_pool2d_nhwc");
-    }
+    if (form != nullptr && RunsInLayout(node, layout_)) return RewriteSameArgs(i, form);
     return false;
   }
 
@@ -572,18 +546,16 @@ class Rewriter {
     return true;
   }
 
-  // Max pooling and inference batch norm have extra outputs (indices, saved
-  // statistics) that inference graphs rarely read; when none is read, their
-  // channels-last forms compute only the first.
-  bool RewriteFirstOutputOnly(int i) {
+  // Ops with extra outputs that inference graphs rarely read (max pooling's
+  // indices, batch norm's saved statistics): when none is read, their
+  // layout forms compute only the first.
+  bool RewriteFirstOutputOnly(int i, const std::string& form) {
     const Node& node = old_.nodes[i];
     for (size_t o = 1; o < node.outputs.size(); ++o) {
       if (!uses_.users[i][o].empty() || uses_.is_output[i][o]) return false;
     }
     if (!node.kwargs.empty() || node.args.empty()) return false;
-    if (node.target == "aten.max_pool2d_with_indices.default") {
-      return RewriteSameArgs(i, "kiln.max_pool2d_nhwc");
-    }
+    if (form != "kiln.batch_norm_nhwc") return RewriteSameArgs(i, form);
     // Batch norm: (input, weight, bias, mean, var, eps) from either overload.
     const bool native = node.target == "aten.native_batch_norm.default";
     const size_t eps_pos = native ? 7 : 6;
@@ -592,7 +564,7 @@ class Rewriter {
     Node n = node;
     n.args = {node.args[0], node.args[1], node.args[2], node.args[3], node.args[4],
               node.args[eps_pos]};
-    n.target = "kiln.batch_norm_nhwc";
+    n.target = form;
     n.op_index = FindOp(n.target);
     const ValueRef in = n.args[0].kind == Arg::Kind::kTensor ? n.args[0].tensor : ValueRef{};
     if (in.node < 0 || Meta(in).rank() != 4 || !cl_[in.node][in.output]) return false;

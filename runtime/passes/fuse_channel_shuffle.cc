@@ -21,11 +21,6 @@
 namespace kiln::runtime {
 namespace {
 
-bool IsView(const Node& n) {
-  return n.target == "aten.view.default" || n.target == "aten._unsafe_view.default" ||
-         n.target == "aten.reshape.default";
-}
-
 // The live op node whose only output is read by `user` alone, once.
 const Node* SoleProducer(const Graph& g, const Uses& uses, ValueRef v, int user) {
   if (v.node < 0 || v.output != 0) return nullptr;
@@ -54,7 +49,7 @@ struct Shuffle {
 // a cat of two same-shaped channels-last tensors.
 std::optional<Shuffle> MatchShuffle(const Graph& g, const Uses& uses, int last) {
   const Node& y = g.nodes[last];
-  if (y.dead || !IsView(y) || y.args.empty() || y.args[0].kind != Arg::Kind::kTensor ||
+  if (y.dead || !HasTrait(y, kReshape) || y.args.empty() || y.args[0].kind != Arg::Kind::kTensor ||
       y.outputs.size() != 1 || y.outputs[0].rank() != 4 || y.outputs[0].dtype != DType::kF32) {
     return std::nullopt;
   }
@@ -77,7 +72,7 @@ std::optional<Shuffle> MatchShuffle(const Graph& g, const Uses& uses, int last) 
   at = g.nodes[at].args[0].tensor.node;
   s.chain.push_back(at);
   const Node* groups = SoleProducer(g, uses, n->args[0].tensor, at);
-  if (groups == nullptr || !IsView(*groups) || groups->outputs[0].rank() != 5 ||
+  if (groups == nullptr || !HasTrait(*groups, kReshape) || groups->outputs[0].rank() != 5 ||
       groups->outputs[0].shape[3] != 2) {
     return std::nullopt;
   }

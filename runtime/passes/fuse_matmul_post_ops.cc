@@ -13,11 +13,6 @@
 namespace kiln::runtime {
 namespace {
 
-bool IsViewOp(const Node& node) {
-  return node.target == "aten.view.default" || node.target == "aten._unsafe_view.default" ||
-         node.target == "aten.reshape.default";
-}
-
 bool UnitScales(const Node& addmm) {
   for (const NamedArg& kw : addmm.kwargs) {
     if (kw.name != "alpha" && kw.name != "beta") return false;
@@ -78,7 +73,7 @@ absl::Status FuseMatmulPostOps(PassContext& ctx) {
       const int u = uses.users[tail.node][tail.output][0];
       const Node& user = g.nodes[u];
       if (user.dead) break;
-      if (IsViewOp(user) && tail.node == m && user.args[0].kind == Arg::Kind::kTensor &&
+      if (HasTrait(user, kReshape) && tail.node == m && user.args[0].kind == Arg::Kind::kTensor &&
           user.args[0].tensor == tail) {
         tail = {u, 0};  // look through one view
         continue;
