@@ -13,7 +13,6 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/compile/constant_persistence.h"
 #include "runtime/compile/shared_constants.h"
-#include "runtime/kernels/conv2d_args.h"
 #include "runtime/kernels/kernel_util.h"
 #include "runtime/ops/registry.h"
 #include "runtime/passes/pass_context.h"
@@ -208,6 +207,9 @@ void ScheduleSteps(BranchMode branches, const std::vector<StepUse>& uses,
   for (auto& ns : cg->threading.step_ns) ns = std::numeric_limits<int64_t>::max();
 }
 
+// kiln.conv2d's residual argument (ops.def).
+constexpr ArgSlot kConvResidual = KILN_ARG("kiln.conv2d", "residual");
+
 // Convolutions with a fused residual add write their output over the
 // residual when nothing else reads it any more (plan/in_place.h); the
 // kernel then skips copying the residual into its output. Returns each
@@ -225,12 +227,12 @@ std::vector<int> PlanInPlace(const Graph& graph, const CompiledGraph& cg,
         reads_in_wave[w].push_back(request_of[ref.node][ref.output]);
       }
       const Node& node = graph.nodes[step.node];
-      if (node.target != "kiln.conv2d" || node.args.size() <= conv2d_args::kResidual ||
-          node.args[conv2d_args::kResidual].kind != Arg::Kind::kTensor ||
+      if (node.target != "kiln.conv2d" || node.args.size() <= kConvResidual.pos ||
+          node.args[kConvResidual.pos].kind != Arg::Kind::kTensor ||
           node.outputs.size() != 1) {
         continue;
       }
-      const ValueRef residual = node.args[conv2d_args::kResidual].tensor;
+      const ValueRef residual = node.args[kConvResidual.pos].tensor;
       InPlaceCandidate c;
       c.wave = static_cast<int>(w);
       c.output = request_of[step.node][0];

@@ -35,6 +35,9 @@ absl::StatusOr<PostOp> ParsePostOp(const std::string& text);
 // Reads the list argument at (pos, name); absent means no post-ops.
 absl::StatusOr<std::vector<PostOp>> ParsePostOps(const NodeArgs& args, int pos,
                                                  const char* name);
+inline absl::StatusOr<std::vector<PostOp>> ParsePostOps(const NodeArgs& args, ArgSlot a) {
+  return ParsePostOps(args, static_cast<int>(a.pos), a.name);
+}
 
 // The oneDNN post-op chain. "add" becomes a sum post-op: the kernel places
 // the residual in the destination before running the primitive (a binary

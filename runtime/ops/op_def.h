@@ -41,7 +41,7 @@ class NodeArgs {
   const CompileOptions& options() const { return options_; }
   // The argument at `pos` / named `name`, or null when absent or None.
   const Arg* Find(int pos, const char* name) const;
-  const Arg* Find(ArgSlot a) const { return Find(a.pos, a.name); }
+  const Arg* Find(ArgSlot a) const { return Find(Pos(a), a.name); }
 
   // Typed getters: INVALID_ARGUMENT naming the node when the argument is
   // missing (and no default is given) or of the wrong kind.
@@ -77,26 +77,28 @@ class NodeArgs {
 
   // The same, for an internal op's argument named by its schema
   // (KILN_ARG in ops/registry.h).
-  absl::StatusOr<TensorMeta> Tensor(ArgSlot a) const { return Tensor(a.pos, a.name); }
+  absl::StatusOr<TensorMeta> Tensor(ArgSlot a) const { return Tensor(Pos(a), a.name); }
   absl::StatusOr<std::optional<TensorMeta>> OptionalTensor(ArgSlot a) const {
-    return OptionalTensor(a.pos, a.name);
+    return OptionalTensor(Pos(a), a.name);
   }
-  absl::StatusOr<int64_t> Int(ArgSlot a) const { return Int(a.pos, a.name); }
-  absl::StatusOr<int64_t> Int(ArgSlot a, int64_t def) const { return Int(a.pos, a.name, def); }
-  absl::StatusOr<double> Float(ArgSlot a) const { return Float(a.pos, a.name); }
-  absl::StatusOr<bool> Bool(ArgSlot a, bool def) const { return Bool(a.pos, a.name, def); }
-  absl::StatusOr<std::vector<int64_t>> IntList(ArgSlot a) const { return IntList(a.pos, a.name); }
+  absl::StatusOr<int64_t> Int(ArgSlot a) const { return Int(Pos(a), a.name); }
+  absl::StatusOr<int64_t> Int(ArgSlot a, int64_t def) const { return Int(Pos(a), a.name, def); }
+  absl::StatusOr<double> Float(ArgSlot a) const { return Float(Pos(a), a.name); }
+  absl::StatusOr<bool> Bool(ArgSlot a, bool def) const { return Bool(Pos(a), a.name, def); }
+  absl::StatusOr<std::vector<int64_t>> IntList(ArgSlot a) const { return IntList(Pos(a), a.name); }
   absl::StatusOr<std::vector<int64_t>> IntList(ArgSlot a, std::vector<int64_t> def) const {
-    return IntList(a.pos, a.name, std::move(def));
+    return IntList(Pos(a), a.name, std::move(def));
   }
-  const void* ConstantData(ArgSlot a) const { return ConstantData(a.pos, a.name); }
-  std::string ConstantKey(ArgSlot a) const { return ConstantKey(a.pos, a.name); }
+  const void* ConstantData(ArgSlot a) const { return ConstantData(Pos(a), a.name); }
+  std::string ConstantKey(ArgSlot a) const { return ConstantKey(Pos(a), a.name); }
 
   // An INVALID_ARGUMENT status "node '<name>' (<target>): <msg>".
   absl::Status Error(const std::string& msg) const;
   absl::Status Unimplemented(const std::string& msg) const;
 
  private:
+  static int Pos(ArgSlot a) { return static_cast<int>(a.pos); }
+
   const Graph& graph_;
   const Node& node_;
   const std::vector<const void*>& constant_data_;

@@ -12,6 +12,7 @@
 // (ops/registry.h), which finds its position at compile time.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -149,7 +150,7 @@ constexpr bool FollowsLayout(const OpTraits& traits, uint32_t nhwc_or_blocked) {
 // An argument of an internal op: its position and name (as NodeArgs reads
 // arguments).
 struct ArgSlot {
-  int pos;
+  size_t pos;  // an index into Node::args
   const char* name;
 };
 

@@ -68,6 +68,6 @@ constexpr int ArgPosition(std::string_view target, std::string_view name) {
 // literals; a name the op does not declare fails the build:
 //   constexpr ArgSlot kResidual = KILN_ARG("kiln.conv2d", "residual");
 #define KILN_ARG(target, name)                                                         \
-  (::kiln::runtime::ArgSlot{                                                           \
-      std::integral_constant<int, ::kiln::runtime::ArgPosition(target, name)>::value, \
+  (::kiln::runtime::ArgSlot{                                                              \
+      std::integral_constant<size_t, ::kiln::runtime::ArgPosition(target, name)>::value, \
       name})

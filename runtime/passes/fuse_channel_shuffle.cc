@@ -21,6 +21,11 @@
 namespace kiln::runtime {
 namespace {
 
+// kiln.interleave_channels's arguments (ops.def).
+constexpr ArgSlot kA = KILN_ARG("kiln.interleave_channels", "a");
+constexpr ArgSlot kB = KILN_ARG("kiln.interleave_channels", "b");
+constexpr ArgSlot kSizes = KILN_ARG("kiln.interleave_channels", "split_sizes");
+
 // The live op node whose only output is read by `user` alone, once.
 const Node* SoleProducer(const Graph& g, const Uses& uses, ValueRef v, int user) {
   if (v.node < 0 || v.output != 0) return nullptr;
@@ -136,7 +141,10 @@ absl::Status FuseChannelShuffle(PassContext& ctx) {
     fused.name = absl::StrCat(fused.name, ".interleaved");
     fused.target = "kiln.interleave_channels";
     fused.op_index = fused_index;
-    fused.args = {TensorArg(s->a), TensorArg(s->b), IntListArg(sizes)};
+    fused.args.assign(kSizes.pos + 1, NoneArg());
+    fused.args[kA.pos] = TensorArg(s->a);
+    fused.args[kB.pos] = TensorArg(s->b);
+    fused.args[kSizes.pos] = IntListArg(sizes);
     fused.kwargs.clear();
     std::vector<TensorMeta> outs;
     for (int64_t size : sizes) {

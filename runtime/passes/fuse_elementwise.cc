@@ -1,8 +1,8 @@
 // Fuses chains and trees of f32 elementwise ops (those ops.def gives a
 // scalar function: arithmetic with tensors or numbers, activations, clamps,
-// the small powers ATen special-cases) into one kiln.elementwise node, which runs them in a single pass over the
-// elements (kernels/fused_elementwise.cc) so intermediates never go to
-// memory.
+// the small powers ATen special-cases) into one kiln.elementwise node,
+// which runs them in a single pass over the elements
+// (kernels/fused_elementwise.cc) so intermediates never go to memory.
 //
 // A group grows backwards from its last op (the root): the producer of an
 // operand joins when it is a fusible op whose output meta is the root's and
