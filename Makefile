@@ -30,8 +30,11 @@ test-hostile:
 # Whole-model benchmark (bench/models/run.py): every model at batch 1 and 8
 # under eager, Inductor, OpenVINO, ONNX Runtime and Kiln; about an hour on
 # 2 cores. `make bench BENCH_ARGS=--quick` takes a few minutes; see
-# `run.py --help` for the rest. The benchmark's packages are installed into
-# the venv once (the stamp is redone when the requirement files change).
+# `run.py --help` for the rest. It writes bench/RESULTS.md (host, CPU flags,
+# FMA peak, commit, command, tables) and bench/RESULTS.svg, the published
+# results, besides the run's own directory under bench/results/. The
+# benchmark's packages are installed into the venv once (the stamp is
+# redone when the requirement files change).
 BENCH_ARGS ?=
 BENCH_STAMP := $(VENV)/.kiln-bench-requirements
 
@@ -40,7 +43,8 @@ $(BENCH_STAMP): deploy/requirements-bench.txt deploy/requirements.txt
 	@touch $@
 
 bench: setup $(BENCH_STAMP)
-	@$(PY) bench/models/run.py $(BENCH_ARGS)
+	@KILN_BENCH_MAKE_COMMAND="make bench$(if $(BENCH_ARGS), BENCH_ARGS='$(BENCH_ARGS)')" \
+	  $(PY) bench/models/run.py --results-file bench/RESULTS.md $(BENCH_ARGS)
 
 clean:
 	rm -rf $(BUILD)

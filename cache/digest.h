@@ -2,8 +2,8 @@
 // client's weight), and GMAC (AES-256-GCM over the bytes as additional
 // data, NIST SP 800-38D) under cache/cache_key.h's key, for what only a
 // daemon holding the key may have written. GMAC rather than HMAC-SHA256:
-// with the CPU's carry-less multiply it runs at several GB/s on one core,
-// about seven times SHA-256, and a warm start checks every packed weight.
+// with the CPU's carry-less multiply it runs several times faster than
+// SHA-256, and a warm start checks every packed weight.
 //
 // Stateless and thread-safe.
 #pragma once

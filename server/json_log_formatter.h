@@ -2,9 +2,10 @@
 // {"time": "2024-05-01T12:34:56.789Z", "level": "info", "pid": 123,
 //  "logger": "kilnd", "msg": "..."}, for log collectors that parse lines.
 //
-// The message is escaped for JSON whatever it holds: quotes, backslashes
-// and control characters (a message may quote a client's graph or file
-// names), and bytes that are not UTF-8 become U+FFFD, so every line parses.
+// The line is written by nlohmann-json (Debian's nlohmann-json3-dev), which
+// escapes the message whatever it holds: quotes, backslashes and control
+// characters (a message may quote a client's graph or file names), and
+// bytes that are not UTF-8 become U+FFFD, so every line parses.
 #pragma once
 
 #include <memory>
@@ -15,7 +16,7 @@
 
 namespace kiln::server {
 
-// Appends `text` to `out` as the inside of a JSON string.
+// Appends `text` to `out` as the inside of a JSON string, escaped as above.
 void AppendJsonEscaped(absl::string_view text, std::string* out);
 
 class JsonLogFormatter final : public spdlog::formatter {

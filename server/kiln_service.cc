@@ -691,8 +691,8 @@ grpc::ServerUnaryReactor* KilnService::Execute(grpc::CallbackServerContext* ctx,
     reactor->Finish(ToGrpcStatus(s));
   };
   // A run known to be short holds this thread no longer than the call's
-  // own handling does, and skips a thread hand-off (measured: ~10% of the
-  // daemon's CPU per call for a tiny model).
+  // own handling does, and skips a thread hand-off, which for a tiny model
+  // is a visible share of the daemon's CPU per call.
   if (short_run) {
     execute();
   } else if (absl::Status queued = Guarded("queueing a run", [&] {

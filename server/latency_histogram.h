@@ -2,10 +2,10 @@
 // Prometheus histograms of --metrics-port (metrics_text.h).
 //
 // Thread-safe and lock-free: Observe costs a short search of the bounds and
-// two relaxed atomic adds, cheap next to a ~20 us execute. A snapshot taken
-// while observations land may see a bucket count and the sum from slightly
-// different moments; the count it reports is the buckets' total, so
-// _count always equals the +Inf bucket.
+// two relaxed atomic adds, cheap next to even the shortest execute. A
+// snapshot taken while observations land may see a bucket count and the sum
+// from slightly different moments; the count it reports is the buckets'
+// total, so _count always equals the +Inf bucket.
 #pragma once
 
 #include <atomic>

@@ -1,19 +1,21 @@
-// MetricsHttpServer: --metrics-port's HTTP/1.1 endpoint. GET (or HEAD)
-// /metrics answers with the Prometheus text the render function returns;
-// other paths get 404, other methods 405, a malformed request 400, one
-// whose head passes kMaxRequestBytes 431. Every connection is closed after
-// its response (no keep-alive).
+// MetricsHttpServer: --metrics-port's HTTP/1.1 endpoint, served by civetweb
+// (Debian's libcivetweb1). GET (or HEAD) /metrics answers with the
+// Prometheus text the render function returns; other paths get 404, other
+// methods 405, a request civetweb cannot parse 400 (so does one whose head
+// passes kMaxRequestBytes, at once, or is not whole kConnectionTimeout
+// after a worker took it up). Every connection is closed after its
+// response (no keep-alive).
 //
-// Listens on 127.0.0.1 only, never on other interfaces. Serves on a thread
-// of its own with non-blocking sockets and poll(): a slow or silent client
-// holds one of kMaxConnections slots for at most kConnectionTimeout (less
-// when the slots are full: a new connection then takes the slot of the
-// oldest one still without a whole request), so it never blocks the daemon
-// or other scrapes; every socket is closed when its connection ends or the
-// server stops.
+// Listens on 127.0.0.1 only, never on other interfaces. civetweb accepts on
+// a thread of its own and serves each connection on one of kMaxConnections
+// worker threads; accepted connections wait for a worker in a queue of
+// kMaxConnections more. A slow or silent client never blocks the daemon; it
+// delays a scrape only while every worker holds one like it, and by
+// kConnectionTimeout at most for each round of them.
 //
 // Thread-safety: Stop() (and the destructor) may be called from any thread
-// but the server's own; `render` is called on the server's thread.
+// but a worker's; `render` is called on the worker threads, one call per
+// scrape, possibly several at once.
 #pragma once
 
 #include <atomic>
@@ -21,12 +23,15 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
+struct mg_context;
+
 namespace kiln::server {
+
+struct MetricsHttpContext;  // what civetweb's callbacks are given
 
 inline constexpr size_t kMaxRequestBytes = 8192;
 inline constexpr size_t kMaxConnections = 16;
@@ -34,9 +39,10 @@ inline constexpr std::chrono::seconds kConnectionTimeout{5};
 
 using MetricsRender = std::function<std::string()>;
 
-// The whole response (status line, headers, body) to the request whose head
-// (request line and headers, up to the blank line) is `head`.
-std::string MetricsHttpResponse(absl::string_view head, const MetricsRender& render);
+// The whole response (status line, headers, body) to a parsed request:
+// `method` and `path` (the target without its query string).
+std::string MetricsHttpResponse(absl::string_view method, absl::string_view path,
+                                const MetricsRender& render);
 
 class MetricsHttpServer {
  public:
@@ -49,19 +55,16 @@ class MetricsHttpServer {
 
   int port() const { return port_; }
   // Stops serving and closes every socket; open connections are dropped.
-  // Idempotent.
+  // Takes up to about 2 s: civetweb's threads look for the stop between
+  // polls. Idempotent.
   void Stop();
 
  private:
-  MetricsHttpServer(int listen_fd, int wake_fd, int port, MetricsRender render);
-  void Loop();
+  MetricsHttpServer(std::unique_ptr<MetricsHttpContext> context, mg_context* server, int port);
 
-  const int listen_fd_;
-  const int wake_fd_;  // eventfd: Stop() wakes the loop
+  const std::unique_ptr<MetricsHttpContext> context_;
+  std::atomic<mg_context*> server_;  // null once stopped
   const int port_;
-  const MetricsRender render_;
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
 };
 
 }  // namespace kiln::server

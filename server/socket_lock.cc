@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace kiln::server {
 
@@ -33,9 +34,14 @@ absl::StatusOr<SocketLock> SocketLock::Acquire(const std::string& socket_path) {
       return absl::PermissionDeniedError(absl::StrCat(
           dir.string(), " belongs to uid ", st.st_uid, "; the socket directory must be ours"));
     }
-    if ((st.st_mode & 077) != 0 && chmod(dir.c_str(), 0700) != 0) {
-      return absl::PermissionDeniedError(
-          absl::StrCat(dir.string(), " is open to other users and cannot be made 0700"));
+    // Never tightened in place: a directory of ours that others may use
+    // (/tmp itself, for a root daemon given --socket /tmp/kilnd.sock) is
+    // theirs too, and taking it from them breaks everything else there.
+    if ((st.st_mode & 077) != 0) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          dir.string(), " is open to other users (mode ",
+          absl::StrFormat("%04o", st.st_mode & 07777),
+          "); the socket needs a directory of its own with mode 0700"));
     }
   }
   const std::string lock_path = socket_path + ".lock";

@@ -1,5 +1,6 @@
-// UTF-8 validity, for the log formatters: a client's bytes go into log
-// lines, and what is not UTF-8 is escaped rather than copied.
+// UTF-8 validity, for the text log formatter: a client's bytes go into log
+// lines, and what is not UTF-8 is escaped rather than copied. (The JSON
+// formatter's library checks UTF-8 itself.)
 #pragma once
 
 #include <cstddef>

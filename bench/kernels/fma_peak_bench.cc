@@ -22,7 +22,7 @@ namespace {
 // FMA pipes (4 cycles x 2 on current cores), so the loop is throughput-bound,
 // and few enough that they and the two constants stay in registers: AVX2
 // has 16 vector registers, and with 16 chains there it spilled one a round
-// and measured half the peak (linear layers then ran at 130% of "peak").
+// and measured far below the peak (linear layers then ran above "peak").
 constexpr int kChainsAvx512 = 16;
 constexpr int kChainsAvx2 = 12;
 constexpr int64_t kInner = 1 << 14;  // iterations per call
@@ -110,7 +110,7 @@ double MeasuredPeakGflops(int threads) {
   if (it != measured.end()) return it->second;
 
   const bool avx512 = HasAvx512();
-  const int64_t n = 1 << 23;  // about 15-70 ms per thread at these peaks
+  const int64_t n = 1 << 23;  // long enough that starting threads is noise
   auto loop = [avx512](int64_t iters) {
     benchmark::DoNotOptimize(iters);
     benchmark::DoNotOptimize(avx512 ? FmaLoopAvx512(iters) : FmaLoopAvx2(iters));

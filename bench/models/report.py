@@ -1,9 +1,12 @@
 """Turns the whole-model benchmark's results.json into tables and a chart.
 
-`markdown()` gives, per batch size, a latency table with Kiln's ratio to
-each other backend, a compile-time table and a correctness table, then the
-geomean ratios and the list of failed cells. `chart()` draws the speedup
-of every backend over eager. `geomean_text()` is what run.py prints last.
+`markdown()` gives the run's facts (command, commit, date, host, CPU flags,
+measured FMA peak, settings, versions), the geomean ratios, the chart and,
+per batch size, a latency table with Kiln's ratio to each other backend, a
+compile-time table and a correctness table, then the list of failed
+cells. `chart()` draws the speedup of every backend over eager (PNG or
+SVG, by the file's name). `host_text()` and `geomean_text()` are what
+run.py prints first and last.
 
 A ratio is reference_ms / kiln_ms: above 1 means Kiln is faster. Geomeans
 take only models where both backends ran and both passed the correctness
@@ -115,32 +118,115 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return [_row(header), _row(align)] + [_row(r) for r in rows]
 
 
-def markdown(results: dict[str, Any]) -> str:
-    """The whole report as Markdown."""
+# The CPU features that decide which kernels run (oneDNN's and Kiln's own):
+# AVX2+FMA is the baseline, AVX-512 picks other kernels and layouts, the
+# bf16/VNNI/AMX ones matter to config={"precision": "bf16"}. run.py records
+# those the host has; the report also says which it lacks.
+CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "avx_vnni",
+             "amx_tile", "amx_bf16", "amx_int8")
+
+
+def _flags_text(env: dict[str, Any]) -> str:
+    if "cpu_flags" not in env:
+        return "not recorded"
+    have = env["cpu_flags"]
+    lacks = [f for f in CPU_FLAGS if f not in have]
+    return " ".join(have or ["none of " + ", ".join(CPU_FLAGS)]) + (
+        f"; not {', '.join(lacks)}" if lacks and have else "")
+
+
+def _peak_text(env: dict[str, Any]) -> str:
+    peak = env.get("fma_peak")
+    if not peak:
+        return "not measured"
+    if "error" in peak:
+        return f"not measured: {peak['error']}"
+    per = sorted(peak["gflops"].items(), key=lambda kv: int(kv[0]))
+    figures = ", ".join(f"{g:.0f}{' GFLOP/s' if i == 0 else ''} on {n} "
+                        f"thread{'s' if n != '1' else ''}" for i, (n, g) in enumerate(per))
+    name = "BM_FmaPeakAvx512" if peak["isa"] == "avx512" else "BM_FmaPeakAvx2"
+    return f"{figures} ({name}: `{peak['command']}`)"
+
+
+def _command_text(results: dict[str, Any]) -> str:
+    command = results.get("command")
+    if not command:
+        return "not recorded"
+    make = results.get("make_command")
+    return f"`{make}`, which ran `{command}`" if make else f"`{command}`"
+
+
+def host_text(results: dict[str, Any]) -> str:
+    """Where and what was measured, as plain lines, for the terminal."""
+    env = results.get("environment", {})
+    return "\n".join([
+        f"host: {env.get('cpu', '?')}, {env.get('cores', '?')} cores; "
+        f"CPU flags: {_flags_text(env)}",
+        f"fp32 FMA peak: {_peak_text(env)}",
+        f"commit {env.get('commit', '?')}, started {results.get('started', '?')}"])
+
+
+def _quick_note(settings: dict[str, Any]) -> list[str]:
+    if not settings.get("quick"):
+        return []
+    return ["", f"**A quick run** (`--quick`): {', '.join(settings.get('models', []))} at "
+            f"batch {', '.join(str(b) for b in settings.get('batch', []))}, up to "
+            f"{settings.get('runs', '?')} timed calls a cell. Every model at batch 1 "
+            "and 8 is `make bench` (about an hour on 2 cores)."]
+
+
+def markdown(results: dict[str, Any], chart: str | None = None) -> str:
+    """The whole report as Markdown; `chart` is the chart's file name, beside it."""
     cells = _index(results)
     backends = _backends(results)
     refs = [b for b in backends if b != TARGET] if TARGET in backends else []
     env = results.get("environment", {})
     settings = results.get("settings", {})
-    lines = ["# Whole-model benchmark", ""]
-    lines.append(
-        f"{env.get('cpu', '?')}, {env.get('threads', '?')} threads for every backend; "
-        f"median of up to {settings.get('runs', '?')} runs after {settings.get('warmup', '?')} "
-        f"warm-up runs (at least {settings.get('min_runs', '?')}, stopping after "
-        f"{settings.get('max_seconds', '?')} s); random weights; started "
-        f"{results.get('started', '?')}"
-        + (f", took {results['total_s'] / 60:.1f} min." if "total_s" in results else "."))
+    lines = ["# Whole-model benchmark", "",
+             "Written by `bench/models/run.py` (`make bench`); run it again rather "
+             "than edit this file. Every model runs with random weights under each "
+             "backend, in a child process of its own; see bench/README.md for what is "
+             "measured and how."]
+    lines += _quick_note(settings)
+    took = f"; took {results['total_s'] / 60:.1f} min" if "total_s" in results else ""
+    facts = [
+        ("command", _command_text(results)),
+        ("commit", f"`{env['commit']}`" if env.get("commit") else "not recorded"),
+        ("date", f"{results.get('started', '?')}{took}"),
+        ("host", f"{env.get('cpu', '?')}, {env.get('cores', '?')} cores "
+                 f"({env.get('platform', '?')})"),
+        ("CPU flags", _flags_text(env)),
+        ("fp32 FMA peak", _peak_text(env)),
+        ("threads", f"{env.get('threads', '?')} for every backend"),
+        ("timing", f"median of up to {settings.get('runs', '?')} timed calls (at least "
+                   f"{settings.get('min_runs', '?')}, fewer past {settings.get('max_seconds', '?')} "
+                   f"s) after {settings.get('warmup', '?')} warm-up calls, dealt out in "
+                   f"{settings.get('rounds', '?')} rounds in lockstep with the other backends"),
+    ]
     loads = [x for c in results["cells"] for x in c.get("load", [])]
     if loads:
-        lines += ["", f"1-minute load average around the cells: {min(loads):.1f} to "
-                  f"{max(loads):.1f} (above the thread count means other work shared the "
-                  "cores and latencies are inflated)."]
+        facts.append(("load", f"1-minute load average {min(loads):.1f} to {max(loads):.1f} "
+                              "around the cells (above the thread count: other work shared "
+                              "the cores and latencies are inflated)"))
     if settings.get("dynamo_dict_tags"):
-        lines += ["", "Dynamo's use_recursive_dict_tags_for_guards was on (--dynamo-dict-tags; "
-                  "off by default in PyTorch) for every backend."]
+        facts.append(("Dynamo", "use_recursive_dict_tags_for_guards on for every backend "
+                                "(--dynamo-dict-tags; off by default in PyTorch)"))
     versions = env.get("versions", {})
     if versions:
-        lines += ["", "Versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()) + "."]
+        facts.append(("versions", ", ".join(f"{k} {v}" for k, v in versions.items())))
+    lines += ["", "| | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in facts]
+
+    all_geomeans = geomeans(results)
+    if refs and all_geomeans:
+        lines += ["", "## Geomeans", "",
+                  f"Geomean of X ms / {TARGET} ms over the models where both ran correctly "
+                  f"(above 1: {TARGET} is faster):", ""]
+        rows = [[f"batch {batch}"] + [f"{g[r][0]:.2f}x (n={g[r][1]})" if r in g else "-"
+                                      for r in refs]
+                for batch, g in all_geomeans.items()]
+        lines += _table([""] + [f"{TARGET} vs {r}" for r in refs], rows)
+    if chart:
+        lines += ["", f"![Speedup of each backend over eager, per model]({chart})"]
     for batch in _batches(results):
         models = [m for m in _models(results) if any(
             (m, batch, b) in cells for b in backends)]
@@ -210,6 +296,14 @@ def chart(results: dict[str, Any], path: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    # SVG: text as text (small, searchable) and no date or random ids, so
+    # the same results give the same file.
+    svg = path.endswith(".svg")
+    if svg:
+        matplotlib.rcParams["svg.fonttype"] = "none"
+        matplotlib.rcParams["svg.hashsalt"] = "kiln-bench"
 
     cells = _index(results)
     with_eager = "eager" in _backends(results)
@@ -236,6 +330,13 @@ def chart(results: dict[str, Any], path: str) -> None:
         if with_eager:
             ax.axhline(1.0, color="black", linewidth=0.8)
         ax.set_yscale("log")
+        # Plain numbers (0.5, 2) rather than powers of ten on the log axis;
+        # of the minor ticks only 2, 3 and 5 times a power of ten, so the
+        # labels do not crowd.
+        ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.FuncFormatter(
+            lambda v, _: f"{v:g}" if round(v / 10 ** math.floor(math.log10(v))) in (2, 3, 5)
+            else ""))
         ax.set_xticks(range(len(models)))
         ax.set_xticklabels(models, rotation=40, ha="right", fontsize=8)
         ax.set_ylabel("speedup over eager (log)" if with_eager else "median ms (log)")
@@ -245,5 +346,5 @@ def chart(results: dict[str, Any], path: str) -> None:
         # Outside the axes, so it never hides a bar.
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, metadata={"Date": None} if svg else None)
     plt.close(fig)

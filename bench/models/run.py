@@ -3,6 +3,10 @@
 One command runs every model x batch size x backend, each cell in a fresh
 child process with a timeout (so a crash, a leak or Dynamo's caches stay in
 that cell), and writes results.json, results.md and results.png to --out.
+With --results-file (what `make bench` passes: bench/RESULTS.md) it also
+writes that report, and its chart beside it as an SVG: the published
+results, which state the host, its CPU flags and measured FMA peak, the
+commit and the command.
 
     .venv/bin/python bench/models/run.py --quick
     .venv/bin/python bench/models/run.py                      # everything
@@ -32,6 +36,7 @@ import json
 import os
 import platform
 import select
+import shlex
 import signal
 import statistics
 import subprocess
@@ -194,9 +199,9 @@ def child_main(spec_path: str) -> int:
 SETTLE_S = 0.05
 # Seconds of untimed calls at the start of each block. After another
 # backend's block a process comes back with cold caches and sleeping
-# threads; one call did not undo that for every backend (Kiln on
-# shufflenet_v2 at batch 1: 9 of 30 timed calls at 1.6-2.3x the median of
-# a back-to-back loop, ONNX Runtime's within 1.15x of its own).
+# threads; one call did not undo that for every backend (Kiln's small
+# models at batch 1 then had a share of timed calls far above the median
+# of a back-to-back loop, where ONNX Runtime's stayed close to its own).
 BLOCK_WARMUP_S = 0.2
 
 
@@ -383,16 +388,85 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def _environment(threads: int) -> dict[str, Any]:
-    cpu = platform.processor()
+def _cpuinfo() -> tuple[str, list[str]]:
+    """The first CPU's model name and, of report.CPU_FLAGS, those it has."""
+    cpu, flags = platform.processor(), set()
     try:
         with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f
-                       if line.startswith("model name"))
-    except (OSError, StopIteration):
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name":
+                    cpu = value.strip()
+                elif key.strip() == "flags":
+                    flags = set(value.split())
+                    break
+    except OSError:
         pass
-    return {"threads": threads, "cpu": cpu, "cores": os.cpu_count(),
-            "platform": platform.platform(), "versions": _versions()}
+    return cpu, [f for f in report.CPU_FLAGS if f in flags]
+
+
+def _git(*args: str) -> str:
+    try:
+        out = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True,
+                             timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return out.stdout.strip() if out.returncode == 0 else ""
+
+
+def _commit() -> str:
+    """HEAD's short hash, with "+changes" when tracked files differ from it."""
+    head = _git("rev-parse", "--short=12", "HEAD") or "unknown"
+    return head + ("+changes" if _git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def _kernel_bench() -> str:
+    build = os.environ.get("KILN_BUILD_DIR") or os.path.join(REPO, "build")
+    return os.path.join(build, "bench", "kiln_kernel_bench")
+
+
+def _fma_peak() -> dict[str, Any]:
+    """The fp32 FMA peak measured by the kernel benchmark (bench/kernels/
+    fma_peak_bench.cc) on one thread and on all: AVX-512 where the CPU has
+    it, else AVX2. The reference the whole-model times can be read against."""
+    binary = _kernel_bench()
+    command = [binary, "--benchmark_filter=^BM_FmaPeak", "--benchmark_format=json"]
+    shown = " ".join([os.path.relpath(binary, REPO), *command[1:]])
+    if not os.access(binary, os.X_OK):
+        return {"error": f"{shown}: not built (make setup builds it)"}
+    try:
+        out = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        rows = json.loads(out.stdout)["benchmarks"]
+    except (OSError, subprocess.TimeoutExpired, ValueError, KeyError) as e:
+        return {"command": shown, "error": f"{type(e).__name__}: {e}"}
+    peaks: dict[str, dict[int, float]] = {}
+    for row in rows:
+        if row.get("error_occurred") or row.get("skipped") or "GFLOPS" not in row:
+            continue  # BM_FmaPeakAvx512 on a CPU without AVX-512
+        isa = "avx512" if "Avx512" in row["name"] else "avx2"
+        # The JSON holds the rate in FLOP/s: the counter's "G" is display only.
+        peaks.setdefault(isa, {})[int(row.get("threads", 1))] = row["GFLOPS"] / 1e9
+    isa = "avx512" if "avx512" in peaks else "avx2"
+    if not peaks.get(isa):
+        return {"command": shown, "error": f"no FMA peak in its output: {out.stderr[-300:]}"}
+    return {"command": shown, "isa": isa,
+            "gflops": {str(n): round(g, 1) for n, g in sorted(peaks[isa].items())}}
+
+
+def _environment(threads: int) -> dict[str, Any]:
+    cpu, flags = _cpuinfo()
+    return {"threads": threads, "cpu": cpu, "cores": os.cpu_count(), "cpu_flags": flags,
+            "platform": platform.platform(), "commit": _commit(),
+            "fma_peak": _fma_peak(), "versions": _versions()}
+
+
+def _command(argv: list[str]) -> str:
+    """This run's command line as one would type it in the repository."""
+    def short(path: str) -> str:
+        full = os.path.abspath(path)
+        return os.path.relpath(full, REPO) if full.startswith(REPO + os.sep) else path
+    python = short(sys.executable)
+    return shlex.join([python, short(sys.argv[0]), *argv])
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -427,7 +501,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true",
                    help=f"{', '.join(QUICK_MODELS)} at batch 1, 20 runs: a few minutes")
     p.add_argument("--report-only", metavar="DIR",
-                   help="rewrite results.md/png of DIR from its results.json and exit")
+                   help="rewrite results.md/png of DIR (and --results-file) from its "
+                        "results.json and exit")
+    p.add_argument("--results-file", metavar="PATH",
+                   help="also write the report to PATH and its chart beside it as an SVG "
+                        "(`make bench` passes bench/RESULTS.md)")
     args = p.parse_args(argv)
     if args.quick:
         args.models = args.models or ",".join(QUICK_MODELS)
@@ -455,7 +533,18 @@ def _write_outputs(out_dir: str, results: dict[str, Any]) -> None:
     with open(os.path.join(out_dir, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
     with open(os.path.join(out_dir, "results.md"), "w") as f:
-        f.write(report.markdown(results))
+        f.write(report.markdown(results, chart="results.png"))
+
+
+def _write_charts(out_dir: str, results: dict[str, Any], results_file: str | None) -> None:
+    """The run's chart, and with results_file that report and its SVG chart."""
+    report.chart(results, os.path.join(out_dir, "results.png"))
+    if results_file:
+        chart = os.path.splitext(results_file)[0] + ".svg"
+        report.chart(results, chart)
+        with open(results_file, "w") as f:
+            f.write(report.markdown(results, chart=os.path.basename(chart)))
+        print(f"wrote {results_file} and {chart}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -468,21 +557,27 @@ def main(argv: list[str] | None = None) -> int:
         with open(os.path.join(args.report_only, "results.json")) as f:
             results = json.load(f)
         _write_outputs(args.report_only, results)
-        report.chart(results, os.path.join(args.report_only, "results.png"))
+        _write_charts(args.report_only, results, args.results_file)
         print(report.geomean_text(results))
         return 0
 
     os.makedirs(os.path.join(args.out, "logs"), exist_ok=True)
     print(f"kiln bench: {len(args.models)} models x batch {args.batch} x "
           f"{len(args.backends)} backends, {args.threads} threads -> {args.out}", flush=True)
+    # The FMA peak is measured first, before any cell loads the machine.
     results: dict[str, Any] = {
-        "started": datetime.datetime.now().isoformat(timespec="seconds"),
+        "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "command": _command(sys.argv[1:] if argv is None else argv),
+        # The make command that ran this one, when it did (Makefile, bench).
+        "make_command": os.environ.get("KILN_BENCH_MAKE_COMMAND"),
         "settings": {k: getattr(args, k) for k in (
             "models", "batch", "backends", "runs", "min_runs", "max_seconds", "warmup",
-            "rounds", "threads", "timeout", "dynamo_dict_tags")} | {"rel_tolerance": REL_TOLERANCE},
+            "rounds", "threads", "timeout", "dynamo_dict_tags", "quick")}
+        | {"rel_tolerance": REL_TOLERANCE},
         "environment": _environment(args.threads),
         "cells": [],
     }
+    print(report.host_text(results), flush=True)
     print("versions: " + ", ".join(f"{k} {v}" for k, v in
                                    results["environment"]["versions"].items()), flush=True)
     groups = [(b, m) for b in args.batch for m in args.models]
@@ -508,7 +603,7 @@ def main(argv: list[str] | None = None) -> int:
         _write_outputs(args.out, results)
     results["total_s"] = time.perf_counter() - start
     _write_outputs(args.out, results)
-    report.chart(results, os.path.join(args.out, "results.png"))
+    _write_charts(args.out, results, args.results_file)
     latest = os.path.join(os.path.dirname(os.path.abspath(args.out)), "latest")
     if os.path.islink(latest) or not os.path.exists(latest):
         if os.path.islink(latest):

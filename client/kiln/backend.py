@@ -101,8 +101,8 @@ def _direct_call(split: fx.GraphModule) -> Callable[..., Any] | None:
     """split's forward without the GraphModule and Module calls around it,
     when the whole graph is one partition (the usual case): its inputs are
     graph inputs and the output holds only its results (or inputs). Those
-    two call layers cost tens of microseconds a call, about 2% of a
-    small CNN's latency. None for any other shape of graph."""
+    two call layers are a measurable part of a small CNN's call. None for
+    any other shape of graph."""
     inputs: dict[fx.Node, int] = {}
     call = output = None
     for node in split.graph.nodes:

@@ -2,8 +2,8 @@
 
 Dynamo re-checks every guard of a frame before each call. With the weights
 of a module lifted to graph inputs, that is a guard per parameter, and on a
-small model whose run in the daemon evicts the caller's caches it costs
-more than a millisecond a call (bench/server/dynamo_cold.py). Dynamo's
+small model whose run in the daemon evicts the caller's caches it is a
+large part of the call (bench/server/dynamo_cold.py measures it). Dynamo's
 `use_recursive_dict_tags_for_guards` skips the guards under a module while
 the version tags of its attribute dicts are unchanged: a replaced
 parameter, a swapped submodule or a changed flag still fail them.

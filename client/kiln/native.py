@@ -1,7 +1,8 @@
 """The client's optional C++ helpers (_kiln_native, client/native/).
 
-- weights_unchanged: the per-call weight check of subgraph.py, about 0.3 ms
-  a call faster on a small CNN (client/native/weights_check.cc says why);
+- weights_unchanged: the per-call weight check of subgraph.py, faster
+  than Python's on models with many weights (client/native/weights_check.cc
+  says why);
 - stream_copy: copies of large inputs into shared memory with
   non-temporal stores (client/native/stream_copy.cc);
 - channel_call: a whole call through a call channel, from the input

@@ -2,9 +2,9 @@
 back as the output tensors' own memory.
 
 Returning an output the ordinary way costs a fresh tensor and a copy out of
-the arena: for a 16 MiB output (a prefill's logits) the fresh pages alone
-fault in for about 8 ms, more than some models take to run, and 128 MiB
-costs 57 ms (measured here). Outputs of at least MIN_BYTES instead get a
+the arena: for a large output (a prefill's logits) faulting in the fresh
+pages alone can take longer than some models take to run, and it grows
+with the output. Outputs of at least MIN_BYTES instead get a
 block of their own: the daemon writes the result there and the caller
 receives a tensor over that memory (through a numpy array, whose lifetime
 is the tensor storage's). When the last tensor on a block is freed, a

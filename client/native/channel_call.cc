@@ -4,9 +4,9 @@
 // the run kept both cores busy and evicted the caller's caches, so the
 // interpreter's own code and objects miss as much as the tensors do. In
 // Python, checking and copying the inputs, allocating the outputs, posting
-// the call, waiting and copying the outputs back cost about 0.3 ms a call
-// on a small CNN (squeezenet1_1: a third of it the input copy itself),
-// against a run of about 6 ms. Here the same steps are one C call.
+// the call, waiting and copying the outputs back are a visible share of a
+// small CNN's call (bench/server/call_breakdown.py, "client shim"). Here
+// the same steps are one C call.
 //
 // The path is deliberately narrow: dense inputs of exactly the compiled
 // dtype and shape, outputs copied from the call's arena (not the output

@@ -57,11 +57,13 @@ void Isolated(absl::FunctionRef<void()> fn) {
 // A client calling in a loop spends the time between its calls in Python
 // (Dynamo's guards, copying inputs), on one core; a worker asleep in that
 // gap wakes for the next run only after its first parallel regions have
-// run on the calling thread alone. Measured on a 2-core VM: the first
-// milliseconds of mobilenet_v3_large's run (its 112x112 layers) at about
-// half speed, 1.7 ms per call lost in all, against the same run repeated
-// back to back. ONNX Runtime's pool spins between runs for the same reason.
+// run on the calling thread alone, so the start of every run (in a CNN, its
+// large early layers) goes at the speed of one thread. ONNX Runtime's pool
+// spins between runs for the same reason.
 std::atomic<int64_t> g_keep_warm_us{kDefaultKeepWarmUs};
+// Spinner tasks queued since start, and those spinning now (KeepWarmStats).
+std::atomic<uint64_t> g_spinners_queued{0};
+std::atomic<int> g_spinning{0};
 
 void KeepWarm(SharedArena& a) {
   const int64_t keep_warm_us = g_keep_warm_us.load(std::memory_order_relaxed);
@@ -71,7 +73,9 @@ void KeepWarm(SharedArena& a) {
   while (have < want) {
     if (!a.spinners.compare_exchange_weak(have, have + 1)) continue;
     const uint64_t seen = a.epoch.load(std::memory_order_relaxed);
+    g_spinners_queued.fetch_add(1, std::memory_order_relaxed);
     a.arena.enqueue([&a, seen, keep_warm_us] {
+      g_spinning.fetch_add(1, std::memory_order_relaxed);
       const auto deadline =
           std::chrono::steady_clock::now() + std::chrono::microseconds(keep_warm_us);
       int polls = 0;
@@ -79,6 +83,7 @@ void KeepWarm(SharedArena& a) {
         _mm_pause();
         if (++polls % 256 == 0 && std::chrono::steady_clock::now() >= deadline) break;
       }
+      g_spinning.fetch_sub(1, std::memory_order_relaxed);
       a.spinners.fetch_sub(1, std::memory_order_relaxed);
     });
     ++have;
@@ -116,6 +121,11 @@ void RunInArena(int concurrency, bool shared, absl::FunctionRef<void()> fn) {
   arena->execute([&] { Isolated(fn); });
   absl::MutexLock lock(&r.mu);
   r.idle[concurrency].push_back(std::move(arena));
+}
+
+KeepWarmStats GetKeepWarmStats() {
+  return KeepWarmStats{g_spinners_queued.load(std::memory_order_relaxed),
+                       g_spinning.load(std::memory_order_relaxed)};
 }
 
 void SetKeepWarm(int64_t microseconds) {

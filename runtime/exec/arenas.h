@@ -34,6 +34,14 @@ void RunInArena(int concurrency, bool shared, absl::FunctionRef<void()> fn);
 inline constexpr int64_t kDefaultKeepWarmUs = 2000;
 void SetKeepWarm(int64_t microseconds);
 
+// What keep-warm did, process-wide: spinner tasks queued after runs since
+// the start, and how many are spinning now (their worker picked them up).
+struct KeepWarmStats {
+  uint64_t queued = 0;
+  int spinning = 0;
+};
+KeepWarmStats GetKeepWarmStats();
+
 // The concurrency of the arena the calling thread is in (outside any: the
 // process default); what oneDNN sees as its thread count there.
 int CurrentArenaConcurrency();

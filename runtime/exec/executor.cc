@@ -24,9 +24,9 @@ using Threading = CompiledGraph::Threading;
 // A graph whose whole run takes less than this on one thread gains less
 // from more threads than waking them costs: the request round trip alone is
 // several times longer, and oneTBB workers spin for a while after each
-// parallel region, burning a core that another client's run could use.
-// Measured on 2 cores: a tiny CNN runs in ~100 us either way, and with the
-// arena's threads the daemon used 1.2 cores at 1 client instead of 0.4.
+// parallel region, burning a core that another client's run could use:
+// a tiny CNN runs no faster on the arena's threads, and keeps the daemon
+// busy on several cores for one client's calls.
 constexpr int64_t kOneThreadBelowNs = 250'000;
 // Warm runs on one thread before deciding (after a first, cold one: it
 // touches the run's memory for the first time); a warm run this long
@@ -45,11 +45,11 @@ constexpr int64_t kClearlyLargeNs = 10 * kOneThreadBelowNs;
 // second-largest step is under kConcurrentAboveNs have too little to
 // overlap to pay for a task.
 //
-// Measured on 2 busy cores (a chain of 12 waves of two equal matrix
-// products, tests' timing harness): 0.77-0.81x the in-order time at 16-22
-// us per product, 0.91-0.95x at 85-200 us, 0.93-1.01x at 330-450 us, 1.00x
-// at 1.2 ms; waves of a product and one 8 times larger (squeezenet's fire
-// modules): 0.97-1.05x, within the noise or a loss.
+// The bounds come from timing chains of waves of two equal matrix products
+// against the same chain in order: the gain shrinks as the products grow
+// and is gone once one product fills both threads; a wave of a small
+// product beside a much larger one (squeezenet's fire modules) gains
+// nothing measurable.
 constexpr int64_t kConcurrentBelowNs = 500'000;
 constexpr int64_t kConcurrentAboveNs = 5'000;
 

@@ -37,8 +37,9 @@ struct DwFusionShape {
 // offers a fused kernel for it (not its reference implementation, which
 // runs the two convolutions one after the other) and the intermediate
 // tensor is large enough for keeping it in cache to beat the two separate
-// convolutions (measured on AVX2: from about 4 MiB up; at 2-3.5 MiB the
-// fused kernel was up to 2x slower). Call inside the compile's task arena:
+// convolutions (kMinIntermediateBytes, from timing both on AVX2: below it
+// the fused kernel was slower, by up to twice). Call inside the compile's
+// task arena:
 // oneDNN's choice depends on the threads it sees.
 bool DepthwiseFusionPays(const DwFusionShape& shape, const std::vector<PostOp>& post_ops,
                          const std::vector<PostOp>& dw_post_ops, const CompileOptions& options);

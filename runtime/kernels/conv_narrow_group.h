@@ -2,15 +2,16 @@
 // channels per group, 4 or 8 of them (ResNeXt-50 32x4d's first stage: 128
 // channels in 32 groups of 4; RegNet's groups of 8). oneDNN's direct
 // kernels work on 8-channel blocks, so it computes groups of 4 as a gemm
-// per group over an im2col copy: resnext50's 56x56 3x3 convolutions took
-// 6 to 10 ms a call that way (3 to 5 GFLOP/s), a quarter of the model.
+// per group over an im2col copy, at a small fraction of the FMA peak:
+// resnext50's 56x56 3x3 convolutions were a large share of the model.
 //
 // The kernel here computes them directly on channels-last activations: a
 // vector holds 8 output channels (two groups of 4, or one of 8), and each
 // input channel of a group is spread across its group's lanes (an in-lane
 // shuffle, or a broadcast load), so every multiply-add does useful work.
-// bench/kernels BM_GroupedConv3x3 against oneDNN (KILN_NARROW_GROUPS=0):
-// 10x faster on groups of 4, 1.05x to 1.1x on groups of 8.
+// bench/kernels BM_GroupedConv3x3 compares it with oneDNN
+// (KILN_NARROW_GROUPS=0): the gain is large for groups of 4, which oneDNN
+// runs as gemms, and small for groups of 8, which it blocks natively.
 #pragma once
 
 #include <array>

@@ -75,18 +75,17 @@ struct StagedReorder {
 
 // Depthwise convolutions on AVX2: oneDNN ranks its brgemm-based kernel
 // (brdgmm_dw) first for NHWC, but its direct depthwise kernel runs the
-// mobilenet / efficientnet shapes 1.3-1.9x faster on this CPU class
-// (AMD EPYC, AVX2: e.g. 3x3 over 72x56x56, batch 1, one thread: 0.13 ms
-// instead of 0.21; at batch 8 the two are even at worst).
+// mobilenet / efficientnet shapes faster on the AVX2 CPUs timed (AMD EPYC),
+// most at batch 1, and no slower at batch 8.
 constexpr const char* kPreferredDepthwiseImpl = "jit_dw:avx2";
 
 // 1x1 convolutions in NHWC on AVX2: oneDNN ranks brgconv_1x1 first, but
 // its jit_1x1 kernel (the one it uses for blocked layouts) takes NHWC too
-// and ran 17 of the 18 shapes timed 1.02-1.9x faster (2 threads, with a
-// ReLU post-op; e.g. resnext50's 256->256 over 56x56 at batch 1 in 2.71 ms
-// instead of 3.24, shufflenet's 58->58 over 28x28 in 0.046 instead of
-// 0.079), and one 0.91x (1024->256 over 14x14 at batch 8). KILN_JIT_1X1=0
-// keeps oneDNN's order.
+// and ran all but one of the shapes timed faster (2 threads, with a ReLU
+// post-op; resnext50's and shufflenet's among them); the exception, a
+// wide-to-narrow one on a small map at batch 8, lost a little.
+// KILN_JIT_1X1=0 keeps oneDNN's order (bench/models/switch_ab.py --var
+// KILN_JIT_1X1 compares whole models).
 constexpr const char* kPreferredPointwiseImpl = "jit_1x1:avx2";
 
 bool PreferJit1x1() {
@@ -462,9 +461,10 @@ static absl::StatusOr<PreparedOp> PrepareConv(const NodeArgs& args, bool fused) 
       // Plain NCHW into a blocked output is a mix oneDNN's AVX2 kernels
       // take only for a first layer; a squeeze-excitation block's 1x1
       // convolutions over 110 or 52 channels (no multiple of 8) fell to
-      // its reference kernel, 0.2 ms each for 48K products: 1.5 ms of
-      // regnet_y_400mf's 10.5 ms call. Channels-last both sides instead,
-      // with the reorders the code below adds.
+      // its reference kernel, orders of magnitude slower than a jit one
+      // for so few products and a visible part of regnet_y_400mf's call.
+      // Channels-last both sides instead, with the reorders the code below
+      // adds.
       any_src = memory::desc({n, c, h, w}, compute, tag::nhwc);
       any_dst = memory::desc({n, oc, out_hw[0], out_hw[1]}, dt::f32, tag::nhwc);
       cfg.pd = make_pd();

@@ -196,10 +196,10 @@ absl::Status BuildMatmulPrimitive(const NodeArgs& args, const MatmulSpec& s, dt 
     // Without brgemm (CPUs before AVX-512) oneDNN's matmul is its jit gemm,
     // which for a constant weight picks plain [K, N]. With 16 or more rows
     // and outputs at least as wide as the reduction (QKV and
-    // up-projections) the weight kept [N, K] runs 1.3 to 2x faster on AVX2
-    // (bench/kernels BM_Linear, M 32 to 256; BERT-base batch 1 about 0.85x
-    // the time). Narrower outputs (down-projections) and single rows
-    // (decode steps: 1.2x slower whole-model) keep [K, N].
+    // up-projections) the weight kept [N, K] runs faster on AVX2 (bench/
+    // kernels BM_Linear, M 32 to 256), in the layer and in whole models
+    // (BERT-base). Narrower outputs (down-projections) and single rows
+    // (decode steps, where [N, K] made the whole model slower) keep [K, N].
     if (s.b_constant && s.n >= s.k && s.m >= 16 &&
         absl::StartsWith(c.pd.impl_info_str(), "gemm:")) {
       const memory::desc b_nk_md({s.k, s.n}, compute, tag::ba);

@@ -3,9 +3,9 @@
 //
 // oneDNN's AVX2 matmul is a gemm that repacks B on every call. A model's
 // layers each read their weight once a call, from memory, and that
-// repacking then costs as much as a third of the product (ViT-B/16's
-// 197x768x3072 layer: 8.5 ms with its weight evicted, 6.3 ms hot; bench/
-// kernels BM_LinearCold, BM_Linear). These loops read B as packed at
+// repacking then costs a large share of the product (compare bench/kernels
+// BM_LinearCold, the weight evicted, with BM_Linear, the weight hot, at
+// ViT-B/16's 197x768x3072). These loops read B as packed at
 // compile time, in strips of 16 columns (BA16a16b: K rows of 16 floats,
 // contiguous; the few-row loops read BA16a64b, so a weight that both
 // kinds of product use is packed twice).

@@ -56,12 +56,12 @@ void skinny_internal::AccumulatePanelAvx2(const float* a, int64_t lda, int64_t m
   // the first pass streams the chunk from memory at the one-row rate, the
   // others read it from L1. Several rows a pass (4 rows x 16 columns, or
   // 2 x 32, in registers) read each panel row in strided pieces, which
-  // kept fewer misses in flight: 8 rows of 9216 x 4096 took 14 to 18 ms
-  // that way, 12 to 14 ms this way (bench/kernels BM_LinearCold).
+  // kept fewer misses in flight and was slower with the weight in memory
+  // (bench/kernels BM_LinearCold).
   // The passes after the first, which only compute, spread prefetches of
   // what the thread reads next (the panel's next chunk, or the next
-  // panel) between them, so that memory is busy while they run: 8 rows
-  // 1.15x to 1.45x faster (BM_Linear and BM_LinearCold at 8 rows).
+  // panel) between them, so that memory is busy while they run (compare
+  // BM_Linear and BM_LinearCold at 8 rows).
   const char* next = reinterpret_cast<const char*>(b + kc * kSkinnyPanel);
   const int64_t lines = kc * kSkinnyPanel * sizeof(float) / 64;
   const int64_t per_step = m > 1 ? (lines + (m - 1) * kc - 1) / ((m - 1) * kc) : 0;
@@ -77,7 +77,7 @@ bool SkinnyMatmul::Applies(int64_t m, int64_t k, int64_t n,
   // repacks B (K x N): with far more rows than outputs (Swin's first stage,
   // 3136 x 384 -> 96) oneDNN's way copies less. Past kPanelMaxRows rows the
   // repacking is spread thin and oneDNN's blocking wins (ViT-B/16 at batch
-  // 8, 1576 rows: 0.88x to 0.97x oneDNN's whole-model time).
+  // 8, 1576 rows, ran slower as a whole model on these loops).
   const bool rows_fit =
       m <= kSkinnyMaxRows ||
       (!HasAvx512() && m <= kPanelMaxRows && m <= 4 * n && KernelSwitchOn("KILN_PANEL_ROWS"));
@@ -126,12 +126,12 @@ void SkinnyMatmul::Run(const float* a, const float* addend, float* out, void* sc
     const int64_t block_rows = ((m + blocks - 1) / blocks + kTileRows - 1) / kTileRows * kTileRows;
     // A task: a block of rows and one panel, a block's panels next to each
     // other so that a thread keeps reading one block of A (from L2 and L3)
-    // while B streams by: BERT-base at batch 8 (1024 rows) 0.97x oneDNN's
-    // time with a panel's blocks next to each other instead, 1.04x this
-    // way (interleaved whole-model runs). Tasks of several panels, K chunk
-    // by chunk over all of them, kept more of the output in L2 too and ran
-    // 197 x 768 x 3072 in 6.0-7.1 ms against 5.2-6.1 with one (bench/
-    // kernels BM_Linear).
+    // while B streams by: with a panel's blocks next to each other instead,
+    // BERT-base at batch 8 (1024 rows) fell behind oneDNN in interleaved
+    // whole-model runs, and this way it is ahead. Tasks of several panels,
+    // K chunk by chunk over all of them, kept more of the output in L2 too
+    // but were slower than one panel a task (bench/kernels BM_Linear at
+    // 197 x 768 x 3072).
     const int64_t strip_stride = panel_stride / 4;
     ParallelFor(count * blocks, 1, [&](int64_t t0, int64_t t1) {
       alignas(64) float acc[kPanelBlockRows * kSkinnyPanel];

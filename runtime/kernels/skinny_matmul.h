@@ -40,8 +40,8 @@
 namespace kiln::runtime {
 
 // Rows up to which the skinny kernel computes a product: with 8 rows it
-// still reads a streamed weight 1.3x to 2x faster than oneDNN's AVX2
-// gemm (bench/kernels BM_Linear and BM_LinearCold, M 8).
+// still reads a streamed weight faster than oneDNN's AVX2 gemm (bench/
+// kernels BM_Linear and BM_LinearCold, M 8).
 inline constexpr int64_t kSkinnyMaxRows = 8;
 
 struct SkinnyMatmul {

@@ -4,9 +4,8 @@
 // broadcast fit the 32 registers), then 4, 2, 1: 8 rows are two passes
 // over the panel's chunk (6 + 2) rather than 4 + 4, and keep up with
 // memory. No software prefetch: asking for B's rows ahead made these
-// loops slower here, at 1 to 8 rows, with the weight out of cache
-// (bench/kernels BM_LinearCold 8/512/32000: 2.48 ms with prefetching and
-// 4 + 4 rows, 2.07 without, in one session).
+// loops slower, at 1 to 8 rows, with the weight out of cache (bench/
+// kernels BM_LinearCold, e.g. 8/512/32000).
 // Built with AVX-512 enabled (runtime/CMakeLists.txt), called only after
 // a CPU check; see skinny_panel.h for what it may include.
 #include <immintrin.h>

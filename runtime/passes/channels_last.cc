@@ -8,7 +8,7 @@
 //    AVX-512 kernels (brgconv) compute in it;
 //  - blocked (nChw8c), the dense [N, C/8, H, W, 8], for values with
 //    C % 8 == 0: oneDNN's AVX2 kernels for 1x1 and depthwise convolutions
-//    (jit_1x1, jit_dw) run 1.2-3x faster in it than in NHWC
+//    (jit_1x1, jit_dw) run faster in it than in NHWC
 //    (bench/kernels/conv_layout_bench.cc). ChooseLayout picks it on CPUs
 //    without AVX-512 for graphs where those convolutions dominate.
 //
@@ -784,13 +784,14 @@ class Rewriter {
 // the blocked layout when the convolutions' estimated time in it, plus the
 // reorders it leaves, beats the same sum for NHWC by a margin.
 //
-// Per-shape estimates (oneDNN 3.2 on AVX2, 2 threads, from
-// bench/kernels/conv_layout_bench.cc): 1x1 convolutions run about 1.1-1.25x
-// faster blocked (jit_1x1 instead of brgconv_1x1); depthwise ones about
-// 1.2x faster on large maps at batch 1 and 2-3x at batch 8, and 1.05-1.35x
-// slower on 7x7 maps; dense 3x3 ones are even at 64 channels and
-// 1.15-1.35x slower blocked (jit instead of brgconv) from 128 on; a first
-// layer reading an RGB image is about 1.25x faster.
+// The rates and ratios below are per-shape estimates from timing both
+// layouts (oneDNN 3.2 on AVX2, 2 threads, bench/kernels/
+// conv_layout_bench.cc): 1x1 convolutions run faster blocked (jit_1x1
+// instead of brgconv_1x1); depthwise ones faster on large maps, most at
+// batch 8, and slower on 7x7 maps; dense 3x3 ones are even at 64 channels
+// and slower blocked (jit instead of brgconv) from 128 on; a first layer
+// reading an RGB image is faster blocked. Rerun the benchmark when oneDNN
+// changes: the constants are its results.
 struct LayoutCost {
   double nhwc = 0, blocked = 0;  // estimated seconds
 };
@@ -817,9 +818,9 @@ LayoutCost EstimateConv(const Graph& g, const Node& node) {
   } else if (groups > 1 &&
              (w.shape[1] % kChannelBlock != 0 || (w.shape[0] / groups) % kChannelBlock != 0)) {
     // Groups narrower than a block have no blocked kernel on AVX2: oneDNN
-    // falls back to its reference one. resnext50_32x4d's 4-channel groups
-    // took about 1 s per 56x56 convolution blocked against 85 ms for the
-    // whole model in NHWC.
+    // falls back to its reference one: resnext50_32x4d's 4-channel groups
+    // made a single blocked convolution slower than the whole model in
+    // NHWC, so the ratio is prohibitive.
     gflops = 60;
     ratio = 50;
   } else if (w.shape[2] == 1 && w.shape[3] == 1) {
@@ -882,8 +883,9 @@ Layout ChooseLayout(const PassContext& ctx) {
     total.nhwc += cost.nhwc;
     total.blocked += cost.blocked;
   }
-  // Reorders and conversions move about 5 GB/s (read + write) here; a
-  // blocked one (an 8-float inner transpose) no faster.
+  // Reorders and conversions are bound by memory (the rate, read + write,
+  // is one measured on the AVX2 hosts); a blocked one (an 8-float inner
+  // transpose) is no faster.
   constexpr double kReorderBytesPerSecond = 5e9;
   total.nhwc += ReorderBytes(ctx, Layout::kNhwc) / kReorderBytesPerSecond;
   total.blocked += ReorderBytes(ctx, Layout::kBlocked) / kReorderBytesPerSecond;

@@ -20,6 +20,7 @@
 #include "server/kiln_service.h"
 #include "server/process_watch.h"
 #include "spdlog/spdlog.h"
+#include "tests/testing/fuzz_access.h"
 #include "tests/testing/proto_graph.h"
 
 namespace {
@@ -38,15 +39,18 @@ struct Daemon {
   Daemon() {
     spdlog::set_level(spdlog::level::off);
     service = std::make_unique<kiln::server::KilnService>("");
+    service->SetAccess(nullptr, kiln::testing::kFuzzToken);
     grpc::ServerBuilder builder;
     builder.RegisterService(service.get());
     server = builder.BuildAndStart();
     stub = kiln::v1::Kiln::NewStub(server->InProcessChannel(grpc::ChannelArguments()));
     {
       grpc::ClientContext ctx;
+      kiln::testing::Authorize(&ctx);
       kiln::v1::OpenSessionRequest req;
       req.set_pid(getpid());
-      req.set_pid_namespace(kiln::server::OwnPidNamespace());
+      // No pid namespace: an in-process server knows no peer credentials,
+      // and a client it cannot see may not claim the daemon's namespace.
       kiln::v1::OpenSessionResponse resp;
       if (!stub->OpenSession(&ctx, req, &resp).ok()) std::abort();
       session = resp.session_id();
@@ -57,6 +61,7 @@ struct Daemon {
     close(fd);
     {
       grpc::ClientContext ctx;
+      kiln::testing::Authorize(&ctx);
       kiln::v1::RegisterRegionRequest req;
       req.set_session_id(session);
       req.set_name(name);
@@ -74,6 +79,7 @@ struct Daemon {
     add.Output(add.Call("aten.add.Tensor", {Ref(x), Ref(y)}));
     for (auto* g : {&relu, &add}) {
       grpc::ClientContext ctx;
+      kiln::testing::Authorize(&ctx);
       kiln::v1::CompileRequest req;
       req.set_session_id(session);
       *req.mutable_graph() = g->graph();
@@ -100,6 +106,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // fuzzer's own id, to try unknown sessions too.
   if (req.session_id() != "?") req.set_session_id(daemon->session);
   grpc::ClientContext ctx;
+  kiln::testing::Authorize(&ctx);
   kiln::v1::ExecuteResponse resp;
   grpc::Status s = daemon->stub->Execute(&ctx, req, &resp);
   // A refusal must say why.

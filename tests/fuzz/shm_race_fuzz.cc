@@ -43,6 +43,7 @@
 #include "server/kiln_service.h"
 #include "server/process_watch.h"
 #include "spdlog/spdlog.h"
+#include "tests/testing/fuzz_access.h"
 #include "tests/testing/proto_graph.h"
 
 namespace {
@@ -75,9 +76,11 @@ class Client {
  public:
   Client(kiln::v1::Kiln::Stub* stub, const std::string& tag) : stub_(stub) {
     grpc::ClientContext ctx;
+    kiln::testing::Authorize(&ctx);
     kiln::v1::OpenSessionRequest req;
     req.set_pid(getpid());
-    req.set_pid_namespace(ks::OwnPidNamespace());
+    // No pid namespace: an in-process server knows no peer credentials,
+    // and a client it cannot see may not claim the daemon's namespace.
     req.set_client_name(tag);
     kiln::v1::OpenSessionResponse resp;
     Check(stub_->OpenSession(&ctx, req, &resp).ok());
@@ -97,6 +100,7 @@ class Client {
 
   grpc::Status Register(Object* o, uint64_t bytes) {
     grpc::ClientContext ctx;
+    kiln::testing::Authorize(&ctx);
     kiln::v1::RegisterRegionRequest req;
     req.set_session_id(session_);
     req.set_name(o->name);
@@ -109,6 +113,7 @@ class Client {
 
   grpc::Status Unregister(const Object& o) {
     grpc::ClientContext ctx;
+    kiln::testing::Authorize(&ctx);
     kiln::v1::UnregisterRegionRequest req;
     req.set_session_id(session_);
     req.set_region_id(o.region_id);
@@ -118,6 +123,7 @@ class Client {
 
   uint64_t Compile(const kiln::v1::Graph& graph) {
     grpc::ClientContext ctx;
+    kiln::testing::Authorize(&ctx);
     kiln::v1::CompileRequest req;
     req.set_session_id(session_);
     *req.mutable_graph() = graph;
@@ -129,6 +135,7 @@ class Client {
   grpc::Status Execute(uint64_t handle, const std::vector<kiln::v1::TensorDescriptor>& in,
                        const std::vector<kiln::v1::TensorDescriptor>& out) {
     grpc::ClientContext ctx;
+    kiln::testing::Authorize(&ctx);
     kiln::v1::ExecuteRequest req;
     req.set_session_id(session_);
     req.set_handle(handle);
@@ -140,6 +147,7 @@ class Client {
 
   grpc::Status Upload(const std::string& hash, const kiln::v1::TensorDescriptor& data) {
     grpc::ClientContext ctx;
+    kiln::testing::Authorize(&ctx);
     kiln::v1::UploadConstantsRequest req;
     req.set_session_id(session_);
     auto* c = req.add_constants();
@@ -151,6 +159,7 @@ class Client {
 
   grpc::Status OpenChannel(uint64_t region_id) {
     grpc::ClientContext ctx;
+    kiln::testing::Authorize(&ctx);
     kiln::v1::OpenChannelRequest req;
     req.set_session_id(session_);
     req.set_region_id(region_id);
@@ -223,6 +232,7 @@ struct Harness {
   Harness() {
     spdlog::set_level(spdlog::level::off);
     service = std::make_unique<ks::KilnService>("");
+    service->SetAccess(nullptr, kiln::testing::kFuzzToken);
     grpc::ServerBuilder builder;
     builder.RegisterService(service.get());
     server = builder.BuildAndStart();

@@ -46,7 +46,7 @@ def test_bf16_precision_is_within_bf16_tolerance_of_eager(daemon_up):
 
 def test_bf16_precision_changes_the_result(daemon_up):
     # Without native bf16 dot products the daemon runs precision=bf16 in f32
-    # (README, runtime options): the results are then identical.
+    # (docs/options.md, config): the results are then identical.
     from kiln.connection import get_connection
     if "avx512_bf16" not in get_connection().capabilities().cpu_features:
         pytest.skip("this CPU has no avx512_bf16; bf16 runs in f32")

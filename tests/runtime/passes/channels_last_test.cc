@@ -365,8 +365,8 @@ TEST_F(SmallCnn, AutoLayoutFollowsTheConvolutionMix) {
 
 // A ResNeXt block (1x1, 3x3 in groups of 4 channels, 1x1) and another
 // 1x1: the 1x1 convolutions alone would pick blocked on AVX2, but oneDNN has no blocked
-// kernel for groups narrower than a block (its reference kernel ran
-// resnext50_32x4d about 12x slower than NHWC), so the graph stays NHWC.
+// kernel for groups narrower than a block (it falls back to its reference
+// kernel, far slower than NHWC), so the graph stays NHWC.
 TEST_F(SmallCnn, AutoLayoutKeepsNarrowGroupsChannelsLast) {
   GraphBuilder b;
   int x = b.Input({1, 256, 56, 56}, "x");
