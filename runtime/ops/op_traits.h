@@ -53,6 +53,15 @@ enum OpTrait : uint32_t {
 };
 inline constexpr uint32_t kFollowsLayout = kFollowsNhwc | kFollowsBlocked;
 
+// The traits' names, bit by bit, as capabilities (OpSupport.traits) and
+// docs give them. The static_assert keeps the table in step with the enum.
+inline constexpr int kNumTraitFlags = 7;
+inline constexpr const char* kTraitFlagNames[kNumTraitFlags] = {
+    "alias", "view", "reshape", "elementwise", "follows_nhwc", "follows_blocked", "side_effects",
+};
+static_assert(kSideEffects == 1u << (kNumTraitFlags - 1),
+              "a trait added to OpTrait needs its name in kTraitFlagNames");
+
 // The scalar function of a fusible elementwise op: appends to `recipe` the
 // kiln.elementwise instructions (kernels/elementwise_program.h) that
 // compute one call of it, reading its arguments as its prepare function

@@ -128,4 +128,13 @@ bool HasTrait(const Node& node, uint32_t trait) {
   return op != nullptr && op->traits.Has(trait);
 }
 
+std::vector<std::string_view> TraitNames(const OpTraits& traits) {
+  std::vector<std::string_view> names;
+  for (int bit = 0; bit < kNumTraitFlags; ++bit) {
+    if (traits.flags & (1u << bit)) names.push_back(kTraitFlagNames[bit]);
+  }
+  if (traits.IsPostOp()) names.push_back("post_op");
+  return names;
+}
+
 }  // namespace kiln::runtime

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
 #include "absl/types/span.h"
 #include "runtime/kernels/elementwise_forms.h"
@@ -35,6 +36,9 @@ int FindOp(std::string_view target);
 const OpDef* OpOf(const Node& node);
 // Whether op node `node` has every bit of `trait` (false for non-ops).
 bool HasTrait(const Node& node, uint32_t trait);
+// The names of `traits`' flags (kTraitFlagNames), then "post_op" when it
+// is one: what capabilities tell clients.
+std::vector<std::string_view> TraitNames(const OpTraits& traits);
 
 // ---- Compile-time lookups ---------------------------------------------------
 
