@@ -327,6 +327,9 @@ absl::Status KilnService::DoGetCapabilities(kiln::v1::CapabilitiesResponse* resp
         support->add_dtypes(static_cast<kiln::v1::DType>(d));
       }
     }
+    for (std::string_view trait : runtime::TraitNames(op.traits)) {
+      support->add_traits(std::string(trait));
+    }
   }
   for (const std::string& f : runtime::CpuFeatures()) resp->add_cpu_features(f);
   return absl::OkStatus();

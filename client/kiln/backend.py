@@ -293,6 +293,7 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any],
                   cache.key[:16], 1e3 * took, cached.cold_s - took)
 
     caps = partition.capabilities_from_proto(conn.capabilities())
+    views = partition.view_ops_from_proto(conn.capabilities())
     disabled = opts.disabled_ops.matches if opts.disabled_ops else None
     excluded: set[str] = set()
     rejections: dict[str, str] = {}  # for kiln.explain
@@ -305,7 +306,7 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any],
                 if isinstance(lowered, CompiledGraph):
                     return lowered
             split = partition.partition(_copy_graph_module(lowered.gm), caps, excluded,
-                                        disabled, opts.min_partition_size)
+                                        disabled, opts.min_partition_size, views=views)
             constants = lowered.constant_inputs
             cold_s = time.perf_counter() - started
         subgraphs = _compile_partitions(split, constants, example_inputs, opts, conn)
@@ -328,7 +329,7 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any],
             if not (node.target is operator.getitem and isinstance(source, fx.Node)
                     and source.op == "call_module"):
                 eager_nodes += 1
-                if partition.is_compute_node(node):
+                if partition.is_compute_node(node, views):
                     reason = partition.eager_reason(node, caps, excluded, disabled)
                     eager_reasons.setdefault(reason, []).append(f"{node.name} ({node.target})")
     rejected_subs = [sub for sub in subgraphs if sub.fallback]

@@ -16,15 +16,6 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 from kiln import shm
 from kiln.v1 import kiln_pb2
 
-# Ops that only reshape/alias: a partition made of nothing else is not worth
-# a round trip to the daemon.
-_NON_COMPUTE = frozenset({
-    "aten.view.default", "aten._unsafe_view.default", "aten.reshape.default",
-    "aten.permute.default", "aten.t.default", "aten.flatten.using_ints",
-    "aten.squeeze.dim", "aten.squeeze.dims", "aten.unsqueeze.default",
-    "aten.expand.default", "aten.clone.default", "aten.alias.default",
-})
-
 Capabilities = Mapping[str, frozenset[torch.dtype]]
 
 
@@ -41,6 +32,12 @@ def capabilities_from_proto(
                 pass
         caps[op.target] = frozenset(dtypes)
     return caps
+
+
+def view_ops_from_proto(response: kiln_pb2.CapabilitiesResponse) -> frozenset[str]:
+    """Targets the daemon marks "view": they move elements and compute none,
+    so a partition made of nothing else is not worth a round trip."""
+    return frozenset(op.target for op in response.ops if "view" in op.traits)
 
 
 def _tensors(value: object) -> Iterable[torch.Tensor]:
@@ -94,25 +91,28 @@ class KilnOperatorSupport(OperatorSupportBase):
         return isinstance(out, torch.Tensor) and out.dtype in dtypes
 
 
-def is_compute_node(node: fx.Node) -> bool:
+def is_compute_node(node: fx.Node, views: Collection[str]) -> bool:
+    """A call that computes: no getitem, and no op among `views`
+    (view_ops_from_proto)."""
     return (node.op == "call_function" and node.target is not operator.getitem
-            and str(node.target) not in _NON_COMPUTE)
+            and str(node.target) not in views)
 
 
 def partition(gm: fx.GraphModule, capabilities: Capabilities,
               excluded: Collection[str] = (), disabled: Callable[[object], bool] | None = None,
-              min_size: int = 1) -> fx.GraphModule:
+              min_size: int = 1, *, views: Collection[str]) -> fx.GraphModule:
     """Fuses supported regions of gm into `fused_<n>` submodules (in place).
 
     Nodes outside every partition, those named in `excluded`, those whose
     target `disabled` accepts, and partitions of fewer than `min_size`
-    compute nodes stay in gm and run in eager.
+    compute nodes (is_compute_node with `views`) stay in gm and run in
+    eager.
     """
     partitioner = CapabilityBasedPartitioner(
         gm, KilnOperatorSupport(capabilities, excluded, disabled),
         allows_single_node_partition=True)
     partitions = [p for p in partitioner.propose_partitions()
-                  if sum(map(is_compute_node, p.nodes)) >= max(min_size, 1)]
+                  if sum(is_compute_node(n, views) for n in p.nodes) >= max(min_size, 1)]
     return partitioner.fuse_partitions(partitions)
 
 

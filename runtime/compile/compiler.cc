@@ -13,7 +13,6 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/compile/constant_persistence.h"
 #include "runtime/compile/shared_constants.h"
-#include "runtime/kernels/conv2d_args.h"
 #include "runtime/kernels/kernel_util.h"
 #include "runtime/ops/registry.h"
 #include "runtime/passes/pass_context.h"
@@ -78,22 +77,6 @@ absl::StatusOr<PreparedOp> PrepareNode(const Graph& g, const Node& node,
     return absl::InternalError(absl::StrCat("node '", node.name, "': prepare built no kernel"));
   }
   return prepared;
-}
-
-// Ops whose output is their input's bytes unchanged (dense tensors): they
-// become aliases in the memory plan instead of copies. A clone is one too:
-// the graph is functional (nothing writes a value after computing it, bar
-// plan/in_place.h, which checks every reader of the shared bytes), and
-// every value here is dense, so the copy would be byte for byte; it
-// follows each materialized permute of a `.contiguous()` (attention heads,
-// shufflenet's channel shuffle).
-bool IsAliasOp(const std::string& target) {
-  static const auto* ops = new absl::flat_hash_set<std::string>{
-      "aten.view.default", "aten._unsafe_view.default", "aten.reshape.default",
-      "aten.flatten.using_ints", "aten.unsqueeze.default", "aten.squeeze.dim",
-      "aten.squeeze.dims", "aten.squeeze.default", "aten.alias.default",
-      "aten.clone.default"};
-  return ops->contains(target);
 }
 
 // Runs an op whose inputs are all constants once, now, and turns the node
@@ -224,6 +207,9 @@ void ScheduleSteps(BranchMode branches, const std::vector<StepUse>& uses,
   for (auto& ns : cg->threading.step_ns) ns = std::numeric_limits<int64_t>::max();
 }
 
+// kiln.conv2d's residual argument (ops.def).
+constexpr ArgSlot kConvResidual = KILN_ARG("kiln.conv2d", "residual");
+
 // Convolutions with a fused residual add write their output over the
 // residual when nothing else reads it any more (plan/in_place.h); the
 // kernel then skips copying the residual into its output. Returns each
@@ -241,12 +227,12 @@ std::vector<int> PlanInPlace(const Graph& graph, const CompiledGraph& cg,
         reads_in_wave[w].push_back(request_of[ref.node][ref.output]);
       }
       const Node& node = graph.nodes[step.node];
-      if (node.target != "kiln.conv2d" || node.args.size() <= conv2d_args::kResidual ||
-          node.args[conv2d_args::kResidual].kind != Arg::Kind::kTensor ||
+      if (node.target != "kiln.conv2d" || node.args.size() <= kConvResidual.pos ||
+          node.args[kConvResidual.pos].kind != Arg::Kind::kTensor ||
           node.outputs.size() != 1) {
         continue;
       }
-      const ValueRef residual = node.args[conv2d_args::kResidual].tensor;
+      const ValueRef residual = node.args[kConvResidual.pos].tensor;
       InPlaceCandidate c;
       c.wave = static_cast<int>(w);
       c.output = request_of[step.node][0];
@@ -490,9 +476,10 @@ absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
     if (node.dead || node.kind != Node::Kind::kOp) continue;
     const int step = static_cast<int>(cg->steps.size());
     std::vector<ValueRef> inputs = TensorInputsOf(node);
-    if (IsAliasOp(node.target) && node.outputs.size() == 1 && inputs.size() == 1 &&
+    if (HasTrait(node, kAlias) && node.outputs.size() == 1 && inputs.size() == 1 &&
         graph.MetaOf(inputs[0]).ByteSize() == node.outputs[0].ByteSize()) {
-      // Validated by the shape sweep; no kernel, same bytes as the source.
+      // An alias (ops/op_traits.h), validated by the shape sweep: no
+      // kernel, the same bytes as its source.
       cg->slots[i] = {cg->slots[inputs[0].node][inputs[0].output]};
       request_of[i][0] = request_of[inputs[0].node][inputs[0].output];
       step_of[i] = step_of[inputs[0].node];

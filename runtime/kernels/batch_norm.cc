@@ -24,6 +24,7 @@
 #include "runtime/kernels/post_op_loops.h"
 #include "runtime/kernels/post_ops.h"
 #include "runtime/ops/prepare_fns.h"
+#include "runtime/ops/registry.h"
 #include "runtime/util/status_macros.h"
 
 namespace kiln::runtime {
@@ -113,8 +114,16 @@ class BatchNormKernel final : public Kernel {
   BatchNormParams p_;
 };
 
-// Shared by both overloads: arguments at (weight..var) = positions 1..4 and
-// eps at `eps_pos`.
+// kiln.batch_norm_nhwc's arguments (ops.def) past ATen's first five
+// (input, weight, bias, running_mean, running_var), which it shares.
+constexpr ArgSlot kNhwcEps = KILN_ARG("kiln.batch_norm_nhwc", "eps");
+constexpr ArgSlot kNhwcPostOps = KILN_ARG("kiln.batch_norm_nhwc", "post_ops");
+static_assert(KILN_ARG("kiln.batch_norm_nhwc", "input").pos == 0 &&
+                  KILN_ARG("kiln.batch_norm_nhwc", "running_var").pos == 4,
+              "kiln.batch_norm_nhwc starts with ATen batch norm's arguments");
+
+// Shared by every overload: arguments at (weight..var) = positions 1..4 and
+// eps at `eps_pos`; post_ops for the channels-last one.
 absl::StatusOr<PreparedOp> PrepareInferenceBatchNorm(const NodeArgs& args,
                                                      int eps_pos, bool channels_last) {
   KILN_ASSIGN_OR_RETURN(TensorMeta input, args.Tensor(0, "input"));
@@ -179,7 +188,7 @@ absl::StatusOr<PreparedOp> PrepareInferenceBatchNorm(const NodeArgs& args,
                p.shift.data());
   }
   if (channels_last) {
-    KILN_ASSIGN_OR_RETURN(p.post_ops, ParsePostOps(args, eps_pos + 1, "post_ops"));
+    KILN_ASSIGN_OR_RETURN(p.post_ops, ParsePostOps(args, kNhwcPostOps));
     if (!LoopsImplement(p.post_ops)) {
       return args.Unimplemented("batch norm post-ops must be activations");
     }
@@ -218,8 +227,7 @@ absl::StatusOr<PreparedOp> PrepareBatchNormLegitNoTraining(
 }
 
 absl::StatusOr<PreparedOp> PrepareBatchNormNhwc(const NodeArgs& args) {
-  // (input, weight?, bias?, running_mean, running_var, eps, post_ops=[])
-  return PrepareInferenceBatchNorm(args, 5, true);
+  return PrepareInferenceBatchNorm(args, static_cast<int>(kNhwcEps.pos), true);
 }
 
 }  // namespace kiln::runtime

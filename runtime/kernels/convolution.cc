@@ -24,6 +24,7 @@
 #include "runtime/kernels/onednn_util.h"
 #include "runtime/kernels/post_ops.h"
 #include "runtime/ops/prepare_fns.h"
+#include "runtime/ops/registry.h"
 #include "runtime/util/status_macros.h"
 
 namespace kiln::runtime {
@@ -204,10 +205,24 @@ class ConvolutionKernel final : public Kernel {
 
 }  // namespace
 
-// Both overloads share positions 0-5 (input, weight, bias, stride, padding,
-// dilation). aten.convolution continues (transposed, output_padding,
-// groups); kiln.conv2d continues (groups, residual, post_ops, layout_in,
-// layout_out), the layouts being ActivationLayout values.
+// kiln.conv2d's own arguments (ops.def); the layouts are ActivationLayout
+// values.
+constexpr ArgSlot kFusedGroups = KILN_ARG("kiln.conv2d", "groups");
+constexpr ArgSlot kFusedResidual = KILN_ARG("kiln.conv2d", "residual");
+constexpr ArgSlot kFusedPostOps = KILN_ARG("kiln.conv2d", "post_ops");
+constexpr ArgSlot kFusedLayoutIn = KILN_ARG("kiln.conv2d", "layout_in");
+constexpr ArgSlot kFusedLayoutOut = KILN_ARG("kiln.conv2d", "layout_out");
+// Both ops share positions 0-5 (input, weight, bias, stride, padding,
+// dilation); aten.convolution continues (transposed, output_padding,
+// groups).
+static_assert(KILN_ARG("kiln.conv2d", "input").pos == 0 &&
+                  KILN_ARG("kiln.conv2d", "weight").pos == 1 &&
+                  KILN_ARG("kiln.conv2d", "bias").pos == 2 &&
+                  KILN_ARG("kiln.conv2d", "stride").pos == 3 &&
+                  KILN_ARG("kiln.conv2d", "padding").pos == 4 &&
+                  KILN_ARG("kiln.conv2d", "dilation").pos == 5,
+              "kiln.conv2d starts with aten.convolution's arguments");
+
 static absl::StatusOr<PreparedOp> PrepareConv(const NodeArgs& args, bool fused) {
   KILN_ASSIGN_OR_RETURN(TensorMeta input, args.Tensor(0, "input"));
   KILN_ASSIGN_OR_RETURN(TensorMeta weight, args.Tensor(1, "weight"));
@@ -226,11 +241,11 @@ static absl::StatusOr<PreparedOp> PrepareConv(const NodeArgs& args, bool fused) 
   std::optional<TensorMeta> residual;
   ActivationLayout layout_in = ActivationLayout::kPlain, layout_out = ActivationLayout::kPlain;
   if (fused) {
-    KILN_ASSIGN_OR_RETURN(groups, args.Int(6, "groups", 1));
-    KILN_ASSIGN_OR_RETURN(residual, args.OptionalTensor(7, "residual"));
-    KILN_ASSIGN_OR_RETURN(post_ops, ParsePostOps(args, 8, "post_ops"));
-    KILN_ASSIGN_OR_RETURN(int64_t in_code, args.Int(9, "layout_in", 0));
-    KILN_ASSIGN_OR_RETURN(int64_t out_code, args.Int(10, "layout_out", 0));
+    KILN_ASSIGN_OR_RETURN(groups, args.Int(kFusedGroups, 1));
+    KILN_ASSIGN_OR_RETURN(residual, args.OptionalTensor(kFusedResidual));
+    KILN_ASSIGN_OR_RETURN(post_ops, ParsePostOps(args, kFusedPostOps));
+    KILN_ASSIGN_OR_RETURN(int64_t in_code, args.Int(kFusedLayoutIn, 0));
+    KILN_ASSIGN_OR_RETURN(int64_t out_code, args.Int(kFusedLayoutOut, 0));
     for (int64_t code : {in_code, out_code}) {
       if (code < 0 || code > static_cast<int64_t>(ActivationLayout::kBlocked)) {
         return args.Error(absl::StrCat("unknown activation layout ", code));
@@ -352,7 +367,7 @@ static absl::StatusOr<PreparedOp> PrepareConv(const NodeArgs& args, bool fused) 
   cfg.input_index = InputIndex(args, 0, "input");
   cfg.weight_index = InputIndex(args, 1, "weight");
   cfg.bias_index = bias ? InputIndex(args, 2, "bias") : -1;
-  if (residual) cfg.residual_index = InputIndex(args, 7, "residual");
+  if (residual) cfg.residual_index = InputIndex(args, kFusedResidual);
   if (n == 0) {
     cfg.empty = true;
     op.kernel = std::make_unique<ConvolutionKernel>(std::move(cfg));

@@ -15,6 +15,7 @@
 #include "runtime/exec/parallel.h"
 #include "runtime/kernels/kernel_util.h"
 #include "runtime/ops/prepare_fns.h"
+#include "runtime/ops/registry.h"
 #include "runtime/util/status_macros.h"
 
 namespace kiln::runtime {
@@ -65,18 +66,22 @@ class InterleaveChannelsKernel final : public Kernel {
   std::vector<int64_t> sizes_;
 };
 
+// kiln.interleave_channels's arguments (ops.def).
+constexpr ArgSlot kA = KILN_ARG("kiln.interleave_channels", "a");
+constexpr ArgSlot kB = KILN_ARG("kiln.interleave_channels", "b");
+constexpr ArgSlot kSplitSizes = KILN_ARG("kiln.interleave_channels", "split_sizes");
+
 }  // namespace
 
 absl::StatusOr<PreparedOp> PrepareInterleaveChannels(const NodeArgs& args) {
-  // (a, b, split_sizes)
-  KILN_ASSIGN_OR_RETURN(TensorMeta a, args.Tensor(0, "a"));
-  KILN_ASSIGN_OR_RETURN(TensorMeta b, args.Tensor(1, "b"));
+  KILN_ASSIGN_OR_RETURN(TensorMeta a, args.Tensor(kA));
+  KILN_ASSIGN_OR_RETURN(TensorMeta b, args.Tensor(kB));
   KILN_RETURN_IF_ERROR(RequireDType(args, a, "a"));
   if (a != b || a.rank() < 1) {
     return args.Error(absl::StrCat("a and b must have one shape of rank >= 1, got ", a.ToString(),
                                    " and ", b.ToString()));
   }
-  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> sizes, args.IntList(2, "split_sizes"));
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> sizes, args.IntList(kSplitSizes));
   const int64_t c = a.shape.back();
   int64_t total = 0;
   for (int64_t s : sizes) {

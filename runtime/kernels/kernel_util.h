@@ -25,6 +25,9 @@ absl::Status RequireDType(const NodeArgs& args, const TensorMeta& meta,
 // the ones after it. For a `Tensor[]` argument, the index of its first
 // item (the others follow it).
 int InputIndex(const NodeArgs& args, int pos, const char* name);
+inline int InputIndex(const NodeArgs& args, ArgSlot a) {
+  return InputIndex(args, static_cast<int>(a.pos), a.name);
+}
 
 // Whether the switch `name` in the daemon's environment leaves a kernel on:
 // unset or any value but "0" (KILN_WINOGRAD=0 and the like, for

@@ -23,6 +23,7 @@
 #include "runtime/kernels/kernel_util.h"
 #include "runtime/kernels/onednn_util.h"
 #include "runtime/ops/prepare_fns.h"
+#include "runtime/ops/registry.h"
 #include "runtime/kernels/post_ops.h"
 #include "runtime/kernels/skinny_matmul.h"
 #include "runtime/util/status_macros.h"
@@ -373,13 +374,20 @@ absl::StatusOr<PreparedOp> PrepareAddmm(const NodeArgs& args) {
   return BuildMatmul(args, std::move(s), std::move(out));
 }
 
+// kiln.addmm starts with aten.addmm's arguments, which AddmmSpec reads.
+static_assert(KILN_ARG("kiln.addmm", "self").pos == 0 && KILN_ARG("kiln.addmm", "mat1").pos == 1 &&
+                  KILN_ARG("kiln.addmm", "mat2").pos == 2,
+              "kiln.addmm starts with aten.addmm's arguments");
+
 absl::StatusOr<PreparedOp> PrepareFusedAddmm(const NodeArgs& args) {
-  // (self?, mat1, mat2, post_ops, mat2_transposed=False): self + mat1 @
-  // mat2 (mat2 given as [N, K] when transposed), then the post-ops
-  // (activations only), with unit scales.
-  KILN_ASSIGN_OR_RETURN(std::optional<TensorMeta> self, args.OptionalTensor(0, "self"));
-  KILN_ASSIGN_OR_RETURN(std::vector<PostOp> post_ops, ParsePostOps(args, 3, "post_ops"));
-  KILN_ASSIGN_OR_RETURN(bool transposed, args.Bool(4, "mat2_transposed", false));
+  // self? + mat1 @ mat2 (mat2 given as [N, K] when mat2_transposed), then
+  // the post-ops (activations only), with unit scales.
+  KILN_ASSIGN_OR_RETURN(std::optional<TensorMeta> self,
+                        args.OptionalTensor(KILN_ARG("kiln.addmm", "self")));
+  KILN_ASSIGN_OR_RETURN(std::vector<PostOp> post_ops,
+                        ParsePostOps(args, KILN_ARG("kiln.addmm", "post_ops")));
+  KILN_ASSIGN_OR_RETURN(bool transposed,
+                        args.Bool(KILN_ARG("kiln.addmm", "mat2_transposed"), false));
   for (const PostOp& p : post_ops) {
     if (p.kind != PostOp::Kind::kEltwise) return args.Error("only activations may follow");
   }

@@ -1,56 +1,66 @@
+// Post-ops: parsing the strings fused ops carry, their oneDNN form, and
+// which activation node becomes which (from the op schema).
 #include "runtime/kernels/post_ops.h"
 
-#include <cmath>
-#include <cstdlib>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "runtime/ops/registry.h"
 
 namespace kiln::runtime {
 
+namespace {
+
+// The activation post-ops with fixed parameters, by the name ops.def gives
+// an op's post-op trait, and the oneDNN eltwise algorithm each runs as.
+struct EltwisePostOp {
+  const char* name;
+  dnnl::algorithm algorithm;
+  float alpha = 0.f;
+  float beta = 0.f;
+};
+constexpr EltwisePostOp kEltwisePostOps[] = {
+    {"relu", dnnl::algorithm::eltwise_relu},
+    {"sigmoid", dnnl::algorithm::eltwise_logistic},
+    {"silu", dnnl::algorithm::eltwise_swish, 1.f},
+    {"hardswish", dnnl::algorithm::eltwise_hardswish, 1.f / 6.f, 0.5f},
+    {"hardsigmoid", dnnl::algorithm::eltwise_hardsigmoid, 1.f / 6.f, 0.5f},
+    {"gelu_erf", dnnl::algorithm::eltwise_gelu_erf},
+    {"gelu_tanh", dnnl::algorithm::eltwise_gelu_tanh},
+};
+
+}  // namespace
+
 absl::StatusOr<PostOp> ParsePostOp(const std::string& text) {
-  using alg = dnnl::algorithm;
   PostOp op;
   op.text = text;
   if (text == "add") {
     op.kind = PostOp::Kind::kAdd;
-    op.algorithm = alg::binary_add;
+    op.algorithm = dnnl::algorithm::binary_add;
     return op;
   }
-  if (text == "relu") {
-    op.algorithm = alg::eltwise_relu;
-  } else if (text == "sigmoid") {
-    op.algorithm = alg::eltwise_logistic;
-  } else if (text == "silu") {
-    op.algorithm = alg::eltwise_swish;
-    op.alpha = 1.f;
-  } else if (text == "hardswish") {
-    op.algorithm = alg::eltwise_hardswish;
-    op.alpha = 1.f / 6.f;
-    op.beta = 0.5f;
-  } else if (text == "hardsigmoid") {
-    op.algorithm = alg::eltwise_hardsigmoid;
-    op.alpha = 1.f / 6.f;
-    op.beta = 0.5f;
-  } else if (text == "gelu_erf") {
-    op.algorithm = alg::eltwise_gelu_erf;
-  } else if (text == "gelu_tanh") {
-    op.algorithm = alg::eltwise_gelu_tanh;
-  } else if (text.rfind("clip:", 0) == 0) {
+  for (const EltwisePostOp& e : kEltwisePostOps) {
+    if (text == e.name) {
+      op.algorithm = e.algorithm;
+      op.alpha = e.alpha;
+      op.beta = e.beta;
+      return op;
+    }
+  }
+  if (text.rfind("clip:", 0) == 0) {
     std::vector<std::string> parts = absl::StrSplit(text, ':');
     double lo = 0, hi = 0;
     if (parts.size() != 3 || !absl::SimpleAtod(parts[1], &lo) ||
         !absl::SimpleAtod(parts[2], &hi) || !(lo <= hi)) {
       return absl::InvalidArgumentError(absl::StrCat("bad post-op '", text, "'"));
     }
-    op.algorithm = alg::eltwise_clip_v2;
+    op.algorithm = dnnl::algorithm::eltwise_clip_v2;
     op.alpha = static_cast<float>(lo);
     op.beta = static_cast<float>(hi);
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat("unknown post-op '", text, "'"));
+    return op;
   }
-  return op;
+  return absl::InvalidArgumentError(absl::StrCat("unknown post-op '", text, "'"));
 }
 
 absl::StatusOr<std::vector<PostOp>> ParsePostOps(const NodeArgs& args, int pos,
@@ -80,54 +90,12 @@ dnnl::post_ops ToDnnlPostOps(const std::vector<PostOp>& ops) {
   return po;
 }
 
-namespace {
-
-bool LiteralNumber(const Node& node, int pos, double* out) {
-  if (pos >= static_cast<int>(node.args.size())) return false;
-  const Arg& a = node.args[pos];
-  if (a.kind == Arg::Kind::kFloat) {
-    *out = a.f;
-    return true;
-  }
-  if (a.kind == Arg::Kind::kInt) {
-    *out = static_cast<double>(a.i);
-    return true;
-  }
-  return false;
-}
-
-}  // namespace
-
 std::string ActivationPostOp(const Node& node) {
-  const std::string& t = node.target;
-  if (!node.kwargs.empty() && t != "aten.gelu.default") return "";
-  if (t == "aten.relu.default" && node.args.size() == 1) return "relu";
-  if (t == "aten.sigmoid.default" && node.args.size() == 1) return "sigmoid";
-  if (t == "aten.silu.default" && node.args.size() == 1) return "silu";
-  if (t == "aten.hardswish.default" && node.args.size() == 1) return "hardswish";
-  if (t == "aten.hardsigmoid.default" && node.args.size() == 1) return "hardsigmoid";
-  if (t == "aten.gelu.default") {
-    std::string approximate = "none";
-    for (const NamedArg& kw : node.kwargs) {
-      if (kw.name != "approximate" || kw.value.kind != Arg::Kind::kString) return "";
-      approximate = kw.value.s;
-    }
-    if (node.args.size() == 2 && node.args[1].kind == Arg::Kind::kString) {
-      approximate = node.args[1].s;
-    } else if (node.args.size() != 1) {
-      return "";
-    }
-    if (approximate == "none") return "gelu_erf";
-    if (approximate == "tanh") return "gelu_tanh";
-    return "";
-  }
-  if (t == "aten.hardtanh.default" || t == "aten.clamp.default") {
-    double lo = t == "aten.hardtanh.default" ? -1.0 : -INFINITY;
-    double hi = t == "aten.hardtanh.default" ? 1.0 : INFINITY;
-    if (node.args.size() > 1 && !LiteralNumber(node, 1, &lo)) return "";
-    if (node.args.size() > 2 && !LiteralNumber(node, 2, &hi)) return "";
-    if (node.args.size() > 3 || !std::isfinite(lo) || !std::isfinite(hi)) return "";
-    return absl::StrCat("clip:", lo, ":", hi);
+  const OpDef* op = OpOf(node);
+  if (op == nullptr) return "";
+  if (op->traits.post_op_fn != nullptr) return op->traits.post_op_fn(node);
+  if (op->traits.post_op != nullptr && node.kwargs.empty() && node.args.size() == 1) {
+    return op->traits.post_op;
   }
   return "";
 }

@@ -35,6 +35,9 @@ absl::StatusOr<PostOp> ParsePostOp(const std::string& text);
 // Reads the list argument at (pos, name); absent means no post-ops.
 absl::StatusOr<std::vector<PostOp>> ParsePostOps(const NodeArgs& args, int pos,
                                                  const char* name);
+inline absl::StatusOr<std::vector<PostOp>> ParsePostOps(const NodeArgs& args, ArgSlot a) {
+  return ParsePostOps(args, static_cast<int>(a.pos), a.name);
+}
 
 // The oneDNN post-op chain. "add" becomes a sum post-op: the kernel places
 // the residual in the destination before running the primitive (a binary
@@ -42,8 +45,9 @@ absl::StatusOr<std::vector<PostOp>> ParsePostOps(const NodeArgs& args, int pos,
 // to its reference implementation).
 dnnl::post_ops ToDnnlPostOps(const std::vector<PostOp>& ops);
 
-// The post-op string for an ATen activation node (target and its literal
-// arguments), or "" when the node is not a fusable activation.
+// The post-op string for an activation node (its op's post-op trait in
+// ops.def and its literal arguments), or "" when the node is not a fusable
+// activation.
 std::string ActivationPostOp(const Node& node);
 
 }  // namespace kiln::runtime

@@ -1,5 +1,6 @@
 // What every op in the registry provides: a prepare function that checks a
-// node's arguments, infers its outputs and builds its kernel.
+// node's arguments, infers its outputs and builds its kernel; and its traits
+// (ops/op_traits.h), which passes read.
 //
 // Prepare functions receive client input: every problem is reported as
 // INVALID_ARGUMENT (or UNIMPLEMENTED for a supported op used in a way the
@@ -9,11 +10,13 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "runtime/ir/graph.h"
 #include "runtime/kernels/kernel.h"
+#include "runtime/ops/op_traits.h"
 
 namespace kiln::runtime {
 
@@ -38,6 +41,7 @@ class NodeArgs {
   const CompileOptions& options() const { return options_; }
   // The argument at `pos` / named `name`, or null when absent or None.
   const Arg* Find(int pos, const char* name) const;
+  const Arg* Find(ArgSlot a) const { return Find(Pos(a), a.name); }
 
   // Typed getters: INVALID_ARGUMENT naming the node when the argument is
   // missing (and no default is given) or of the wrong kind.
@@ -71,11 +75,30 @@ class NodeArgs {
   // kernel derives from it is not shared) or the argument is no constant.
   std::string ConstantKey(int pos, const char* name) const;
 
+  // The same, for an internal op's argument named by its schema
+  // (KILN_ARG in ops/registry.h).
+  absl::StatusOr<TensorMeta> Tensor(ArgSlot a) const { return Tensor(Pos(a), a.name); }
+  absl::StatusOr<std::optional<TensorMeta>> OptionalTensor(ArgSlot a) const {
+    return OptionalTensor(Pos(a), a.name);
+  }
+  absl::StatusOr<int64_t> Int(ArgSlot a) const { return Int(Pos(a), a.name); }
+  absl::StatusOr<int64_t> Int(ArgSlot a, int64_t def) const { return Int(Pos(a), a.name, def); }
+  absl::StatusOr<double> Float(ArgSlot a) const { return Float(Pos(a), a.name); }
+  absl::StatusOr<bool> Bool(ArgSlot a, bool def) const { return Bool(Pos(a), a.name, def); }
+  absl::StatusOr<std::vector<int64_t>> IntList(ArgSlot a) const { return IntList(Pos(a), a.name); }
+  absl::StatusOr<std::vector<int64_t>> IntList(ArgSlot a, std::vector<int64_t> def) const {
+    return IntList(Pos(a), a.name, std::move(def));
+  }
+  const void* ConstantData(ArgSlot a) const { return ConstantData(Pos(a), a.name); }
+  std::string ConstantKey(ArgSlot a) const { return ConstantKey(Pos(a), a.name); }
+
   // An INVALID_ARGUMENT status "node '<name>' (<target>): <msg>".
   absl::Status Error(const std::string& msg) const;
   absl::Status Unimplemented(const std::string& msg) const;
 
  private:
+  static int Pos(ArgSlot a) { return static_cast<int>(a.pos); }
+
   const Graph& graph_;
   const Node& node_;
   const std::vector<const void*>& constant_data_;
@@ -101,6 +124,7 @@ struct OpDef {
   // Internal ops ("kiln.*") are produced by compile passes only: never in
   // capabilities, refused in client graphs.
   bool internal = false;
+  OpTraits traits;
 };
 
 }  // namespace kiln::runtime

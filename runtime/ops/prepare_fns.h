@@ -5,8 +5,8 @@
 
 namespace kiln::runtime {
 
-#define KILN_OP(target, dtypes, fn) absl::StatusOr<PreparedOp> fn(const NodeArgs& args);
-#define KILN_INTERNAL_OP(target, dtypes, fn) KILN_OP(target, dtypes, fn)
+#define KILN_OP(target, dtypes, fn, traits) absl::StatusOr<PreparedOp> fn(const NodeArgs& args);
+#define KILN_INTERNAL_OP(target, dtypes, fn, traits) KILN_OP(target, dtypes, fn, traits)
 #include "runtime/ops/ops.def"
 #undef KILN_INTERNAL_OP
 #undef KILN_OP

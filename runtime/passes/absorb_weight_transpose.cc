@@ -21,6 +21,13 @@
 namespace kiln::runtime {
 namespace {
 
+// kiln.addmm's arguments (ops.def).
+constexpr ArgSlot kSelf = KILN_ARG("kiln.addmm", "self");
+constexpr ArgSlot kMat1 = KILN_ARG("kiln.addmm", "mat1");
+constexpr ArgSlot kMat2 = KILN_ARG("kiln.addmm", "mat2");
+constexpr ArgSlot kPostOps = KILN_ARG("kiln.addmm", "post_ops");
+constexpr ArgSlot kTransposed = KILN_ARG("kiln.addmm", "mat2_transposed");
+
 // The [N, K] constant whose [1, 0] permutation `v` is, if it is one.
 std::optional<ValueRef> TransposedConstant(const PassContext& ctx, const Arg& v) {
   if (v.kind != Arg::Kind::kTensor) return std::nullopt;
@@ -79,7 +86,12 @@ absl::Status AbsorbWeightTranspose(PassContext& ctx) {
     }
     const std::optional<ValueRef> w = TransposedConstant(ctx, *mat2);
     if (!w) continue;
-    std::vector<Arg> args = {self, *mat1, TensorArg(*w), ListArg({}), BoolArg(true)};
+    std::vector<Arg> args(kTransposed.pos + 1);
+    args[kSelf.pos] = self;
+    args[kMat1.pos] = *mat1;
+    args[kMat2.pos] = TensorArg(*w);
+    args[kPostOps.pos] = ListArg({});
+    args[kTransposed.pos] = BoolArg(true);
     node.target = "kiln.addmm";
     node.op_index = fused_index;
     node.args = std::move(args);

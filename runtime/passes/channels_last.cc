@@ -34,7 +34,6 @@
 #include <optional>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/ir/arg_builders.h"
 #include "runtime/kernels/activation_layout.h"
@@ -46,6 +45,22 @@ namespace kiln::runtime {
 namespace {
 
 using Layout = ActivationLayout;
+
+// Arguments of the internal ops the pass reads and writes (ops.def).
+constexpr ArgSlot kConvInput = KILN_ARG("kiln.conv2d", "input");
+constexpr ArgSlot kConvWeight = KILN_ARG("kiln.conv2d", "weight");
+constexpr ArgSlot kConvBias = KILN_ARG("kiln.conv2d", "bias");
+constexpr ArgSlot kConvGroups = KILN_ARG("kiln.conv2d", "groups");
+constexpr ArgSlot kConvResidual = KILN_ARG("kiln.conv2d", "residual");
+constexpr ArgSlot kConvPostOps = KILN_ARG("kiln.conv2d", "post_ops");
+constexpr ArgSlot kConvLayoutIn = KILN_ARG("kiln.conv2d", "layout_in");
+constexpr ArgSlot kConvLayoutOut = KILN_ARG("kiln.conv2d", "layout_out");
+constexpr ArgSlot kBnInput = KILN_ARG("kiln.batch_norm_nhwc", "input");
+constexpr ArgSlot kBnWeight = KILN_ARG("kiln.batch_norm_nhwc", "weight");
+constexpr ArgSlot kBnBias = KILN_ARG("kiln.batch_norm_nhwc", "bias");
+constexpr ArgSlot kBnMean = KILN_ARG("kiln.batch_norm_nhwc", "running_mean");
+constexpr ArgSlot kBnVar = KILN_ARG("kiln.batch_norm_nhwc", "running_var");
+constexpr ArgSlot kBnEps = KILN_ARG("kiln.batch_norm_nhwc", "eps");
 
 // Logical NCHW dimension d lives at kToPhysical[d] of the NHWC shape.
 constexpr std::array<int, 4> kToPhysical = {0, 3, 1, 2};
@@ -69,20 +84,6 @@ bool LayoutAmbiguous(const std::vector<int64_t>& shape, Layout layout) {
   return s[1] == 1 || s[2] * s[3] == 1;
 }
 
-// Ops that compute each output element from the same-position elements of
-// their (broadcast) inputs: they run unchanged on permuted shapes.
-bool IsElementwise(const std::string& target) {
-  static const auto* ops = new absl::flat_hash_set<std::string>{
-      "aten.add.Tensor",       "aten.sub.Tensor",         "aten.mul.Tensor",
-      "aten.mul.Scalar",       "aten.div.Tensor",         "aten.relu.default",
-      "aten.sigmoid.default",  "aten.silu.default",       "aten.hardswish.default",
-      "aten.hardsigmoid.default", "aten.hardtanh.default", "aten.clamp.default",
-      "aten.gelu.default",     "aten.neg.default",        "aten.exp.default",
-      "aten.tanh.default",     "aten.sqrt.default",       "aten.rsqrt.default",
-      "aten.pow.Tensor_Scalar", "aten.clone.default",     "kiln.elementwise"};
-  return ops->contains(target);
-}
-
 // The argument at (pos, name), positional or keyword; null when absent.
 Arg* FindArg(Node& node, size_t pos, const char* name) {
   if (pos < node.args.size()) return &node.args[pos];
@@ -94,17 +95,12 @@ Arg* FindArg(Node& node, size_t pos, const char* name) {
 
 int WrapDim(int64_t d, int rank) { return static_cast<int>(d < 0 ? d + rank : d); }
 
-bool IsBatchNorm(const std::string& target) {
-  return target == "aten.native_batch_norm.default" ||
-         target == "aten._native_batch_norm_legit_no_training.default";
-}
-
-// Ops the rewriter can run in `layout` (given such inputs).
-bool FollowsLayout(const std::string& target, Layout layout) {
-  return IsElementwise(target) || target == "aten.cat.default" || target == "aten.mean.dim" ||
-         target == "aten.avg_pool2d.default" || target == "aten._adaptive_avg_pool2d.default" ||
-         target == "aten.max_pool2d_with_indices.default" ||
-         (IsBatchNorm(target) && layout == Layout::kNhwc);
+// Ops the rewriter can run in `layout` (given such inputs): those whose
+// traits say they follow it (ops/op_traits.h).
+bool RunsInLayout(const Node& node, Layout layout) {
+  const OpDef* op = OpOf(node);
+  return op != nullptr &&
+         FollowsLayout(op->traits, layout == Layout::kBlocked ? kFollowsBlocked : kFollowsNhwc);
 }
 
 // permute(x, dims) with dims [0, 2, 3, 1] (or its negative spelling).
@@ -132,11 +128,7 @@ struct ShuffleChain {
   int64_t groups = 0;
 };
 
-bool IsView(const Node& n) {
-  return n.kind == Node::Kind::kOp && !n.dead &&
-         (n.target == "aten.view.default" || n.target == "aten._unsafe_view.default" ||
-          n.target == "aten.reshape.default");
-}
+bool IsView(const Node& n) { return !n.dead && HasTrait(n, kReshape); }
 
 // The node reading node i's only output, when it is the only reader.
 int SoleUser(const Uses& uses, int i) {
@@ -229,9 +221,9 @@ std::vector<std::vector<bool>> WantsLayout(const Graph& g, Layout layout,
     auto mark = [&](const Arg& a) {
       if (a.kind == Arg::Kind::kTensor) wants[a.tensor.node][a.tensor.output] = true;
     };
-    if (node.target == "kiln.conv2d" && node.args.size() >= 9) {
-      mark(node.args[0]);
-      mark(node.args[7]);
+    if (node.target == "kiln.conv2d" && node.args.size() > kConvPostOps.pos) {
+      mark(node.args[kConvInput.pos]);
+      mark(node.args[kConvResidual.pos]);
     } else if (layout == Layout::kNhwc && node.target == "aten.permute.default" &&
                IsToNhwc(node)) {
       // permute(x, [0, 2, 3, 1]) of a channels-last x is free.
@@ -242,7 +234,7 @@ std::vector<std::vector<bool>> WantsLayout(const Graph& g, Layout layout,
       }
     } else if (auto chain = shuffles.find(i); chain != shuffles.end() && wants[i][0]) {
       wants[chain->second.x.node][chain->second.x.output] = true;
-    } else if (FollowsLayout(node.target, layout) && !node.outputs.empty() &&
+    } else if (RunsInLayout(node, layout) && !node.outputs.empty() &&
                (wants[i][0] || (node.outputs[0].rank() == 4 &&
                                 LayoutAmbiguous(node.outputs[0].shape, layout)))) {
       // (A global pool's [N, C, 1, 1] output reads the same in both
@@ -511,9 +503,10 @@ class Rewriter {
   bool Rewrite(int i) {
     const Node& node = old_.nodes[i];
     if (IsSplit(old_, node)) return RewriteSplit(i);
-    if (node.target == "aten.max_pool2d_with_indices.default" ||
-        (IsBatchNorm(node.target) && !blocked())) {
-      return RewriteFirstOutputOnly(i);
+    const OpDef* op = OpOf(node);
+    const char* form = op != nullptr ? op->traits.layout_form : nullptr;
+    if (form != nullptr && node.outputs.size() > 1 && RunsInLayout(node, layout_)) {
+      return RewriteFirstOutputOnly(i, form);
     }
     if (node.outputs.size() != 1) return false;
     const TensorMeta& out = node.outputs[0];
@@ -524,13 +517,10 @@ class Rewriter {
     bool any_cl = false;
     for (const ValueRef& r : inputs) any_cl |= cl_[r.node][r.output].has_value();
     if (!any_cl) return false;
-    if (IsElementwise(node.target) && Representable(out)) return RewriteElementwise(i);
+    if (HasTrait(node, kElementwise) && Representable(out)) return RewriteElementwise(i);
     if (node.target == "aten.cat.default") return RewriteCat(i);
     if (node.target == "aten.mean.dim") return RewriteMean(i);
-    if (node.target == "aten.avg_pool2d.default") return RewriteSameArgs(i, "kiln.avg_pool2d_nhwc");
-    if (node.target == "aten._adaptive_avg_pool2d.default") {
-      return RewriteSameArgs(i, "kiln.adaptive_avg_pool2d_nhwc");
-    }
+    if (form != nullptr && RunsInLayout(node, layout_)) return RewriteSameArgs(i, form);
     return false;
   }
 
@@ -572,32 +562,37 @@ class Rewriter {
     return true;
   }
 
-  // Max pooling and inference batch norm have extra outputs (indices, saved
-  // statistics) that inference graphs rarely read; when none is read, their
-  // channels-last forms compute only the first.
-  bool RewriteFirstOutputOnly(int i) {
+  // Ops with extra outputs that inference graphs rarely read (max pooling's
+  // indices, batch norm's saved statistics): when none is read, their
+  // layout forms compute only the first.
+  bool RewriteFirstOutputOnly(int i, const std::string& form) {
     const Node& node = old_.nodes[i];
     for (size_t o = 1; o < node.outputs.size(); ++o) {
       if (!uses_.users[i][o].empty() || uses_.is_output[i][o]) return false;
     }
     if (!node.kwargs.empty() || node.args.empty()) return false;
-    if (node.target == "aten.max_pool2d_with_indices.default") {
-      return RewriteSameArgs(i, "kiln.max_pool2d_nhwc");
-    }
+    if (form != "kiln.batch_norm_nhwc") return RewriteSameArgs(i, form);
     // Batch norm: (input, weight, bias, mean, var, eps) from either overload.
     const bool native = node.target == "aten.native_batch_norm.default";
     const size_t eps_pos = native ? 7 : 6;
     if (node.args.size() <= eps_pos || node.args[eps_pos].kind != Arg::Kind::kFloat) return false;
     if (native && (node.args[5].kind != Arg::Kind::kBool || node.args[5].b)) return false;
     Node n = node;
-    n.args = {node.args[0], node.args[1], node.args[2], node.args[3], node.args[4],
-              node.args[eps_pos]};
-    n.target = "kiln.batch_norm_nhwc";
+    n.args.assign(kBnEps.pos + 1, NoneArg());
+    n.args[kBnInput.pos] = node.args[0];
+    n.args[kBnWeight.pos] = node.args[1];
+    n.args[kBnBias.pos] = node.args[2];
+    n.args[kBnMean.pos] = node.args[3];
+    n.args[kBnVar.pos] = node.args[4];
+    n.args[kBnEps.pos] = node.args[eps_pos];
+    n.target = form;
     n.op_index = FindOp(n.target);
-    const ValueRef in = n.args[0].kind == Arg::Kind::kTensor ? n.args[0].tensor : ValueRef{};
+    Arg& input = n.args[kBnInput.pos];
+    const ValueRef in = input.kind == Arg::Kind::kTensor ? input.tensor : ValueRef{};
     if (in.node < 0 || Meta(in).rank() != 4 || !cl_[in.node][in.output]) return false;
-    n.args[0].tensor = *cl_[in.node][in.output];
-    for (size_t a = 1; a < n.args.size(); ++a) {
+    input.tensor = *cl_[in.node][in.output];
+    for (size_t a = 0; a < n.args.size(); ++a) {
+      if (a == kBnInput.pos) continue;
       MapArg(n.args[a], [&](ValueRef r) { return PlainOf(r); });
     }
     n.outputs.resize(1);
@@ -608,27 +603,31 @@ class Rewriter {
 
   bool RewriteConv(int i) {
     Node n = old_.nodes[i];
-    if (n.args.size() < 9 || !n.kwargs.empty() || n.outputs[0].rank() != 4) return false;
+    if (n.args.size() <= kConvPostOps.pos || !n.kwargs.empty() || n.outputs[0].rank() != 4) {
+      return false;
+    }
     // Input: in the graph's layout when it already is; the kernel reorders
     // a plain one itself.
-    const ValueRef in = n.args[0].tensor;
+    Arg& input = n.args[kConvInput.pos];
+    const ValueRef in = input.tensor;
     std::optional<ValueRef> in_cl = cl_[in.node][in.output];
-    n.args[0].tensor = in_cl ? *in_cl : PlainOf(in);
-    n.args[1].tensor = PlainOf(n.args[1].tensor);
-    if (n.args[2].kind == Arg::Kind::kTensor) n.args[2].tensor = PlainOf(n.args[2].tensor);
+    input.tensor = in_cl ? *in_cl : PlainOf(in);
+    Arg& weight = n.args[kConvWeight.pos];
+    weight.tensor = PlainOf(weight.tensor);
+    Arg& bias = n.args[kConvBias.pos];
+    if (bias.kind == Arg::Kind::kTensor) bias.tensor = PlainOf(bias.tensor);
     const bool out_cl = wants_cl_[i][0] && Representable(n.outputs[0]);
-    if (n.args[7].kind == Arg::Kind::kTensor && out_cl) {
+    Arg& residual = n.args[kConvResidual.pos];
+    if (residual.kind == Arg::Kind::kTensor && out_cl) {
       // The residual is added in the output's layout.
-      const ValueRef res = n.args[7].tensor;
+      const ValueRef res = residual.tensor;
       std::optional<ValueRef> res_cl = ChannelsLastOf(res);
-      n.args[7].tensor = res_cl ? *res_cl : ToLayout(PlainOf(res), Meta(res).shape, NameOf(res));
+      residual.tensor = res_cl ? *res_cl : ToLayout(PlainOf(res), Meta(res).shape, NameOf(res));
     }
-    if (n.args[7].kind == Arg::Kind::kTensor && !out_cl) {
-      n.args[7].tensor = PlainOf(n.args[7].tensor);
-    }
-    n.args.resize(9);
-    n.args.push_back(IntArg(static_cast<int64_t>(in_cl ? layout_ : Layout::kPlain)));
-    n.args.push_back(IntArg(static_cast<int64_t>(out_cl ? layout_ : Layout::kPlain)));
+    if (residual.kind == Arg::Kind::kTensor && !out_cl) residual.tensor = PlainOf(residual.tensor);
+    n.args.resize(kConvLayoutOut.pos + 1);
+    n.args[kConvLayoutIn.pos] = IntArg(static_cast<int64_t>(in_cl ? layout_ : Layout::kPlain));
+    n.args[kConvLayoutOut.pos] = IntArg(static_cast<int64_t>(out_cl ? layout_ : Layout::kPlain));
     if (out_cl) {
       n.outputs[0].shape = PhysicalShape(n.outputs[0].shape);
       cl_[i][0] = Emit(std::move(n));
@@ -799,15 +798,16 @@ struct LayoutCost {
 
 LayoutCost EstimateConv(const Graph& g, const Node& node) {
   LayoutCost cost;
-  if (node.args.size() < 7 || node.args[0].kind != Arg::Kind::kTensor ||
-      node.args[1].kind != Arg::Kind::kTensor || node.outputs.empty()) {
+  if (node.args.size() <= kConvGroups.pos || node.args[kConvInput.pos].kind != Arg::Kind::kTensor ||
+      node.args[kConvWeight.pos].kind != Arg::Kind::kTensor || node.outputs.empty()) {
     return cost;
   }
-  const TensorMeta& in = g.MetaOf(node.args[0].tensor);
-  const TensorMeta& w = g.MetaOf(node.args[1].tensor);
+  const TensorMeta& in = g.MetaOf(node.args[kConvInput.pos].tensor);
+  const TensorMeta& w = g.MetaOf(node.args[kConvWeight.pos].tensor);
   const TensorMeta& out = node.outputs[0];
   if (in.rank() != 4 || w.rank() != 4 || out.rank() != 4) return cost;
-  const int64_t groups = node.args[6].kind == Arg::Kind::kInt ? node.args[6].i : 1;
+  const Arg& groups_arg = node.args[kConvGroups.pos];
+  const int64_t groups = groups_arg.kind == Arg::Kind::kInt ? groups_arg.i : 1;
   const double flops = 2.0 * static_cast<double>(out.NumElements()) * w.shape[1] * w.shape[2] *
                        w.shape[3];
   const int64_t c = in.shape[1], hw = out.shape[2] * out.shape[3];
@@ -853,14 +853,19 @@ double ReorderBytes(const PassContext& ctx, Layout layout) {
     if (node.kind != Node::Kind::kOp || node.outputs.empty()) continue;
     if (node.target == "aten.permute.default") {
       bytes += 2.0 * static_cast<double>(node.outputs[0].ByteSize());
-    } else if (node.target == "kiln.conv2d" && node.args.size() == 11 &&
-               node.args[9].kind == Arg::Kind::kInt && node.args[10].kind == Arg::Kind::kInt) {
-      const TensorMeta& in = graph.MetaOf(node.args[0].tensor);
+    } else if (node.target == "kiln.conv2d" && node.args.size() == kConvLayoutOut.pos + 1 &&
+               node.args[kConvLayoutIn.pos].kind == Arg::Kind::kInt &&
+               node.args[kConvLayoutOut.pos].kind == Arg::Kind::kInt) {
+      const TensorMeta& in = graph.MetaOf(node.args[kConvInput.pos].tensor);
       // A blocked convolution reads an RGB-like input plain, as it is.
       const bool reads_plain = layout == Layout::kBlocked && in.rank() == 4 &&
                                in.shape[1] % kChannelBlock != 0;
-      if (node.args[9].i == 0 && !reads_plain) bytes += 2.0 * static_cast<double>(in.ByteSize());
-      if (node.args[10].i == 0) bytes += 2.0 * static_cast<double>(node.outputs[0].ByteSize());
+      if (node.args[kConvLayoutIn.pos].i == 0 && !reads_plain) {
+        bytes += 2.0 * static_cast<double>(in.ByteSize());
+      }
+      if (node.args[kConvLayoutOut.pos].i == 0) {
+        bytes += 2.0 * static_cast<double>(node.outputs[0].ByteSize());
+      }
     }
   }
   return bytes;

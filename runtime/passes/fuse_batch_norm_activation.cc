@@ -9,14 +9,14 @@
 #include "runtime/ir/arg_builders.h"
 #include "runtime/kernels/post_op_loops.h"
 #include "runtime/kernels/post_ops.h"
+#include "runtime/ops/registry.h"
 #include "runtime/passes/activation_patterns.h"
 #include "runtime/passes/pass_context.h"
 
 namespace kiln::runtime {
 namespace {
 
-// Position of kiln.batch_norm_nhwc's post_ops argument.
-constexpr size_t kPostOpsArg = 6;
+constexpr size_t kPostOpsArg = KILN_ARG("kiln.batch_norm_nhwc", "post_ops").pos;
 
 bool Implemented(const std::string& post_op) {
   absl::StatusOr<PostOp> op = ParsePostOp(post_op);

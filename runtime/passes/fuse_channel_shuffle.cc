@@ -21,10 +21,10 @@
 namespace kiln::runtime {
 namespace {
 
-bool IsView(const Node& n) {
-  return n.target == "aten.view.default" || n.target == "aten._unsafe_view.default" ||
-         n.target == "aten.reshape.default";
-}
+// kiln.interleave_channels's arguments (ops.def).
+constexpr ArgSlot kA = KILN_ARG("kiln.interleave_channels", "a");
+constexpr ArgSlot kB = KILN_ARG("kiln.interleave_channels", "b");
+constexpr ArgSlot kSizes = KILN_ARG("kiln.interleave_channels", "split_sizes");
 
 // The live op node whose only output is read by `user` alone, once.
 const Node* SoleProducer(const Graph& g, const Uses& uses, ValueRef v, int user) {
@@ -54,7 +54,7 @@ struct Shuffle {
 // a cat of two same-shaped channels-last tensors.
 std::optional<Shuffle> MatchShuffle(const Graph& g, const Uses& uses, int last) {
   const Node& y = g.nodes[last];
-  if (y.dead || !IsView(y) || y.args.empty() || y.args[0].kind != Arg::Kind::kTensor ||
+  if (y.dead || !HasTrait(y, kReshape) || y.args.empty() || y.args[0].kind != Arg::Kind::kTensor ||
       y.outputs.size() != 1 || y.outputs[0].rank() != 4 || y.outputs[0].dtype != DType::kF32) {
     return std::nullopt;
   }
@@ -77,7 +77,7 @@ std::optional<Shuffle> MatchShuffle(const Graph& g, const Uses& uses, int last) 
   at = g.nodes[at].args[0].tensor.node;
   s.chain.push_back(at);
   const Node* groups = SoleProducer(g, uses, n->args[0].tensor, at);
-  if (groups == nullptr || !IsView(*groups) || groups->outputs[0].rank() != 5 ||
+  if (groups == nullptr || !HasTrait(*groups, kReshape) || groups->outputs[0].rank() != 5 ||
       groups->outputs[0].shape[3] != 2) {
     return std::nullopt;
   }
@@ -141,7 +141,10 @@ absl::Status FuseChannelShuffle(PassContext& ctx) {
     fused.name = absl::StrCat(fused.name, ".interleaved");
     fused.target = "kiln.interleave_channels";
     fused.op_index = fused_index;
-    fused.args = {TensorArg(s->a), TensorArg(s->b), IntListArg(sizes)};
+    fused.args.assign(kSizes.pos + 1, NoneArg());
+    fused.args[kA.pos] = TensorArg(s->a);
+    fused.args[kB.pos] = TensorArg(s->b);
+    fused.args[kSizes.pos] = IntListArg(sizes);
     fused.kwargs.clear();
     std::vector<TensorMeta> outs;
     for (int64_t size : sizes) {

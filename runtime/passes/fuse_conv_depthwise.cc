@@ -5,7 +5,6 @@
 // input and output are all in one activation layout (channels-last or
 // blocked) fuse, and the fused node carries that layout.
 #include "runtime/ir/arg_builders.h"
-#include "runtime/kernels/conv2d_args.h"
 #include "runtime/kernels/conv_dw_fusion.h"
 #include "runtime/ops/registry.h"
 #include "runtime/passes/pass_context.h"
@@ -13,7 +12,28 @@
 namespace kiln::runtime {
 namespace {
 
-using namespace conv2d_args;  // NOLINT: the positions read as a[kWeight]
+// kiln.conv2d's arguments (ops.def), as positions: they read as a[kWeight].
+constexpr size_t kInput = KILN_ARG("kiln.conv2d", "input").pos;
+constexpr size_t kWeight = KILN_ARG("kiln.conv2d", "weight").pos;
+constexpr size_t kBias = KILN_ARG("kiln.conv2d", "bias").pos;
+constexpr size_t kStride = KILN_ARG("kiln.conv2d", "stride").pos;
+constexpr size_t kPadding = KILN_ARG("kiln.conv2d", "padding").pos;
+constexpr size_t kDilation = KILN_ARG("kiln.conv2d", "dilation").pos;
+constexpr size_t kGroups = KILN_ARG("kiln.conv2d", "groups").pos;
+constexpr size_t kResidual = KILN_ARG("kiln.conv2d", "residual").pos;
+constexpr size_t kPostOps = KILN_ARG("kiln.conv2d", "post_ops").pos;
+constexpr size_t kLayoutIn = KILN_ARG("kiln.conv2d", "layout_in").pos;
+constexpr size_t kLayoutOut = KILN_ARG("kiln.conv2d", "layout_out").pos;
+// kiln.conv2d_dw's.
+constexpr ArgSlot kDwInput = KILN_ARG("kiln.conv2d_dw", "input");
+constexpr ArgSlot kDwPwWeight = KILN_ARG("kiln.conv2d_dw", "weight");
+constexpr ArgSlot kDwPwBias = KILN_ARG("kiln.conv2d_dw", "bias");
+constexpr ArgSlot kDwPwPostOps = KILN_ARG("kiln.conv2d_dw", "post_ops");
+constexpr ArgSlot kDwWeight = KILN_ARG("kiln.conv2d_dw", "dw_weight");
+constexpr ArgSlot kDwBias = KILN_ARG("kiln.conv2d_dw", "dw_bias");
+constexpr ArgSlot kDwStride = KILN_ARG("kiln.conv2d_dw", "dw_stride");
+constexpr ArgSlot kDwPostOps = KILN_ARG("kiln.conv2d_dw", "dw_post_ops");
+constexpr ArgSlot kDwLayout = KILN_ARG("kiln.conv2d_dw", "layout");
 
 // The activation layout a kiln.conv2d layout argument names; kPlain for
 // anything else.
@@ -29,7 +49,7 @@ ActivationLayout LayoutOf(const Arg& a) {
 // any), no residual and only eltwise post-ops, which it returns.
 bool PlainLayoutConv(const PassContext& ctx, const Node& n, std::vector<PostOp>* post_ops,
                      ActivationLayout* layout) {
-  if (n.dead || n.target != "kiln.conv2d" || n.args.size() != kNumArgs || !n.kwargs.empty()) {
+  if (n.dead || n.target != "kiln.conv2d" || n.args.size() != kLayoutOut + 1 || !n.kwargs.empty()) {
     return false;
   }
   const std::vector<Arg>& a = n.args;
@@ -91,9 +111,17 @@ absl::Status FuseConvDepthwise(PassContext& ctx) {
     const Arg stride = IntArg(shape.dw_stride);
     const Arg layout_arg = IntArg(static_cast<int64_t>(layout));
     // The fused node takes the depthwise convolution's place (and output).
-    dw.args = {pw.args[kInput], pw.args[kWeight], pw.args[kBias],     pw.args[kPostOps],
-               dw.args[kWeight], dw.args[kBias],  stride,             dw.args[kPostOps],
-               layout_arg};
+    std::vector<Arg> args(kDwLayout.pos + 1);
+    args[kDwInput.pos] = pw.args[kInput];
+    args[kDwPwWeight.pos] = pw.args[kWeight];
+    args[kDwPwBias.pos] = pw.args[kBias];
+    args[kDwPwPostOps.pos] = pw.args[kPostOps];
+    args[kDwWeight.pos] = dw.args[kWeight];
+    args[kDwBias.pos] = dw.args[kBias];
+    args[kDwStride.pos] = stride;
+    args[kDwPostOps.pos] = dw.args[kPostOps];
+    args[kDwLayout.pos] = layout_arg;
+    dw.args = std::move(args);
     dw.target = "kiln.conv2d_dw";
     dw.op_index = fused_index;
     dw.name = pw.name + "+" + dw.name;

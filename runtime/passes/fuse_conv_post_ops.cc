@@ -15,8 +15,20 @@
 namespace kiln::runtime {
 namespace {
 
-// aten.convolution args -> kiln.conv2d args (input, weight, bias, stride,
-// padding, dilation, groups, residual, post_ops).
+// kiln.conv2d's arguments (ops.def), up to post_ops: the layout pass adds
+// the rest.
+constexpr ArgSlot kInput = KILN_ARG("kiln.conv2d", "input");
+constexpr ArgSlot kWeight = KILN_ARG("kiln.conv2d", "weight");
+constexpr ArgSlot kBias = KILN_ARG("kiln.conv2d", "bias");
+constexpr ArgSlot kStride = KILN_ARG("kiln.conv2d", "stride");
+constexpr ArgSlot kPadding = KILN_ARG("kiln.conv2d", "padding");
+constexpr ArgSlot kDilation = KILN_ARG("kiln.conv2d", "dilation");
+constexpr ArgSlot kGroups = KILN_ARG("kiln.conv2d", "groups");
+constexpr ArgSlot kResidual = KILN_ARG("kiln.conv2d", "residual");
+constexpr ArgSlot kPostOps = KILN_ARG("kiln.conv2d", "post_ops");
+
+// aten.convolution args (input, weight, bias, stride, padding, dilation,
+// transposed, output_padding, groups) -> kiln.conv2d args.
 bool ToFusedArgs(const Node& conv, std::vector<Arg>* out) {
   if (conv.target == "kiln.conv2d") {
     *out = conv.args;
@@ -26,8 +38,16 @@ bool ToFusedArgs(const Node& conv, std::vector<Arg>* out) {
       !conv.kwargs.empty() || conv.args[6].kind != Arg::Kind::kBool || conv.args[6].b) {
     return false;
   }
-  *out = {conv.args[0], conv.args[1], conv.args[2], conv.args[3], conv.args[4], conv.args[5],
-          conv.args[8], NoneArg(), ListArg({})};
+  std::vector<Arg>& a = *out;
+  a.assign(kPostOps.pos + 1, NoneArg());
+  a[kInput.pos] = conv.args[0];
+  a[kWeight.pos] = conv.args[1];
+  a[kBias.pos] = conv.args[2];
+  a[kStride.pos] = conv.args[3];
+  a[kPadding.pos] = conv.args[4];
+  a[kDilation.pos] = conv.args[5];
+  a[kGroups.pos] = conv.args[8];
+  a[kPostOps.pos] = ListArg({});
   return true;
 }
 
@@ -55,10 +75,10 @@ absl::Status FuseConvPostOps(PassContext& ctx) {
     const TensorMeta out_meta = g.nodes[c].outputs[0];
     std::string name = g.nodes[c].name;
     int cur = c;
-    bool has_residual = args[7].kind != Arg::Kind::kNone;
+    bool has_residual = args[kResidual.pos].kind != Arg::Kind::kNone;
     while (!uses.is_output[cur][0]) {
       if (std::optional<ActivationMatch> m = MatchActivation(g, uses, {cur, 0})) {
-        args[8].list.push_back(StringArg(m->post_op));
+        args[kPostOps.pos].list.push_back(StringArg(m->post_op));
         for (int n : m->nodes) {
           name = absl::StrCat(name, "+", g.nodes[n].name);
           g.nodes[n].dead = true;
@@ -79,8 +99,8 @@ absl::Status FuseConvPostOps(PassContext& ctx) {
       const ValueRef other =
           user.args[0].tensor == ValueRef{cur, 0} ? user.args[1].tensor : user.args[0].tensor;
       if (g.MetaOf(other) != out_meta) break;
-      args[7] = TensorArg(other);
-      args[8].list.push_back(StringArg("add"));
+      args[kResidual.pos] = TensorArg(other);
+      args[kPostOps.pos].list.push_back(StringArg("add"));
       has_residual = true;
       name = absl::StrCat(name, "+", user.name);
       g.nodes[cur].dead = true;

@@ -1,8 +1,8 @@
-// Fuses chains and trees of f32 elementwise ops (arithmetic with tensors or
-// numbers, activations, clamps, the small powers ATen special-cases) into
-// one kiln.elementwise node, which runs them in a single pass over the
-// elements (kernels/fused_elementwise.cc) so intermediates never go to
-// memory.
+// Fuses chains and trees of f32 elementwise ops (those ops.def gives a
+// scalar function: arithmetic with tensors or numbers, activations, clamps,
+// the small powers ATen special-cases) into one kiln.elementwise node,
+// which runs them in a single pass over the elements
+// (kernels/fused_elementwise.cc) so intermediates never go to memory.
 //
 // A group grows backwards from its last op (the root): the producer of an
 // operand joins when it is a fusible op whose output meta is the root's and
@@ -17,7 +17,6 @@
 // Runs after the conv/matmul post-op passes: the activations they fold into
 // kiln.conv2d / kiln.addmm are gone by then.
 #include <algorithm>
-#include <cmath>
 #include <optional>
 #include <string>
 #include <utility>
@@ -25,6 +24,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/ir/arg_builders.h"
+#include "runtime/kernels/elementwise_forms.h"
 #include "runtime/kernels/elementwise_program.h"
 #include "runtime/ops/op_def.h"
 #include "runtime/ops/registry.h"
@@ -33,150 +33,31 @@
 namespace kiln::runtime {
 namespace {
 
-// What one node computes, as instructions over its own operands: kInput k
-// is tensors[k], kTemp i the node's i-th instruction; the last instruction
-// gives the node's output.
-struct Recipe {
-  std::vector<ValueRef> tensors;
-  std::vector<EwInstr> steps;
-};
-
-// Reads operand (pos, name) of a node: a tensor (recorded in `r`) or a
-// number, which becomes a float literal as the unfused kernels convert it.
-std::optional<EwOperand> ReadOperand(const NodeArgs& args, int pos, const char* name, Recipe* r) {
-  const Arg* a = args.Find(pos, name);
-  if (a == nullptr) return std::nullopt;
-  switch (a->kind) {
-    case Arg::Kind::kTensor:
-      r->tensors.push_back(a->tensor);
-      return EwOperand::Input(static_cast<int>(r->tensors.size()) - 1);
-    case Arg::Kind::kInt:
-      return EwOperand::Literal(static_cast<float>(a->i));
-    case Arg::Kind::kFloat:
-      return EwOperand::Literal(static_cast<float>(a->f));
-    default:
-      return std::nullopt;
-  }
-}
-
-// A Scalar? bound: +-inf when absent or None, nullopt for a tensor.
-std::optional<float> Bound(const NodeArgs& args, int pos, const char* name, float def) {
-  const Arg* a = args.Find(pos, name);
-  if (a == nullptr) return def;
-  if (a->kind != Arg::Kind::kInt && a->kind != Arg::Kind::kFloat) return std::nullopt;
-  absl::StatusOr<double> v = args.Float(pos, name);
-  if (!v.ok()) return std::nullopt;
-  return static_cast<float>(*v);
-}
-
-EwInstr Instr(EwOp op, std::vector<EwOperand> operands) { return EwInstr{op, std::move(operands)}; }
-
-// The recipe of a fusible node, mirroring how each op's prepare function
-// reads its arguments; nullopt for anything else.
-std::optional<Recipe> Describe(const Graph& g, const Node& node,
-                               const std::vector<const void*>& constant_data) {
+// The recipe of a fusible node, from its op's scalar function
+// (ops/op_traits.h); nullopt for anything else.
+std::optional<EwRecipe> Describe(const Graph& g, const Node& node,
+                                 const std::vector<const void*>& constant_data) {
   if (node.kind != Node::Kind::kOp || node.dead || node.outputs.size() != 1 ||
       node.outputs[0].dtype != DType::kF32) {
     return std::nullopt;
   }
-  const std::string& t = node.target;
+  const OpDef* op = OpOf(node);
+  if (op == nullptr || !op->traits.Fusible()) return std::nullopt;
   NodeArgs args(g, node, constant_data);
-  Recipe r;
-  const std::optional<EwOperand> self = ReadOperand(args, 0, "self", &r);
+  EwRecipe r;
+  const std::optional<EwOperand> self = ReadEwOperand(args, 0, "self", &r);
   if (!self || self->kind != EwOperand::Kind::kInput) return std::nullopt;
-  const EwOperand x = *self;
-
-  if (t == "aten.add.Tensor" || t == "aten.sub.Tensor") {
-    // Like elementwise.cc: alpha (negated for sub) in float; a number
-    // `other` is folded with it, a tensor one is scaled by it.
-    const std::optional<EwOperand> other = ReadOperand(args, 1, "other", &r);
-    absl::StatusOr<double> alpha = args.Float(2, "alpha", 1.0);
-    if (!other || !alpha.ok()) return std::nullopt;
-    const float falpha = (t == "aten.sub.Tensor" ? -1.0f : 1.0f) * static_cast<float>(*alpha);
-    if (other->kind == EwOperand::Kind::kLiteral) {
-      r.steps.push_back(Instr(EwOp::kAdd, {x, EwOperand::Literal(falpha * other->value)}));
-    } else if (falpha == 1.0f) {
-      r.steps.push_back(Instr(EwOp::kAdd, {x, *other}));
-    } else if (falpha == -1.0f) {
-      r.steps.push_back(Instr(EwOp::kSub, {x, *other}));
-    } else {
-      r.steps.push_back(Instr(EwOp::kFma, {*other, EwOperand::Literal(falpha), x}));
-    }
+  if (op->traits.ew_op >= 0) {
+    r.steps.push_back(EwInstr{static_cast<EwOp>(op->traits.ew_op), {*self}});
     return r;
   }
-  if (t == "aten.mul.Tensor" || t == "aten.mul.Scalar" || t == "aten.div.Tensor") {
-    const std::optional<EwOperand> other = ReadOperand(args, 1, "other", &r);
-    if (!other) return std::nullopt;
-    r.steps.push_back(Instr(t == "aten.div.Tensor" ? EwOp::kDiv : EwOp::kMul, {x, *other}));
-    return r;
-  }
-  // Unary ops with no other arguments.
-  struct Simple {
-    const char* target;
-    EwOp op;
-  };
-  static constexpr Simple kSimple[] = {
-      {"aten.relu.default", EwOp::kRelu},       {"aten.neg.default", EwOp::kNeg},
-      {"aten.exp.default", EwOp::kExp},         {"aten.tanh.default", EwOp::kTanh},
-      {"aten.sigmoid.default", EwOp::kSigmoid}, {"aten.silu.default", EwOp::kSilu},
-      {"aten.sqrt.default", EwOp::kSqrt},       {"aten.rsqrt.default", EwOp::kRsqrt},
-      {"aten.hardswish.default", EwOp::kHardswish},
-      {"aten.hardsigmoid.default", EwOp::kHardsigmoid},
-  };
-  for (const Simple& s : kSimple) {
-    if (t == s.target) {
-      r.steps.push_back(Instr(s.op, {x}));
-      return r;
-    }
-  }
-  if (t == "aten.gelu.default") {
-    const Arg* a = args.Find(1, "approximate");
-    const std::string approximate =
-        a == nullptr ? "none" : a->kind == Arg::Kind::kString ? a->s : "?";
-    if (approximate != "none" && approximate != "tanh") return std::nullopt;
-    r.steps.push_back(Instr(approximate == "tanh" ? EwOp::kGeluTanh : EwOp::kGeluErf, {x}));
-    return r;
-  }
-  if (t == "aten.clamp.default" || t == "aten.hardtanh.default") {
-    const bool clamp = t == "aten.clamp.default";
-    const float inf = INFINITY;
-    const std::optional<float> lo = Bound(args, 1, clamp ? "min" : "min_val", clamp ? -inf : -1.f);
-    const std::optional<float> hi = Bound(args, 2, clamp ? "max" : "max_val", clamp ? inf : 1.f);
-    if (!lo || !hi || (clamp && args.Find(1, "min") == nullptr && args.Find(2, "max") == nullptr)) {
-      return std::nullopt;
-    }
-    r.steps.push_back(Instr(EwOp::kClamp, {x, EwOperand::Literal(*lo), EwOperand::Literal(*hi)}));
-    return r;
-  }
-  if (t == "aten.pow.Tensor_Scalar") {
-    // Only the exponents unary_math.cc computes without std::pow, the same
-    // way it does.
-    absl::StatusOr<double> e = args.Float(1, "exponent");
-    if (!e.ok()) return std::nullopt;
-    const EwOperand one = EwOperand::Literal(1.f);
-    if (*e == 2.0) {
-      r.steps = {Instr(EwOp::kMul, {x, x})};
-    } else if (*e == 3.0) {
-      r.steps = {Instr(EwOp::kMul, {x, x}), Instr(EwOp::kMul, {EwOperand::Temp(0), x})};
-    } else if (*e == 0.5) {
-      r.steps = {Instr(EwOp::kSqrt, {x})};
-    } else if (*e == -0.5) {
-      r.steps = {Instr(EwOp::kRsqrt, {x})};
-    } else if (*e == -1.0) {
-      r.steps = {Instr(EwOp::kDiv, {one, x})};
-    } else if (*e == -2.0) {
-      r.steps = {Instr(EwOp::kMul, {x, x}), Instr(EwOp::kDiv, {one, EwOperand::Temp(0)})};
-    } else {
-      return std::nullopt;
-    }
-    return r;
-  }
-  return std::nullopt;
+  if (!op->traits.ew_recipe(args, *self, &r)) return std::nullopt;
+  return r;
 }
 
 // Every tensor the node reads is f32 and either `out`'s shape or a single
 // element that broadcasts to it without changing the output's shape.
-bool OperandsFit(const Graph& g, const Recipe& r, const TensorMeta& out) {
+bool OperandsFit(const Graph& g, const EwRecipe& r, const TensorMeta& out) {
   for (const ValueRef& v : r.tensors) {
     const TensorMeta& m = g.MetaOf(v);
     if (m.dtype != DType::kF32) return false;
@@ -188,7 +69,7 @@ bool OperandsFit(const Graph& g, const Recipe& r, const TensorMeta& out) {
 // The group's tensor inputs (values its members read from outside it), in
 // the order the program first reads them.
 std::vector<ValueRef> ExternalInputs(const std::vector<int>& members,
-                                     const std::vector<std::optional<Recipe>>& recipes) {
+                                     const std::vector<std::optional<EwRecipe>>& recipes) {
   std::vector<ValueRef> inputs;
   for (int m : members) {
     for (const ValueRef& v : recipes[m]->tensors) {
@@ -204,11 +85,11 @@ std::vector<ValueRef> ExternalInputs(const std::vector<int>& members,
 // The kiln.elementwise program of a group (members in graph order, root
 // last) over `inputs`.
 std::vector<EwInstr> Program(const std::vector<int>& members, const std::vector<ValueRef>& inputs,
-                             const std::vector<std::optional<Recipe>>& recipes) {
+                             const std::vector<std::optional<EwRecipe>>& recipes) {
   std::vector<EwInstr> program;
   std::vector<std::pair<int, int>> result_of;  // (member node, its result's instruction)
   for (int m : members) {
-    const Recipe& r = *recipes[m];
+    const EwRecipe& r = *recipes[m];
     const int first = static_cast<int>(program.size());
     for (EwInstr instr : r.steps) {
       for (EwOperand& o : instr.operands) {
@@ -234,7 +115,7 @@ std::vector<EwInstr> Program(const std::vector<int>& members, const std::vector<
 // The group's program fits kiln.elementwise's limits on instructions,
 // inputs and results alive at once.
 bool WithinKernelLimits(std::vector<int> members,
-                        const std::vector<std::optional<Recipe>>& recipes) {
+                        const std::vector<std::optional<EwRecipe>>& recipes) {
   int length = 0;
   for (int m : members) length += static_cast<int>(recipes[m]->steps.size());
   if (length > kMaxEwInstructions) return false;
@@ -252,7 +133,7 @@ absl::Status FuseElementwise(PassContext& ctx) {
   Graph& g = ctx.graph;
   const int n = static_cast<int>(g.nodes.size());
   const int fused_index = FindOp("kiln.elementwise");
-  std::vector<std::optional<Recipe>> recipes(n);
+  std::vector<std::optional<EwRecipe>> recipes(n);
   for (int i = 0; i < n; ++i) {
     recipes[i] = Describe(g, g.nodes[i], ctx.constant_data);
     if (recipes[i] && !OperandsFit(g, *recipes[i], g.nodes[i].outputs[0])) recipes[i].reset();

@@ -13,11 +13,6 @@
 namespace kiln::runtime {
 namespace {
 
-bool IsViewOp(const Node& node) {
-  return node.target == "aten.view.default" || node.target == "aten._unsafe_view.default" ||
-         node.target == "aten.reshape.default";
-}
-
 bool UnitScales(const Node& addmm) {
   for (const NamedArg& kw : addmm.kwargs) {
     if (kw.name != "alpha" && kw.name != "beta") return false;
@@ -29,19 +24,33 @@ bool UnitScales(const Node& addmm) {
   return addmm.args.size() == 3;
 }
 
+// kiln.addmm's arguments (ops.def), up to post_ops.
+constexpr ArgSlot kSelf = KILN_ARG("kiln.addmm", "self");
+constexpr ArgSlot kMat1 = KILN_ARG("kiln.addmm", "mat1");
+constexpr ArgSlot kMat2 = KILN_ARG("kiln.addmm", "mat2");
+constexpr ArgSlot kPostOps = KILN_ARG("kiln.addmm", "post_ops");
+
 // The node as kiln.addmm args, or false when it is not a fusable matmul.
 bool ToFusedArgs(const Graph& g, const Node& node, std::vector<Arg>* out) {
+  std::vector<Arg>& a = *out;
   if (node.target == "kiln.addmm") {
-    *out = node.args;
+    a = node.args;
   } else if (node.target == "aten.addmm.default" && UnitScales(node)) {
-    *out = {node.args[0], node.args[1], node.args[2], ListArg({})};
+    a.assign(kPostOps.pos + 1, NoneArg());
+    a[kSelf.pos] = node.args[0];
+    a[kMat1.pos] = node.args[1];
+    a[kMat2.pos] = node.args[2];
+    a[kPostOps.pos] = ListArg({});
   } else if (node.target == "aten.mm.default" && node.args.size() == 2 && node.kwargs.empty()) {
-    *out = {NoneArg(), node.args[0], node.args[1], ListArg({})};
+    a.assign(kPostOps.pos + 1, NoneArg());
+    a[kMat1.pos] = node.args[0];
+    a[kMat2.pos] = node.args[1];
+    a[kPostOps.pos] = ListArg({});
   } else {
     return false;
   }
   // K == 0 runs without oneDNN, where post-ops would be skipped.
-  const Arg& mat1 = (*out)[1];
+  const Arg& mat1 = a[kMat1.pos];
   return mat1.kind == Arg::Kind::kTensor && g.MetaOf(mat1.tensor).rank() == 2 &&
          g.MetaOf(mat1.tensor).shape[1] > 0;
 }
@@ -64,7 +73,7 @@ absl::Status FuseMatmulPostOps(PassContext& ctx) {
     ValueRef tail{m, 0};
     while (!uses.is_output[tail.node][tail.output]) {
       if (std::optional<ActivationMatch> p = MatchDecomposedActivation(g, uses, tail)) {
-        args[3].list.push_back(StringArg(p->post_op));
+        args[kPostOps.pos].list.push_back(StringArg(p->post_op));
         for (int n : p->nodes) {
           name = absl::StrCat(name, "+", g.nodes[n].name);
           g.nodes[n].dead = true;
@@ -78,7 +87,7 @@ absl::Status FuseMatmulPostOps(PassContext& ctx) {
       const int u = uses.users[tail.node][tail.output][0];
       const Node& user = g.nodes[u];
       if (user.dead) break;
-      if (IsViewOp(user) && tail.node == m && user.args[0].kind == Arg::Kind::kTensor &&
+      if (HasTrait(user, kReshape) && tail.node == m && user.args[0].kind == Arg::Kind::kTensor &&
           user.args[0].tensor == tail) {
         tail = {u, 0};  // look through one view
         continue;
@@ -87,7 +96,7 @@ absl::Status FuseMatmulPostOps(PassContext& ctx) {
       if (act.empty() || user.args[0].kind != Arg::Kind::kTensor || !(user.args[0].tensor == tail)) {
         break;
       }
-      args[3].list.push_back(StringArg(act));
+      args[kPostOps.pos].list.push_back(StringArg(act));
       name = absl::StrCat(name, "+", user.name);
       g.nodes[u].dead = true;
       ReplaceAllUses(g, {u, 0}, tail);

@@ -8,6 +8,7 @@
 
 #include "runtime/compile/constant_persistence.h"
 #include "runtime/compile/shared_constants.h"
+#include "runtime/ops/registry.h"
 
 namespace kiln::runtime {
 namespace {
@@ -130,7 +131,7 @@ void EliminateDeadNodes(Graph& graph) {
       for (int user : uses.users[i][o]) used |= !graph.nodes[user].dead;
       used |= uses.is_output[i][o];
     }
-    if (!used) node.dead = true;
+    if (!used && !HasTrait(node, kSideEffects)) node.dead = true;
   }
 }
 

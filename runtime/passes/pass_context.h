@@ -95,7 +95,8 @@ absl::Status FuseConvDepthwise(PassContext& ctx);
 // DATA_LOSS for a pass that found a constant it must read bad
 // (CheckBeforeRead): the compile is redone without that copy.
 absl::Status BadSavedConstant(const Node& node);
-// Marks op nodes none of whose outputs are used as dead.
+// Marks op nodes none of whose outputs are used as dead, bar ops with side
+// effects (ops/op_traits.h).
 void EliminateDeadNodes(Graph& graph);
 
 }  // namespace kiln::runtime

@@ -43,6 +43,25 @@ def test_min_partition_size_keeps_small_partitions_in_eager(daemon_up):
     assert stats.partitions == 0 and stats.nodes_in_daemon == 0, stats
 
 
+def test_partition_of_views_alone_stays_in_eager(daemon_up):
+    """The daemon's capabilities mark views (ops.def's kView trait); a
+    partition of nothing else is not worth a call, one with a mul is."""
+    def views_only(x):
+        return torch.relu(torch.relu(x).view(4, 8).t())
+
+    def with_compute(x):
+        return torch.relu(torch.relu(x).view(4, 8).t() * 2)
+
+    x = torch.randn(32)
+    for f, partitions in ((views_only, 0), (with_compute, 1)):
+        torch._dynamo.reset()
+        backend.reset_stats()
+        got = _run(f, {"disabled_ops": ["aten.relu"]}, x)
+        torch.testing.assert_close(got, f(x))
+        stats = backend.stats()
+        assert stats.partitions == partitions, (f.__name__, stats)
+
+
 def test_fallback_error_raises_naming_node_and_reason(daemon_up):
     def f(x):
         return torch.special.erfcx(torch.relu(x)) + 1

@@ -14,6 +14,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "gtest/gtest.h"
+#include "runtime/ops/registry.h"
 #include "runtime/util/sha256.h"
 #include "tests/testing/proto_graph.h"
 #include "tests/testing/service_fixture.h"
@@ -115,6 +116,34 @@ TEST_F(KilnServiceTest, QueryConstantsNeedsASession) {
   EXPECT_EQ(resp.missing_size(), 0);
   ASSERT_TRUE(query(session_, &resp).ok());
   EXPECT_EQ(resp.missing_size(), 1);
+}
+
+// Clients partition against this answer alone: each public op of the
+// schema with its dtypes and traits, and none of Kiln's internal ones.
+TEST_F(KilnServiceTest, CapabilitiesListEveryPublicOpWithItsTraits) {
+  grpc::ClientContext ctx;
+  kiln::v1::CapabilitiesResponse resp;
+  ASSERT_TRUE(stub_->GetCapabilities(&ctx, kiln::v1::CapabilitiesRequest(), &resp).ok());
+  std::map<std::string, const kiln::v1::OpSupport*> listed;
+  for (const kiln::v1::OpSupport& op : resp.ops()) listed[op.target()] = &op;
+  size_t public_ops = 0;
+  for (const runtime::OpDef& op : runtime::AllOps()) {
+    auto it = listed.find(op.target);
+    if (op.internal) {
+      EXPECT_EQ(it, listed.end()) << op.target << " is internal";
+      continue;
+    }
+    ++public_ops;
+    ASSERT_NE(it, listed.end()) << op.target << " has no capability entry";
+    runtime::DTypeMask mask = 0;
+    for (int d : it->second->dtypes()) mask |= runtime::DTypeBit(static_cast<runtime::DType>(d));
+    EXPECT_EQ(mask, op.dtypes) << op.target;
+    std::vector<std::string> traits(it->second->traits().begin(), it->second->traits().end());
+    std::vector<std::string> want;
+    for (std::string_view t : runtime::TraitNames(op.traits)) want.emplace_back(t);
+    EXPECT_EQ(traits, want) << op.target;
+  }
+  EXPECT_EQ(listed.size(), public_ops);
 }
 
 TEST_F(KilnServiceTest, SecondCompileOfTheSameGraphIsACacheHit) {

@@ -15,8 +15,8 @@
 #include "gtest/gtest.h"
 #include "runtime/compile/dump.h"
 #include "runtime/exec/executor.h"
-#include "runtime/kernels/conv2d_args.h"
 #include "runtime/ir/from_proto.h"
+#include "runtime/ops/registry.h"
 #include "runtime/util/sha256.h"
 #include "tests/testing/proto_graph.h"
 
@@ -29,6 +29,8 @@ using kiln::testing::Int;
 using kiln::testing::IntList;
 using kiln::testing::Ref;
 using kiln::testing::RefList;
+
+constexpr ArgSlot kConvResidual = KILN_ARG("kiln.conv2d", "residual");
 
 // Holds constant bytes by hash, as the daemon's constant store does.
 struct Constants {
@@ -407,11 +409,11 @@ void ExpectNoSharedBytesWithinAWave(const CompiledGraph& cg) {
   // residual (plan/in_place.h), in the residual's last wave.
   auto in_place = [&](const Live& residual, const Live& out) {
     const Node& node = cg.graph.nodes[out.value.node];
-    if (node.target != "kiln.conv2d" || node.args.size() <= conv2d_args::kResidual ||
-        node.args[conv2d_args::kResidual].kind != Arg::Kind::kTensor) {
+    if (node.target != "kiln.conv2d" || node.args.size() <= kConvResidual.pos ||
+        node.args[kConvResidual.pos].kind != Arg::Kind::kTensor) {
       return false;
     }
-    const auto origin = Origin(cg, step_of, node.args[conv2d_args::kResidual].tensor);
+    const auto origin = Origin(cg, step_of, node.args[kConvResidual.pos].tensor);
     return origin && *origin == residual.value && residual.last == out.first &&
            residual.bytes.begin == out.bytes.begin;
   };
@@ -540,7 +542,7 @@ std::vector<bool> WritesOverResidual(const CompiledGraph& cg) {
   for (const CompiledStep& step : cg.steps) {
     const Node& node = cg.graph.nodes[step.node];
     if (node.target != "kiln.conv2d") continue;
-    const Arg& residual = node.args[conv2d_args::kResidual];
+    const Arg& residual = node.args[kConvResidual.pos];
     if (residual.kind != Arg::Kind::kTensor) continue;
     const ValueRef r = residual.tensor;
     const ValueSlot& out = cg.slots[step.node][0];
