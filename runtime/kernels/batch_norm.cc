@@ -24,7 +24,7 @@
 #include "runtime/kernels/post_op_loops.h"
 #include "runtime/kernels/post_ops.h"
 #include "runtime/ops/prepare_fns.h"
-#include "runtime/ops/registry.h"
+#include "runtime/ops/op_table.h"
 #include "runtime/util/status_macros.h"
 
 namespace kiln::runtime {

@@ -10,7 +10,7 @@
 #include "runtime/kernels/kernel_util.h"
 #include "runtime/kernels/onednn_util.h"
 #include "runtime/ops/prepare_fns.h"
-#include "runtime/ops/registry.h"
+#include "runtime/ops/op_table.h"
 #include "runtime/util/status_macros.h"
 
 namespace kiln::runtime {

@@ -22,7 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/exec/parallel.h"
 #include "runtime/kernels/broadcast.h"
-#include "runtime/kernels/elementwise_program.h"
+#include "runtime/ops/elementwise_program.h"
 #include "runtime/kernels/kernel_util.h"
 #include "runtime/kernels/vector_math.h"
 #include "runtime/ops/prepare_fns.h"

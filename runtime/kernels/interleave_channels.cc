@@ -15,7 +15,7 @@
 #include "runtime/exec/parallel.h"
 #include "runtime/kernels/kernel_util.h"
 #include "runtime/ops/prepare_fns.h"
-#include "runtime/ops/registry.h"
+#include "runtime/ops/op_table.h"
 #include "runtime/util/status_macros.h"
 
 namespace kiln::runtime {

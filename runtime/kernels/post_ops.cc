@@ -6,7 +6,6 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "runtime/ops/registry.h"
 
 namespace kiln::runtime {
 
@@ -88,16 +87,6 @@ dnnl::post_ops ToDnnlPostOps(const std::vector<PostOp>& ops) {
     }
   }
   return po;
-}
-
-std::string ActivationPostOp(const Node& node) {
-  const OpDef* op = OpOf(node);
-  if (op == nullptr) return "";
-  if (op->traits.post_op_fn != nullptr) return op->traits.post_op_fn(node);
-  if (op->traits.post_op != nullptr && node.kwargs.empty() && node.args.size() == 1) {
-    return op->traits.post_op;
-  }
-  return "";
 }
 
 }  // namespace kiln::runtime

@@ -45,9 +45,4 @@ inline absl::StatusOr<std::vector<PostOp>> ParsePostOps(const NodeArgs& args, Ar
 // to its reference implementation).
 dnnl::post_ops ToDnnlPostOps(const std::vector<PostOp>& ops);
 
-// The post-op string for an activation node (its op's post-op trait in
-// ops.def and its literal arguments), or "" when the node is not a fusable
-// activation.
-std::string ActivationPostOp(const Node& node);
-
 }  // namespace kiln::runtime

@@ -27,7 +27,7 @@
 #include "runtime/kernels/post_ops.h"
 #include "runtime/kernels/vector_math.h"
 #include "runtime/ops/prepare_fns.h"
-#include "runtime/ops/registry.h"
+#include "runtime/ops/op_table.h"
 #include "runtime/util/status_macros.h"
 
 namespace kiln::runtime {

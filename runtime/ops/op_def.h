@@ -76,7 +76,7 @@ class NodeArgs {
   std::string ConstantKey(int pos, const char* name) const;
 
   // The same, for an internal op's argument named by its schema
-  // (KILN_ARG in ops/registry.h).
+  // (KILN_ARG in ops/op_table.h).
   absl::StatusOr<TensorMeta> Tensor(ArgSlot a) const { return Tensor(Pos(a), a.name); }
   absl::StatusOr<std::optional<TensorMeta>> OptionalTensor(ArgSlot a) const {
     return OptionalTensor(Pos(a), a.name);

@@ -9,7 +9,7 @@
 //
 // Kiln's own fused ops ("kiln.*") also declare their arguments by name;
 // code that builds or reads them refers to an argument through KILN_ARG
-// (ops/registry.h), which finds its position at compile time.
+// (ops/op_table.h), which finds its position at compile time.
 #pragma once
 
 #include <cstddef>
@@ -18,7 +18,7 @@
 #include <string_view>
 
 #include "runtime/ir/graph.h"
-#include "runtime/kernels/elementwise_program.h"
+#include "runtime/ops/elementwise_program.h"
 
 namespace kiln::runtime {
 
@@ -63,7 +63,7 @@ static_assert(kSideEffects == 1u << (kNumTraitFlags - 1),
               "a trait added to OpTrait needs its name in kTraitFlagNames");
 
 // The scalar function of a fusible elementwise op: appends to `recipe` the
-// kiln.elementwise instructions (kernels/elementwise_program.h) that
+// kiln.elementwise instructions (ops/elementwise_program.h) that
 // compute one call of it, reading its arguments as its prepare function
 // does. `self`, its first operand, is already recipe->tensors[0]. False
 // when this call cannot be fused (an argument the instructions cannot

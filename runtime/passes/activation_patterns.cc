@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "runtime/kernels/post_ops.h"
+#include "runtime/ops/registry.h"
 
 namespace kiln::runtime {
 namespace {
@@ -193,6 +194,16 @@ std::optional<ActivationMatch> MatchActivation(const Graph& graph, const Uses& u
   std::string post_op = ActivationPostOp(user);
   if (post_op.empty()) return std::nullopt;
   return ActivationMatch{std::move(post_op), u, {u}};
+}
+
+std::string ActivationPostOp(const Node& node) {
+  const OpDef* op = OpOf(node);
+  if (op == nullptr) return "";
+  if (op->traits.post_op_fn != nullptr) return op->traits.post_op_fn(node);
+  if (op->traits.post_op != nullptr && node.kwargs.empty() && node.args.size() == 1) {
+    return op->traits.post_op;
+  }
+  return "";
 }
 
 }  // namespace kiln::runtime

@@ -31,11 +31,16 @@ struct ActivationMatch {
 // intermediate node must feed only the next node of the pattern, so the
 // whole pattern can be replaced by its last node. `uses` must describe
 // `graph`'s live nodes.
+// The post-op string for an activation node (its op's post-op trait in
+// ops.def and its literal arguments, kernels/post_ops.h), or "" when the
+// node is not a fusable activation.
+std::string ActivationPostOp(const Node& node);
+
 std::optional<ActivationMatch> MatchDecomposedActivation(const Graph& graph, const Uses& uses,
                                                          ValueRef value);
 
 // The activation applied to `value` next, whole: a decomposed one (above)
-// or a single activation node (kernels/post_ops.h ActivationPostOp) that
+// or a single activation node (ActivationPostOp) that
 // is `value`'s only use and reads it as its first argument (`nodes` is
 // that node). What the post-op passes fuse, one activation at a time.
 std::optional<ActivationMatch> MatchActivation(const Graph& graph, const Uses& uses,

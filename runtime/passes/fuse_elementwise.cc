@@ -24,8 +24,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/ir/arg_builders.h"
-#include "runtime/kernels/elementwise_forms.h"
-#include "runtime/kernels/elementwise_program.h"
+#include "runtime/ops/elementwise_forms.h"
+#include "runtime/ops/elementwise_program.h"
 #include "runtime/ops/op_def.h"
 #include "runtime/ops/registry.h"
 #include "runtime/passes/pass_context.h"

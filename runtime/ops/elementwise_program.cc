@@ -1,5 +1,5 @@
 // Text form of kiln.elementwise instructions (see elementwise_program.h).
-#include "runtime/kernels/elementwise_program.h"
+#include "runtime/ops/elementwise_program.h"
 
 #include <algorithm>
 #include <cmath>

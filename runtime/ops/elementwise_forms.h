@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "runtime/ir/graph.h"
-#include "runtime/kernels/elementwise_program.h"
+#include "runtime/ops/elementwise_program.h"
 
 namespace kiln::runtime {
 

@@ -1,6 +1,6 @@
 // Scalar functions and post-op readers of elementwise ops (see
 // elementwise_forms.h).
-#include "runtime/kernels/elementwise_forms.h"
+#include "runtime/ops/elementwise_forms.h"
 
 #include <cmath>
 #include <utility>

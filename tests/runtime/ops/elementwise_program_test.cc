@@ -1,7 +1,7 @@
 // The text form of kiln.elementwise instructions: what the pass writes
 // reads back unchanged, and malformed instructions are refused with a
 // message saying why.
-#include "runtime/kernels/elementwise_program.h"
+#include "runtime/ops/elementwise_program.h"
 
 #include <cmath>
 #include <string>
