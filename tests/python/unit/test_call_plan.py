@@ -10,7 +10,7 @@ from kiln import channel, output_pool, partition, serialize, shm
 from kiln.call_plan import CallPlan, Mismatch, evaluate_size, is_dense
 from kiln.v1 import kiln_pb2
 
-import unit_graphs
+from unit import unit_graphs
 
 
 def static_plan(batch: int = 3) -> CallPlan:

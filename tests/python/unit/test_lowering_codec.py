@@ -13,7 +13,7 @@ import torch.fx as fx
 
 from kiln import lowering_codec, partition
 
-import unit_graphs
+from unit import unit_graphs
 
 
 def split_graph(inputs=None, fn=unit_graphs.linear_relu_scale,

@@ -14,7 +14,7 @@ from kiln.lowering_codec import Uncacheable
 from kiln.lowering_key import key_for
 from kiln.options import KilnOptions
 
-import unit_graphs
+from unit import unit_graphs
 
 CAPS = b"capabilities as the daemon serialized them"
 WEIGHTS = frozenset({1, 2})

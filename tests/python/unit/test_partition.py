@@ -9,7 +9,7 @@ from kiln import partition
 from kiln.options import OpList
 from kiln.v1 import kiln_pb2
 
-import unit_graphs
+from unit import unit_graphs
 
 
 def fused_modules(split: fx.GraphModule) -> list[str]:

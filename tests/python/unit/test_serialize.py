@@ -9,7 +9,7 @@ import torch.fx as fx
 from kiln import partition, serialize, shm
 from kiln.v1 import kiln_pb2
 
-import unit_graphs
+from unit import unit_graphs
 
 
 def fused_partition() -> fx.GraphModule:
