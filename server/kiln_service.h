@@ -1,4 +1,6 @@
-// The kiln.v1.Kiln gRPC service (callback API). Every handler validates its
+// The kiln.v1.Kiln gRPC service (callback API); its definitions are split
+// by concern over kiln_service.cc (RPC adapters), kiln_service_execution.cc,
+// kiln_service_clients.cc and kiln_service_stats.cc. Every handler validates its
 // request, does the work through SessionRegistry / ConstantStore /
 // GraphCache / the runtime executor, and maps errors with ToGrpcStatus.
 // A bad request gets an error status and changes nothing else.
@@ -17,8 +19,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <string>
-#include <thread>
 
 #include "cache/artifact_store.h"
 #include "cache/constant_files.h"
@@ -27,6 +29,7 @@
 #include "runtime/exec/work_queue.h"
 #include "server/execution_slots.h"
 #include "server/client_limits.h"
+#include "server/client_watcher.h"
 #include "server/graph_cache.h"
 #include "server/idle_tracker.h"
 #include "server/latency_histogram.h"
@@ -136,7 +139,7 @@ class KilnService final : public kiln::v1::Kiln::CallbackService {
                              kiln::v1::OpenSessionResponse* resp);
   // A Hold call ended without the daemon ending it: the client's process
   // has gone. Closes its session if the daemon cannot watch that process
-  // (a watched one is closed by WatchClients).
+  // (a watched one is closed by WatchOnce).
   void LoseHold(const std::string& session_id);
   // A closed session whose client has gone (exited, or its Hold dropped):
   // removes its /dev/shm objects, which the client cannot, and logs `how`.
@@ -151,15 +154,6 @@ class KilnService final : public kiln::v1::Kiln::CallbackService {
                             kiln::v1::CompileResponse* resp);
   absl::Status DoOpenChannel(const kiln::v1::OpenChannelRequest& req,
                              kiln::v1::OpenChannelResponse* resp);
-  struct PendingRun;
-  // Resolves everything an execution needs, holding it alive for the run.
-  absl::StatusOr<PendingRun> PrepareExecute(const kiln::v1::ExecuteRequest& req);
-  absl::StatusOr<PendingRun> PrepareRun(const Session& session, uint64_t handle,
-                                        absl::Span<const TensorSlot> inputs,
-                                        absl::Span<const TensorSlot> outputs);
-  // Runs a prepared execution; its status, or the status of a region it
-  // used that broke meanwhile (client_memory_guard.h).
-  static absl::Status ExecuteRun(const PendingRun& run);
   // One call from a channel of `session`, start to finish.
   absl::Status RunChannelCall(const Session& session, const ChannelCall& call);
   // Counts one execute (gRPC or channel) that began at `start`.
@@ -193,13 +187,10 @@ class KilnService final : public kiln::v1::Kiln::CallbackService {
   // Orders opening a session against BeginIdleShutdown.
   absl::Mutex open_mu_;
   std::atomic<bool> shutting_down_{false};
-  // Closes the sessions of exited clients every kWatchInterval.
-  void WatchClients();
   // One look: exited clients, idle constants and arenas.
   void WatchOnce();
-  absl::Mutex watch_mu_;
-  bool watch_stop_ ABSL_GUARDED_BY(watch_mu_) = false;
-  std::thread watcher_;
+  // Calls WatchOnce every second; made once every member it uses is.
+  std::unique_ptr<ClientWatcher> watcher_;
   ExecutionSlots channel_slots_;
   // Last member: destroyed first, running queued executions while
   // everything they use is still alive.

@@ -9,4 +9,9 @@ namespace kiln::server {
 
 grpc::Status ToGrpcStatus(const absl::Status& status);
 
+// Finishes a unary callback call with `status` mapped as ToGrpcStatus does;
+// the handler returns the reactor this gives.
+grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* ctx,
+                                      const absl::Status& status);
+
 }  // namespace kiln::server

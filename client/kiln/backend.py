@@ -237,7 +237,9 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any],
                   opts: KilnOptions, conn: Connection,
                   constant_inputs: frozenset[int] | None = None,
                   traced: bool = False, static_only: bool = False) -> Callable[..., Any]:
-    """Lowers, partitions and compiles one Dynamo (or AOTAutograd) graph.
+    """Lowers, partitions and compiles one Dynamo (or AOTAutograd) graph:
+    lowering (or the lowering cache), then _partition_and_compile, then
+    _account for what runs where.
 
     `constant_inputs`: positions of the inputs that are weights, when the
     caller knows better than the graph's own metadata (aot.py).
@@ -291,12 +293,55 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any],
         took = time.perf_counter() - started
         log.debug("lowering cache hit for graph %s: restored in %.1f ms, saving %.2f s",
                   cache.key[:16], 1e3 * took, cached.cold_s - took)
+    done = _partition_and_compile(gm, example_inputs, opts, conn, constant_inputs, traced,
+                                  cached, lowered, started)
+    if isinstance(done, CompiledGraph):
+        return done
+    _account(gm, done, opts)
+    if cache is not None and cached is None:
+        _bump(lowering_cache_misses=1)
+        log.debug("lowering cache miss for graph %s: lowered and partitioned in %.2f s%s",
+                  cache.key[:16], done.cold_s,
+                  "" if not done.excluded else " (not stored: the daemon rejected nodes)")
+        if not done.excluded:
+            cache.store(done.split, done.constants, done.cold_s)
+    _record(GraphRecord(gm, split=done.split, subgraphs=list(done.subgraphs),
+                        capabilities=done.caps, excluded=frozenset(done.excluded),
+                        disabled=done.disabled, rejections=done.rejections))
+    return CompiledGraph(gm.forward, done.split, done.subgraphs)
 
+
+@dataclasses.dataclass
+class _Partitioned:
+    """A graph's final partitioning, with what it took to get there."""
+    split: fx.GraphModule            # eager nodes and fused_<n> KilnSubgraphs
+    constants: frozenset[int]        # weight input positions
+    subgraphs: list[KilnSubgraph]
+    caps: partition.Capabilities
+    views: frozenset[str]            # ops that compute nothing (capabilities' view trait)
+    disabled: Callable[[object], bool] | None  # options disabled_ops
+    excluded: set[str]               # nodes moved to eager after a daemon rejection
+    rejections: dict[str, str]       # for kiln.explain
+    cold_s: float = 0.0              # lowering and partitioning (not from the cache)
+
+
+def _partition_and_compile(gm: fx.GraphModule, example_inputs: Sequence[Any],
+                           opts: KilnOptions, conn: Connection,
+                           constant_inputs: frozenset[int] | None, traced: bool,
+                           cached: lowering_cache.CachedLowering | None,
+                           lowered: lowering.LoweredGraph | None,
+                           started: float) -> _Partitioned | CompiledGraph:
+    """Partitions the lowered (or cached) graph and compiles every partition;
+    while the daemon rejects partitions naming a node, moves those nodes to
+    eager and partitions again (up to MAX_REPARTITIONS times). A
+    CompiledGraph running gm in eager if lowering (needed again after a
+    rejection in a cached graph) fails."""
     caps = partition.capabilities_from_proto(conn.capabilities())
     views = partition.view_ops_from_proto(conn.capabilities())
     disabled = opts.disabled_ops.matches if opts.disabled_ops else None
     excluded: set[str] = set()
-    rejections: dict[str, str] = {}  # for kiln.explain
+    rejections: dict[str, str] = {}
+    cold_s = 0.0
     for attempt in range(MAX_REPARTITIONS + 1):
         if cached is not None and not excluded:
             split, constants = cached.split, cached.constant_inputs
@@ -319,19 +364,34 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any],
         excluded |= rejected
         for sub in subgraphs:
             sub.close()
+    return _Partitioned(split, constants, subgraphs, caps, views, disabled, excluded, rejections,
+                        cold_s)
 
+
+def _eager_nodes(done: _Partitioned) -> tuple[int, dict[str, list[str]]]:
+    """How many nodes of the split graph run in eager, and the compute nodes
+    among them by the reason they do ("name (target)")."""
     eager_nodes = 0
     eager_reasons: dict[str, list[str]] = {}
-    for node in split.graph.nodes:
+    for node in done.split.graph.nodes:
         if node.op == "call_function":
             # getitems on a fused partition's tuple are plumbing, not work.
             source = node.args[0] if node.args else None
             if not (node.target is operator.getitem and isinstance(source, fx.Node)
                     and source.op == "call_module"):
                 eager_nodes += 1
-                if partition.is_compute_node(node, views):
-                    reason = partition.eager_reason(node, caps, excluded, disabled)
+                if partition.is_compute_node(node, done.views):
+                    reason = partition.eager_reason(node, done.caps, done.excluded,
+                                                    done.disabled)
                     eager_reasons.setdefault(reason, []).append(f"{node.name} ({node.target})")
+    return eager_nodes, eager_reasons
+
+
+def _account(gm: fx.GraphModule, done: _Partitioned, opts: KilnOptions) -> None:
+    """Says what runs in eager (or, under fallback="error", raises
+    KilnFallbackError) and counts it in stats()."""
+    eager_nodes, eager_reasons = _eager_nodes(done)
+    subgraphs = done.subgraphs
     rejected_subs = [sub for sub in subgraphs if sub.fallback]
     if opts.fallback != "error":
         for reason, names in eager_reasons.items():
@@ -358,16 +418,6 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any],
         sub.on_fallback = _on_fallback
         sub.raise_on_fallback = opts.fallback == "error"
     _bump(partitions=len(subgraphs), nodes_in_eager=eager_nodes)
-    if cache is not None and cached is None:
-        _bump(lowering_cache_misses=1)
-        log.debug("lowering cache miss for graph %s: lowered and partitioned in %.2f s%s",
-                  cache.key[:16], cold_s,
-                  "" if not excluded else " (not stored: the daemon rejected nodes)")
-        if not excluded:
-            cache.store(split, constants, cold_s)
-    _record(GraphRecord(gm, split=split, subgraphs=list(subgraphs), capabilities=caps,
-                        excluded=frozenset(excluded), disabled=disabled, rejections=rejections))
-    return CompiledGraph(gm.forward, split, subgraphs)
 
 
 def _lower(gm: fx.GraphModule, example_inputs: Sequence[Any], opts: KilnOptions,

@@ -13,18 +13,16 @@ A partition with symbolic sizes compiles to a template; each new input
 signature (tensor shapes and size values) gets a variant from the
 daemon's Specialize (the graph is not sent again) and its own call plan,
 kept for up to MAX_VARIANTS signatures (least recently used released).
+The plans are call_plan.py's, the variants' bookkeeping shape_variants.py's.
 """
 from __future__ import annotations
 
-import collections
 import ctypes
 import logging
 import operator
 import os
 import threading
 from typing import Callable, Mapping, Sequence
-
-import sympy
 
 import grpc
 import torch
@@ -33,8 +31,8 @@ from torch._subclasses.fake_tensor import is_fake
 
 from kiln import channel as channel_mod
 from kiln import connection as connection_mod
-from kiln import output_pool as output_pool_mod
-from kiln import native, serialize, shm
+from kiln import native, serialize, shape_variants, shm
+from kiln.call_plan import CallPlan, Mismatch
 from kiln.v1 import kiln_pb2
 
 log = logging.getLogger(__name__)
@@ -95,10 +93,10 @@ class KilnSubgraph(torch.nn.Module):
         self._constant_expected = b""  # native.pack_expected(_constant_objects)
         self._take_constants = (operator.itemgetter(*constant_positions)
                                 if constant_positions else None)
-        self._plan: _CallPlan | None = None
-        # Dynamic shapes: the template handle is self._handle; signature ->
-        # plan of its variant (plan.handle), least recently used first.
-        self._variants: collections.OrderedDict[tuple, _CallPlan] = collections.OrderedDict()
+        self._plan: CallPlan | None = None
+        # Dynamic shapes: the template handle is self._handle; each
+        # signature's variant has a plan (plan.handle) here.
+        self._variants = shape_variants.VariantCache()
         self.specializations = 0
         self._input_vals = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
         # Compiled now when the weights' values are at hand; AOTAutograd
@@ -147,8 +145,8 @@ class KilnSubgraph(torch.nn.Module):
                 # `param.data = other` with another shape, under guards
                 # that did not recompile (Dynamo's dict-tag guards skip an
                 # unchanged module's): the graph was traced for the old one.
-                raise _Mismatch(f"weight input {pos} is now {t.dtype}{list(t.shape)}, "
-                                f"traced as {val.dtype}{list(val.shape)}")
+                raise Mismatch(f"weight input {pos} is now {t.dtype}{list(t.shape)}, "
+                               f"traced as {val.dtype}{list(val.shape)}")
             old = self._constant_state.get(pos)
             if pos in digests:
                 digest = digests[pos]
@@ -161,7 +159,7 @@ class KilnSubgraph(torch.nn.Module):
             self._serialized = serialize.serialize(
                 self.eager, {pos: s[2] for pos, s in state.items()})
             self._plan = (None if self._serialized.dynamic
-                          else _CallPlan.for_static(self._serialized))
+                          else CallPlan.for_static(self._serialized))
         needs_compile = rebuild or self._handle is None or self._generation != self.conn.generation
         self._constant_state = state
         self._constant_tensors = tensors
@@ -203,26 +201,25 @@ class KilnSubgraph(torch.nn.Module):
                 self._variant(args)
             return
         if self._serialized.dynamic:
-            raise _Mismatch("the daemon compiled a dynamic-shape graph as static")
+            raise Mismatch("the daemon compiled a dynamic-shape graph as static")
         self._plan.handle = response.handle
-        self._check_outputs(response)  # raises _Mismatch -> eager, which releases
+        self._check_outputs(response)  # raises Mismatch -> eager, which releases
         log.debug("%s compiled: handle %d, cache_hit=%s, %.1f ms", self.name,
                   response.handle, response.cache_hit, response.compile_ms)
 
     def _check_outputs(self, response: kiln_pb2.CompileResponse) -> None:
         expected = self._serialized.output_vals
         if len(response.outputs) != len(expected):
-            raise _Mismatch(f"daemon reports {len(response.outputs)} outputs, "
-                            f"expected {len(expected)}")
+            raise Mismatch(f"daemon reports {len(response.outputs)} outputs, "
+                           f"expected {len(expected)}")
         for i, (meta, val) in enumerate(zip(response.outputs, expected)):
             if meta.dtype != shm.wire_dtype(val.dtype) or list(meta.shape) != list(val.shape):
-                raise _Mismatch(
+                raise Mismatch(
                     f"output {i}: daemon infers {kiln_pb2.DType.Name(meta.dtype)}"
                     f"{list(meta.shape)}, eager gives {val.dtype}{list(val.shape)}")
 
     def _release(self) -> None:
-        handles = [plan.handle for plan in self._variants.values()]
-        self._variants.clear()
+        handles = [plan.handle for plan in self._variants.clear()]
         if self._handle is not None:
             handles.append(self._handle)
         self._handle = None
@@ -241,20 +238,14 @@ class KilnSubgraph(torch.nn.Module):
 
     # ------------------------------------------------------ dynamic shapes --
 
-    def _signature(self, args: Sequence[object]) -> tuple:
-        ser = self._serialized
-        return (tuple(tuple(args[i].shape) for i in ser.tensor_positions)
-                + tuple(int(args[i]) for i in ser.size_positions))
-
-    def _variant(self, args: Sequence[object]) -> "_CallPlan":
+    def _variant(self, args: Sequence[object]) -> CallPlan:
         """The call plan (and daemon handle) for this call's signature,
         specialized by the daemon on first sight."""
-        key = self._signature(args)
+        ser = self._serialized
+        key = shape_variants.signature(ser, args)
         plan = self._variants.get(key)
         if plan is not None:
-            self._variants.move_to_end(key)
             return plan
-        ser = self._serialized
         request = kiln_pb2.SpecializeRequest(
             session_id=self.conn.session_id, handle=self._handle,
             sizes=[int(args[i]) for i in ser.size_positions],
@@ -264,33 +255,18 @@ class KilnSubgraph(torch.nn.Module):
         response = self.conn.stub.Specialize(request, timeout=connection_mod.COMPILE_TIMEOUT_S)
         _write_dump(response)
         try:
-            plan = _CallPlan.for_variant(ser, args, response, self._bindings(args))
-        except _Mismatch:
+            plan = CallPlan.for_variant(ser, args, response,
+                                        shape_variants.size_bindings(self._input_vals, args))
+        except Mismatch:
             self._release_handle(response.handle)
             raise
         plan.handle = response.handle
         self.specializations += 1
         log.debug("%s specialized for %s: handle %d, cache_hit=%s, %.1f ms", self.name, key,
                   response.handle, response.cache_hit, response.compile_ms)
-        self._variants[key] = plan
-        while len(self._variants) > self.MAX_VARIANTS:
-            _, old = self._variants.popitem(last=False)
+        for old in self._variants.add(key, plan, self.MAX_VARIANTS):
             self._release_handle(old.handle)
         return plan
-
-    def _bindings(self, args: Sequence[object]) -> dict:
-        """Symbol -> this call's value, for every size that is a bare symbol
-        in the partition's placeholder values."""
-        bindings = {}
-        for val, arg in zip(self._input_vals, args):
-            if isinstance(val, torch.SymInt):
-                if isinstance(val.node.expr, sympy.Symbol):
-                    bindings[val.node.expr] = int(arg)
-            elif isinstance(val, torch.Tensor) and isinstance(arg, torch.Tensor):
-                for dim, size in zip(val.shape, arg.shape):
-                    if isinstance(dim, torch.SymInt) and isinstance(dim.node.expr, sympy.Symbol):
-                        bindings[dim.node.expr] = size
-        return bindings
 
     def _run_guarded(self, step: Callable[[], object]) -> object:
         """Runs step; on daemon loss reconnects and retries once; on
@@ -307,7 +283,7 @@ class KilnSubgraph(torch.nn.Module):
                     self._switch_to_eager(f"{e.code().name}: {e.details()}")
                     return None
                 raise
-            except (serialize.SerializationError, _Mismatch) as e:
+            except (serialize.SerializationError, Mismatch) as e:
                 self._switch_to_eager(str(e))
                 return None
         raise AssertionError("unreachable")
@@ -351,8 +327,8 @@ class KilnSubgraph(torch.nn.Module):
         inputs = plan.take_inputs(args)
         for i, (t, meta) in enumerate(zip(inputs, plan.input_metas)):
             if t.shape != meta[0] or t.dtype != meta[1]:
-                raise _Mismatch(f"input {i} is {t.dtype}{list(t.shape)}, compiled for "
-                                f"{meta[1]}{list(meta[0])}")
+                raise Mismatch(f"input {i} is {t.dtype}{list(t.shape)}, compiled for "
+                               f"{meta[1]}{list(meta[0])}")
         for t, view in zip(inputs, plan.input_views):
             shm.copy_tensor(view, t.detach(), stream=True)
         # Large outputs go to blocks of their own that become the returned
@@ -360,7 +336,7 @@ class KilnSubgraph(torch.nn.Module):
         pool, blocks, slots = None, {}, plan.slots
         if plan.pooled_outputs:
             pool = conn.output_pool()
-            blocks, slots = self._acquire_blocks(pool, plan)
+            blocks, slots = plan.acquire_blocks(pool)
         # Allocated before the call, not after: once this thread has slept
         # through the run its caches are cold and everything costs more.
         # Fresh tensors with eager's strides: outputs never alias the arena.
@@ -399,7 +375,7 @@ class KilnSubgraph(torch.nn.Module):
                 shm.copy_tensor(out, view)
         return outputs[0] if plan.single_output else tuple(outputs)
 
-    def _call_native(self, plan: "_CallPlan", args: Sequence[torch.Tensor]):
+    def _call_native(self, plan: CallPlan, args: Sequence[torch.Tensor]):
         """The call in one C call (native.channel_call), or None when that
         path does not take it (then nothing was posted)."""
         chan = self.conn.channel()
@@ -423,26 +399,6 @@ class KilnSubgraph(torch.nn.Module):
                 ctypes.memmove(out.data_ptr(), address, nbytes)
         return outputs[0] if plan.single_output else tuple(outputs)
 
-    @staticmethod
-    def _acquire_blocks(pool, plan: "_CallPlan") -> tuple[dict, bytes]:
-        """A block per pooled output and the call's slot bytes pointing at them."""
-        blocks: dict = {}
-        try:
-            for i in plan.pooled_outputs:
-                shape, _, dtype = plan.output_metas[i]
-                blocks[i] = pool.acquire(shm.nbytes(dtype, shape))
-        except OSError as e:
-            for block in blocks.values():
-                pool.give_back(block)
-            shape, _, dtype = plan.output_metas[i]
-            raise RuntimeError(
-                f"kiln: no room in /dev/shm for a {shm.nbytes(dtype, shape) >> 20} MiB output "
-                f"({e}); give /dev/shm more space (in a container: --shm-size)") from e
-        slots = list(plan.slot_list)
-        for i, block in blocks.items():
-            slots[plan.num_inputs + i] = (block.region_id, 0, slots[plan.num_inputs + i][2])
-        return blocks, channel_mod.pack_slots(slots)
-
     def close(self) -> None:
         with self._lock:
             self._release()
@@ -453,188 +409,13 @@ class KilnSubgraph(torch.nn.Module):
         handle = getattr(self, "_handle", None)
         if handle is not None:
             self.conn.defer_release(self._generation, handle)
-        for plan in getattr(self, "_variants", {}).values():
+        variants = getattr(self, "_variants", None)
+        for plan in variants.values() if variants is not None else ():
             self.conn.defer_release(self._generation, plan.handle)
-
-
-def _static(shape: Sequence[object]) -> bool:
-    return not any(isinstance(d, torch.SymInt) for d in shape)
-
-
-def _evaluate(value: object, bindings: dict) -> int | None:
-    """A size or stride of a (symbolic) fake value for this call, or None
-    when it involves a symbol the call does not determine."""
-    if not isinstance(value, torch.SymInt):
-        return int(value)
-    expr = value.node.expr.xreplace(bindings)
-    if isinstance(expr, int):
-        return expr
-    return int(expr) if expr.is_number else None
-
-
-def _dense(shape: Sequence[int], strides: Sequence[int]) -> bool:
-    """Whether strides lay the elements out without gaps or overlaps (in
-    some dimension order)."""
-    if any(size == 0 for size in shape):
-        return True
-    expected = 1
-    for stride, size in sorted((st, sz) for sz, st in zip(shape, strides) if sz != 1):
-        if stride != expected:
-            return False
-        expected *= size
-    return True
-
-
-class _CallPlan:
-    """Everything a call needs that does not change between calls: which
-    arguments are inputs, their expected metas, where each tensor goes in
-    the arena and the channel's slot bytes (rebuilt when the arena's region
-    changes)."""
-
-    # A graph whose last run took under this many microseconds is waited
-    # for by spinning (for up to SPIN_US): a futex sleep and wake-up would
-    # cost more than the run. Longer runs are slept through: a spinning
-    # client takes the core that another client's call needs.
-    SPIN_BELOW_US = 20.0
-    SPIN_US = 50.0
-
-    def __init__(self, input_positions: Sequence[int],
-                 input_metas: Sequence[tuple[torch.Size, torch.dtype]],
-                 output_metas: Sequence[tuple[tuple, tuple, torch.dtype]], single_output: bool):
-        self.handle = 0  # the daemon handle the plan calls
-        self.input_positions = list(input_positions)
-        self.input_metas = list(input_metas)
-        self.output_metas = list(output_metas)
-        self.single_output = single_output
-        self.num_inputs = len(self.input_metas)
-        self.num_outputs = len(self.output_metas)
-        offsets, offset = [], 0
-        for shape, dtype in self.input_metas:
-            offsets.append(offset)
-            offset += shm.align(shm.nbytes(dtype, shape))
-        # Outputs returned in blocks of their own (output_pool.py) take no
-        # room in the arena.
-        self.pooled_outputs = [
-            i for i, (shape, stride, dtype) in enumerate(self.output_metas)
-            if output_pool_mod.eligible(dtype, shape,
-                                        list(stride) == shm.contiguous_strides(shape))]
-        self.output_offsets = []
-        for i, (shape, _, dtype) in enumerate(self.output_metas):
-            self.output_offsets.append(offset)
-            if i not in self.pooled_outputs:
-                offset += shm.align(shm.nbytes(dtype, shape))
-        self.input_offsets = offsets
-        self.total_bytes = max(offset, shm.ALIGNMENT)
-        self.slot_list: list[tuple[int, int, int]] = []
-        self.region: shm.Region | None = None
-        self.input_views: list[torch.Tensor] = []
-        self.output_views: list[torch.Tensor] = []
-        self.output_dense: list[tuple[int, int] | None] = []
-        self.slots = b""
-        self.native_plan: bytes | None = None
-
-    @classmethod
-    def for_static(cls, ser: serialize.SerializedGraph) -> "_CallPlan":
-        # Outputs get eager's strides, unless those overlap (an expanded
-        # view, as backward graphs return): then dense, with the same values.
-        outputs = [
-            (tuple(v.shape),
-             tuple(v.stride()) if _dense(v.shape, v.stride())
-             else tuple(shm.contiguous_strides(v.shape)), v.dtype)
-            for v in ser.output_vals]
-        return cls(ser.tensor_positions,
-                   [(torch.Size(m.shape), shm.torch_dtype(m.dtype)) for m in ser.input_metas],
-                   outputs, ser.single_output)
-
-    @classmethod
-    def for_variant(cls, ser: serialize.SerializedGraph, args: Sequence[object],
-                    response: kiln_pb2.CompileResponse, bindings: dict) -> "_CallPlan":
-        """The plan of one shape variant: input metas from the call, output
-        shapes from the daemon, checked against eager's symbolic ones where
-        the call's sizes determine them; strides are eager's evaluated the
-        same way (else contiguous)."""
-        if len(response.outputs) != len(ser.output_vals):
-            raise _Mismatch(f"daemon reports {len(response.outputs)} outputs, "
-                            f"expected {len(ser.output_vals)}")
-        outputs = []
-        for i, (meta, val) in enumerate(zip(response.outputs, ser.output_vals)):
-            shape = tuple(meta.shape)
-            want = [_evaluate(d, bindings) for d in val.shape]
-            if (meta.dtype != shm.wire_dtype(val.dtype) or len(want) != len(shape)
-                    or any(w is not None and w != got for w, got in zip(want, shape))):
-                raise _Mismatch(f"output {i}: daemon infers {kiln_pb2.DType.Name(meta.dtype)}"
-                                f"{list(shape)}, eager gives {val.dtype}{want}")
-            strides = [_evaluate(st, bindings) for st in val.stride()]
-            if any(st is None for st in strides) or not _dense(shape, strides):
-                strides = shm.contiguous_strides(shape)
-            outputs.append((shape, tuple(strides), val.dtype))
-        inputs = [(torch.Size(args[i].shape), args[i].dtype) for i in ser.tensor_positions]
-        return cls(ser.tensor_positions, inputs, outputs, ser.single_output)
-
-    def take_inputs(self, args: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        return [args[i] for i in self.input_positions]
-
-    def bind(self, region: shm.Region) -> None:
-        self.region = region
-        # (source address, bytes) of outputs whose eager strides are
-        # contiguous, else None (copied with strides).
-        self.output_dense = [
-            (region.address + off, shm.nbytes(dtype, shape))
-            if list(stride) == shm.contiguous_strides(shape) else None
-            for off, (shape, stride, dtype) in zip(self.output_offsets, self.output_metas)]
-        self.input_views = [region.view(off, dtype, shape)
-                            for off, (shape, dtype) in zip(self.input_offsets, self.input_metas)]
-        self.output_views = [None if i in self.pooled_outputs else region.view(off, dtype, shape)
-                             for i, (off, (shape, _, dtype)) in enumerate(zip(
-                                 self.output_offsets, self.output_metas))]
-        slots = [(region.region_id, off, shm.nbytes(dtype, shape))
-                 for off, (shape, dtype) in zip(self.input_offsets, self.input_metas)]
-        slots += [(region.region_id, off, shm.nbytes(dtype, shape))
-                  for off, (shape, _, dtype) in zip(self.output_offsets, self.output_metas)]
-        self.slot_list = slots
-        self.slots = channel_mod.pack_slots(slots)
-        self.native_plan = self._native_plan(region)
-
-    def _native_plan(self, region: shm.Region) -> bytes | None:
-        """native.channel_call's plan, when it can make these calls: every
-        output copied densely out of the arena (none pooled)."""
-        if (native.channel_call is None or self.pooled_outputs
-                or not all(self.output_dense)):
-            return None
-        inputs = [(pos, region.address + off, shm.nbytes(dtype, shape), dtype, tuple(shape))
-                  for pos, off, (shape, dtype) in zip(self.input_positions, self.input_offsets,
-                                                      self.input_metas)]
-        outputs = [(address, nbytes, dtype, shape, stride)
-                   for (address, nbytes), (shape, stride, dtype) in zip(self.output_dense,
-                                                                        self.output_metas)]
-        return native.pack_plan(shm.STREAM_COPY_MIN_BYTES, inputs, outputs, self.slots)
-
-    def spin_s(self, last_run_us: float) -> float:
-        return self.SPIN_US * 1e-6 if 0 < last_run_us < self.SPIN_BELOW_US else 0.0
-
-    def request(self, session_id: str, handle: int,
-                blocks: Mapping[int, shm.Region]) -> kiln_pb2.ExecuteRequest:
-        """The same call as an Execute RPC (when channels are unavailable);
-        outputs in `blocks` go to offset 0 of their block."""
-        assert self.region is not None
-        request = kiln_pb2.ExecuteRequest(session_id=session_id, handle=handle)
-        for off, (shape, dtype) in zip(self.input_offsets, self.input_metas):
-            request.inputs.append(self.region.descriptor(off, dtype, shape))
-        for i, (off, (shape, _, dtype)) in enumerate(zip(self.output_offsets,
-                                                          self.output_metas)):
-            if i in blocks:
-                request.outputs.append(blocks[i].descriptor(0, dtype, shape))
-            else:
-                request.outputs.append(self.region.descriptor(off, dtype, shape))
-        return request
 
 
 class KilnFallbackError(RuntimeError):
     """Raised under options fallback="error" where nodes would run in eager."""
-
-
-class _Mismatch(RuntimeError):
-    """The daemon's view of the graph differs from eager's."""
 
 
 def _write_dump(response: kiln_pb2.CompileResponse) -> None:
@@ -647,3 +428,7 @@ def _write_dump(response: kiln_pb2.CompileResponse) -> None:
     with open(path, "w") as f:
         f.write(response.dump)
     log.info("optimized graph written to %s", path)
+
+
+def _static(shape: Sequence[object]) -> bool:
+    return not any(isinstance(d, torch.SymInt) for d in shape)

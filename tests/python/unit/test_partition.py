@@ -1,0 +1,112 @@
+"""kiln/partition.py without a daemon: what is fused, what stays in eager
+and the reason kiln.explain gives for it."""
+from __future__ import annotations
+
+import torch
+import torch.fx as fx
+
+from kiln import partition
+from kiln.options import OpList
+from kiln.v1 import kiln_pb2
+
+from unit import unit_graphs
+
+
+def fused_modules(split: fx.GraphModule) -> list[str]:
+    return [n.target for n in split.graph.nodes if n.op == "call_module"]
+
+
+def eager_calls(split: fx.GraphModule) -> list[fx.Node]:
+    return [n for n in split.graph.nodes if n.op == "call_function"]
+
+
+def test_every_supported_op_goes_into_one_partition():
+    lowered = unit_graphs.lowered()
+    targets = unit_graphs.call_targets(lowered.gm)
+    caps = unit_graphs.capabilities(lowered.gm)
+    split = partition.partition(lowered.gm, caps, views=unit_graphs.NO_VIEWS)
+    assert fused_modules(split) == ["fused_0"]
+    assert eager_calls(split) == []
+    assert unit_graphs.call_targets(split.fused_0) == targets
+
+
+def test_an_op_the_daemon_lacks_stays_in_eager_and_says_why():
+    lowered = unit_graphs.lowered()
+    caps = unit_graphs.capabilities(lowered.gm, without=["aten.mul.Tensor"])
+    split = partition.partition(lowered.gm, caps, views=unit_graphs.NO_VIEWS)
+    assert fused_modules(split) == ["fused_0"]
+    [mul] = eager_calls(split)
+    assert str(mul.target) == "aten.mul.Tensor"
+    assert partition.eager_reason(mul, caps) == "unsupported op"
+
+
+def test_the_partitioned_graph_computes_what_eager_does():
+    inputs = unit_graphs.example_inputs()
+    lowered = unit_graphs.lowered(inputs=inputs)
+    caps = unit_graphs.capabilities(lowered.gm, without=["aten.mul.Tensor"])
+    split = partition.partition(lowered.gm, caps, views=unit_graphs.NO_VIEWS)
+    torch.testing.assert_close(split(*inputs), unit_graphs.linear_relu_scale(*inputs))
+
+
+def test_a_node_the_daemon_rejected_is_kept_out_by_name():
+    lowered = unit_graphs.lowered()
+    caps = unit_graphs.capabilities(lowered.gm)
+    relu = next(n.name for n in lowered.gm.graph.nodes if n.target is torch.ops.aten.relu.default)
+    split = partition.partition(lowered.gm, caps, excluded={relu}, views=unit_graphs.NO_VIEWS)
+    eager = {n.name: n for n in eager_calls(split)}
+    assert relu in eager
+    assert partition.eager_reason(eager[relu], caps, excluded={relu}) == "rejected by the daemon"
+    # Its neighbours on either side are still fused, apart.
+    assert sorted(fused_modules(split)) == ["fused_0", "fused_1"]
+
+
+def test_disabled_ops_stay_in_eager_as_the_users_choice():
+    lowered = unit_graphs.lowered()
+    caps = unit_graphs.capabilities(lowered.gm)
+    disabled = OpList(["aten.relu"]).matches
+    split = partition.partition(lowered.gm, caps, disabled=disabled, views=unit_graphs.NO_VIEWS)
+    [relu] = [n for n in eager_calls(split) if n.target is torch.ops.aten.relu.default]
+    assert partition.eager_reason(relu, caps, disabled=disabled) == "disabled by option"
+
+
+def test_a_partition_below_the_minimum_size_stays_in_eager():
+    lowered = unit_graphs.lowered()
+    caps = unit_graphs.capabilities(lowered.gm)
+    split = partition.partition(lowered.gm, caps, min_size=10, views=unit_graphs.NO_VIEWS)
+    assert fused_modules(split) == []
+    relu = next(n for n in eager_calls(split) if n.target is torch.ops.aten.relu.default)
+    assert partition.eager_reason(relu, caps) == "partition too small (min_partition_size)"
+
+
+def test_an_unsupported_dtype_is_named():
+    inputs = [t.double() for t in unit_graphs.example_inputs()]
+    lowered = unit_graphs.lowered(inputs=inputs)
+    caps = unit_graphs.capabilities(lowered.gm)  # float32 only
+    split = partition.partition(lowered.gm, caps, views=unit_graphs.NO_VIEWS)
+    assert fused_modules(split) == []
+    relu = next(n for n in eager_calls(split) if n.target is torch.ops.aten.relu.default)
+    assert partition.eager_reason(relu, caps) == "dtype float64 not supported"
+
+
+def test_view_only_nodes_are_not_compute():
+    lowered = unit_graphs.lowered()
+    # Capabilities as the daemon sends them: the view trait marks permute.
+    response = kiln_pb2.CapabilitiesResponse()
+    for target in unit_graphs.call_targets(lowered.gm):
+        op = response.ops.add(target=target)
+        if target == "aten.permute.default":
+            op.traits.append("view")
+    views = partition.view_ops_from_proto(response)
+    assert views == {"aten.permute.default"}
+    kinds = {str(n.target): partition.is_compute_node(n, views)
+             for n in lowered.gm.graph.nodes if n.op == "call_function"}
+    assert kinds == {"aten.permute.default": False, "aten.addmm.default": True,
+                     "aten.relu.default": True, "aten.mul.Tensor": True}
+
+
+def test_capabilities_keep_the_dtypes_the_client_knows():
+    response = kiln_pb2.CapabilitiesResponse()
+    op = response.ops.add(target="aten.relu.default")
+    op.dtypes.extend([kiln_pb2.FLOAT32, kiln_pb2.INT64, 999])
+    assert partition.capabilities_from_proto(response) == {
+        "aten.relu.default": frozenset({torch.float32, torch.int64})}
