@@ -39,12 +39,14 @@
 #include "runtime/kernels/activation_layout.h"
 #include "runtime/kernels/onednn_util.h"
 #include "runtime/ops/registry.h"
+#include "runtime/passes/layout_cost.h"
+#include "runtime/passes/layout_rules.h"
 #include "runtime/passes/pass_context.h"
 
 namespace kiln::runtime {
 namespace {
 
-using Layout = ActivationLayout;
+using namespace channels_last;  // NOLINT: the pass's own parts
 
 // Arguments of the internal ops the pass reads and writes (ops.def).
 constexpr ArgSlot kConvInput = KILN_ARG("kiln.conv2d", "input");
@@ -61,189 +63,6 @@ constexpr ArgSlot kBnBias = KILN_ARG("kiln.batch_norm_nhwc", "bias");
 constexpr ArgSlot kBnMean = KILN_ARG("kiln.batch_norm_nhwc", "running_mean");
 constexpr ArgSlot kBnVar = KILN_ARG("kiln.batch_norm_nhwc", "running_var");
 constexpr ArgSlot kBnEps = KILN_ARG("kiln.batch_norm_nhwc", "eps");
-
-// Logical NCHW dimension d lives at kToPhysical[d] of the NHWC shape.
-constexpr std::array<int, 4> kToPhysical = {0, 3, 1, 2};
-// Physical NHWC position p holds logical dimension kToLogical[p].
-constexpr std::array<int, 4> kToLogical = {0, 2, 3, 1};
-
-// `shape` (rank <= 4) left-padded with ones to rank 4.
-std::vector<int64_t> Padded4(const std::vector<int64_t>& shape) {
-  std::vector<int64_t> s(4 - shape.size(), 1);
-  s.insert(s.end(), shape.begin(), shape.end());
-  return s;
-}
-
-// A rank-4 (or lower, read as left-padded to rank 4) shape whose NCHW
-// order and `layout` are the same bytes: C == 1 or H * W == 1 for NHWC;
-// H * W == 1 with whole blocks of channels for the blocked layout.
-bool LayoutAmbiguous(const std::vector<int64_t>& shape, Layout layout) {
-  if (shape.size() > 4) return false;
-  const std::vector<int64_t> s = Padded4(shape);
-  if (layout == Layout::kBlocked) return s[2] * s[3] == 1 && s[1] % kChannelBlock == 0;
-  return s[1] == 1 || s[2] * s[3] == 1;
-}
-
-// The argument at (pos, name), positional or keyword; null when absent.
-Arg* FindArg(Node& node, size_t pos, const char* name) {
-  if (pos < node.args.size()) return &node.args[pos];
-  for (NamedArg& kw : node.kwargs) {
-    if (kw.name == name) return &kw.value;
-  }
-  return nullptr;
-}
-
-int WrapDim(int64_t d, int rank) { return static_cast<int>(d < 0 ? d + rank : d); }
-
-// Ops the rewriter can run in `layout` (given such inputs): those whose
-// traits say they follow it (ops/op_traits.h).
-bool RunsInLayout(const Node& node, Layout layout) {
-  const OpDef* op = OpOf(node);
-  return op != nullptr &&
-         FollowsLayout(op->traits, layout == Layout::kBlocked ? kFollowsBlocked : kFollowsNhwc);
-}
-
-// permute(x, dims) with dims [0, 2, 3, 1] (or its negative spelling).
-bool IsToNhwc(const Node& node) {
-  if (node.args.size() != 2 || node.args[1].kind != Arg::Kind::kList ||
-      node.args[1].list.size() != 4) {
-    return false;
-  }
-  const std::array<int64_t, 4> want = {0, 2, 3, 1};
-  for (int d = 0; d < 4; ++d) {
-    const Arg& a = node.args[1].list[d];
-    if (a.kind != Arg::Kind::kInt || (a.i < 0 ? a.i + 4 : a.i) != want[d]) return false;
-  }
-  return true;
-}
-
-// A channel shuffle (shufflenet): view(x, [N, g, C/g, H, W]) ->
-// permute([0, 2, 1, 3, 4]) -> optional clone -> view([N, C, H, W]), each
-// step read only by the next. In channels-last order the same permutation
-// of channels is view(x, [N, H, W, g, C/g]) -> permute([0, 1, 2, 4, 3]) ->
-// view([N, H, W, C]): the activations need not leave the layout for it.
-struct ShuffleChain {
-  ValueRef x;                  // the [N, C, H, W] input
-  std::vector<int> steps;      // the chain's nodes, first to last
-  int64_t groups = 0;
-};
-
-bool IsView(const Node& n) { return !n.dead && HasTrait(n, kReshape); }
-
-// The node reading node i's only output, when it is the only reader.
-int SoleUser(const Uses& uses, int i) {
-  if (uses.users[i].size() != 1 || uses.users[i][0].size() != 1 || uses.is_output[i][0]) {
-    return -1;
-  }
-  return uses.users[i][0][0];
-}
-
-// The chain ending at node `last` (the final view), if it is one.
-std::optional<ShuffleChain> MatchShuffle(const Graph& g, const Uses& uses, int last) {
-  const Node& y = g.nodes[last];
-  if (!IsView(y) || y.args.empty() || y.args[0].kind != Arg::Kind::kTensor ||
-      y.outputs.size() != 1 || y.outputs[0].rank() != 4 || y.outputs[0].dtype != DType::kF32) {
-    return std::nullopt;
-  }
-  std::vector<int> steps = {last};
-  int at = y.args[0].tensor.node;
-  auto sole_arg = [&](int node) -> const Node* {
-    const Node& n = g.nodes[node];
-    if (n.dead || n.kind != Node::Kind::kOp || n.outputs.size() != 1 || n.args.empty() ||
-        n.args[0].kind != Arg::Kind::kTensor || SoleUser(uses, node) != steps.back()) {
-      return nullptr;
-    }
-    return &n;
-  };
-  const Node* n = sole_arg(at);
-  if (n != nullptr && n->target == "aten.clone.default") {
-    for (size_t a = 1; a < n->args.size(); ++a) {
-      if (n->args[a].kind == Arg::Kind::kMemoryFormat && n->args[a].i == 2) return std::nullopt;
-    }
-    steps.push_back(at);
-    at = n->args[0].tensor.node;
-    n = sole_arg(at);
-  }
-  if (n == nullptr || n->target != "aten.permute.default" || n->args.size() != 2 ||
-      n->args[1].kind != Arg::Kind::kList || n->args[1].list.size() != 5) {
-    return std::nullopt;
-  }
-  const std::array<int64_t, 5> swap = {0, 2, 1, 3, 4};
-  for (int d = 0; d < 5; ++d) {
-    const Arg& a = n->args[1].list[d];
-    if (a.kind != Arg::Kind::kInt || (a.i < 0 ? a.i + 5 : a.i) != swap[d]) return std::nullopt;
-  }
-  steps.push_back(at);
-  at = n->args[0].tensor.node;
-  n = sole_arg(at);
-  if (n == nullptr || !IsView(*n) || n->outputs[0].rank() != 5) return std::nullopt;
-  steps.push_back(at);
-  const ValueRef x = n->args[0].tensor;
-  const TensorMeta& in = g.MetaOf(x);
-  const std::vector<int64_t>& v = n->outputs[0].shape;  // [N, g, C/g, H, W]
-  if (in.rank() != 4 || in.shape != y.outputs[0].shape || v[0] != in.shape[0] ||
-      v[1] * v[2] != in.shape[1] || v[3] != in.shape[2] || v[4] != in.shape[3]) {
-    return std::nullopt;
-  }
-  std::reverse(steps.begin(), steps.end());
-  return ShuffleChain{x, steps, v[1]};
-}
-
-// Every channel shuffle of the graph, by its last node.
-absl::flat_hash_map<int, ShuffleChain> FindShuffles(const Graph& g, const Uses& uses) {
-  absl::flat_hash_map<int, ShuffleChain> chains;
-  for (int i = 0; i < static_cast<int>(g.nodes.size()); ++i) {
-    if (std::optional<ShuffleChain> chain = MatchShuffle(g, uses, i)) chains.emplace(i, *chain);
-  }
-  return chains;
-}
-
-// split_with_sizes of a rank-4 f32 tensor.
-bool IsSplit(const Graph& g, const Node& n) {
-  return n.target == "aten.split_with_sizes.default" && !n.args.empty() &&
-         n.args[0].kind == Arg::Kind::kTensor && g.MetaOf(n.args[0].tensor).rank() == 4 &&
-         g.MetaOf(n.args[0].tensor).dtype == DType::kF32;
-}
-
-// Per value: whether a convolution (directly or through ops that follow
-// the layout) reads it, so that producing it in `layout` saves a reorder.
-// A convolution whose output only reaches ops that need NCHW keeps a plain
-// output (its kernel reorders internally): converting it with a separate
-// node would cost the same and add a step. `shuffles`: the channel
-// shuffles the layout keeps (FindShuffles; none for the blocked layout).
-std::vector<std::vector<bool>> WantsLayout(const Graph& g, Layout layout,
-                                           const absl::flat_hash_map<int, ShuffleChain>& shuffles) {
-  std::vector<std::vector<bool>> wants(g.nodes.size());
-  for (size_t i = 0; i < g.nodes.size(); ++i) wants[i].assign(g.nodes[i].outputs.size(), false);
-  for (int i = static_cast<int>(g.nodes.size()) - 1; i >= 0; --i) {
-    const Node& node = g.nodes[i];
-    if (node.dead || node.kind != Node::Kind::kOp) continue;
-    auto mark = [&](const Arg& a) {
-      if (a.kind == Arg::Kind::kTensor) wants[a.tensor.node][a.tensor.output] = true;
-    };
-    if (node.target == "kiln.conv2d" && node.args.size() > kConvPostOps.pos) {
-      mark(node.args[kConvInput.pos]);
-      mark(node.args[kConvResidual.pos]);
-    } else if (layout == Layout::kNhwc && node.target == "aten.permute.default" &&
-               IsToNhwc(node)) {
-      // permute(x, [0, 2, 3, 1]) of a channels-last x is free.
-      mark(node.args[0]);
-    } else if (layout == Layout::kNhwc && IsSplit(g, node)) {
-      for (size_t o = 0; o < node.outputs.size(); ++o) {
-        if (wants[i][o]) mark(node.args[0]);
-      }
-    } else if (auto chain = shuffles.find(i); chain != shuffles.end() && wants[i][0]) {
-      wants[chain->second.x.node][chain->second.x.output] = true;
-    } else if (RunsInLayout(node, layout) && !node.outputs.empty() &&
-               (wants[i][0] || (node.outputs[0].rank() == 4 &&
-                                LayoutAmbiguous(node.outputs[0].shape, layout)))) {
-      // (A global pool's [N, C, 1, 1] output reads the same in both
-      // layouts, so computing it from a channels-last input is free.)
-      for (const ValueRef& r : TensorInputsOf(node)) wants[r.node][r.output] = true;
-    }
-  }
-  return wants;
-}
 
 class Rewriter {
  public:
@@ -395,24 +214,6 @@ class Rewriter {
     return cl;
   }
 
-  // The shape a plain broadcast operand (rank <= 4, left-padded) takes to
-  // broadcast the same way against values in the graph's layout; nullopt
-  // when its bytes would have to move. Channels-last: shapes whose bytes
-  // read the same in both orders, permuted. Blocked: a per-pixel operand
-  // [n, 1, h, w] as [n, 1, h, w, 1]; a per-channel one [n, c, 1, 1] as
-  // [n, c/8, 1, 1, 8].
-  std::optional<std::vector<int64_t>> BroadcastShape(const TensorMeta& meta) const {
-    if (meta.rank() > 4) return std::nullopt;
-    const std::vector<int64_t> s = Padded4(meta.shape);
-    if (!blocked()) {
-      if (!LayoutAmbiguous(s, layout_)) return std::nullopt;
-      return PhysicalShape(s);
-    }
-    if (s[1] == 1) return std::vector<int64_t>{s[0], 1, s[2], s[3], 1};
-    if (s[2] * s[3] == 1 && s[1] % kChannelBlock == 0) return PhysicalShape(s);
-    return std::nullopt;
-  }
-
   // A broadcast operand of an elementwise op running in the graph's
   // layout: values in it as they are, scalars as they are, others that
   // broadcast the same way (BroadcastShape) as views.
@@ -422,7 +223,7 @@ class Rewriter {
       if (std::optional<ValueRef> cl = ChannelsLastOf(old)) return cl;
     }
     if (meta.NumElements() == 1 && meta.rank() <= 1) return PlainOf(old);
-    const std::optional<std::vector<int64_t>> shape = BroadcastShape(meta);
+    const std::optional<std::vector<int64_t>> shape = BroadcastShape(meta, layout_);
     if (!shape) return std::nullopt;
     return View(PlainOf(old), *shape, absl::StrCat(NameOf(old), ".", LayoutSuffix(), "_view"));
   }
@@ -461,35 +262,13 @@ class Rewriter {
     return true;
   }
 
-  // Moves node n's dimension argument (at `pos`, named `name`, default 0)
-  // to where that dimension of a rank-4 value sits in the graph's layout.
-  // Blocked: N, C (in whole blocks), H and W keep their positions. False
-  // when it is not an int naming one of the four dimensions.
-  bool RemapDim(Node& n, size_t pos, const char* name) const {
-    Arg* dim = FindArg(n, pos, name);
-    int64_t d = 0;
-    if (dim != nullptr) {
-      if (dim->kind != Arg::Kind::kInt) return false;
-      d = dim->i;
-    }
-    if (d < -4 || d > 3) return false;
-    const int64_t physical = blocked() ? WrapDim(d, 4) : kToPhysical[WrapDim(d, 4)];
-    if (dim != nullptr) {
-      *dim = IntArg(physical);
-    } else {
-      n.args.resize(pos + 1);
-      n.args[pos] = IntArg(physical);
-    }
-    return true;
-  }
-
   // split_with_sizes of a channels-last value along any dimension: the
   // same split along that dimension's channels-last position.
   bool RewriteSplit(int i) {
     Node n = old_.nodes[i];
     const ValueRef in = n.args[0].tensor;
     if (blocked() || !cl_[in.node][in.output] || !n.kwargs.empty()) return false;
-    if (!RemapDim(n, 2, "dim")) return false;
+    if (!RemapDim(n, 2, "dim", layout_)) return false;
     n.args[0].tensor = *cl_[in.node][in.output];
     for (TensorMeta& out : n.outputs) out.shape = PhysicalShape(out.shape);
     const int outputs = static_cast<int>(n.outputs.size());
@@ -670,7 +449,7 @@ class Rewriter {
       const TensorMeta& m = Meta(r);
       if (m.rank() == 4 && cl_[r.node][r.output]) continue;
       if (m.NumElements() == 1 && m.rank() <= 1) continue;
-      if (!BroadcastShape(m)) return false;
+      if (!BroadcastShape(m, layout_)) return false;
     }
     // Every operand passed the check, so each has a channels-last form.
     auto map = [&](ValueRef r) { return *BroadcastOperand(r); };
@@ -691,7 +470,7 @@ class Rewriter {
         return false;
       }
     }
-    if (!RemapDim(n, 1, "dim")) return false;
+    if (!RemapDim(n, 1, "dim", layout_)) return false;
     for (Arg& a : tensors->list) a.tensor = *cl_[a.tensor.node][a.tensor.output];
     n.outputs[0].shape = PhysicalShape(n.outputs[0].shape);
     cl_[i][0] = Emit(std::move(n));
@@ -780,64 +559,6 @@ class Rewriter {
   std::vector<std::vector<std::optional<ValueRef>>> plain_, cl_;
 };
 
-// The graph's activation layout for layout=auto on a CPU without AVX-512:
-// the blocked layout when the convolutions' estimated time in it, plus the
-// reorders it leaves, beats the same sum for NHWC by a margin.
-//
-// The rates and ratios below are per-shape estimates from timing both
-// layouts (oneDNN 3.2 on AVX2, 2 threads, bench/kernels/
-// conv_layout_bench.cc): 1x1 convolutions run faster blocked (jit_1x1
-// instead of brgconv_1x1); depthwise ones faster on large maps, most at
-// batch 8, and slower on 7x7 maps; dense 3x3 ones are even at 64 channels
-// and slower blocked (jit instead of brgconv) from 128 on; a first layer
-// reading an RGB image is faster blocked. Rerun the benchmark when oneDNN
-// changes: the constants are its results.
-struct LayoutCost {
-  double nhwc = 0, blocked = 0;  // estimated seconds
-};
-
-LayoutCost EstimateConv(const Graph& g, const Node& node) {
-  LayoutCost cost;
-  if (node.args.size() <= kConvGroups.pos || node.args[kConvInput.pos].kind != Arg::Kind::kTensor ||
-      node.args[kConvWeight.pos].kind != Arg::Kind::kTensor || node.outputs.empty()) {
-    return cost;
-  }
-  const TensorMeta& in = g.MetaOf(node.args[kConvInput.pos].tensor);
-  const TensorMeta& w = g.MetaOf(node.args[kConvWeight.pos].tensor);
-  const TensorMeta& out = node.outputs[0];
-  if (in.rank() != 4 || w.rank() != 4 || out.rank() != 4) return cost;
-  const Arg& groups_arg = node.args[kConvGroups.pos];
-  const int64_t groups = groups_arg.kind == Arg::Kind::kInt ? groups_arg.i : 1;
-  const double flops = 2.0 * static_cast<double>(out.NumElements()) * w.shape[1] * w.shape[2] *
-                       w.shape[3];
-  const int64_t c = in.shape[1], hw = out.shape[2] * out.shape[3];
-  double gflops, ratio;  // NHWC rate on 2 cores; blocked time / NHWC time
-  if (groups > 1 && groups == c && w.shape[1] == 1) {
-    gflops = 20;
-    ratio = hw >= 28 * 28 ? (out.shape[0] > 1 ? 0.5 : 0.82) : (hw >= 14 * 14 ? 0.9 : 1.2);
-  } else if (groups > 1 &&
-             (w.shape[1] % kChannelBlock != 0 || (w.shape[0] / groups) % kChannelBlock != 0)) {
-    // Groups narrower than a block have no blocked kernel on AVX2: oneDNN
-    // falls back to its reference one: resnext50_32x4d's 4-channel groups
-    // made a single blocked convolution slower than the whole model in
-    // NHWC, so the ratio is prohibitive.
-    gflops = 60;
-    ratio = 50;
-  } else if (w.shape[2] == 1 && w.shape[3] == 1) {
-    gflops = 55;
-    ratio = 0.85;
-  } else if (c % kChannelBlock != 0) {
-    gflops = 60;
-    ratio = 0.8;
-  } else {
-    gflops = 60;
-    ratio = c >= 128 ? 1.25 : 0.95;
-  }
-  cost.nhwc = flops / (gflops * 1e9);
-  cost.blocked = cost.nhwc * ratio;
-  return cost;
-}
-
 // Bytes a run moves in reorders when the graph is compiled in `layout`
 // (read and write): its explicit conversions (permute steps) and the
 // reorders convolutions do inside their kernels for a plain input or
@@ -871,29 +592,6 @@ double ReorderBytes(const PassContext& ctx, Layout layout) {
   return bytes;
 }
 
-Layout ChooseLayout(const PassContext& ctx) {
-  const Graph& g = ctx.graph;
-  if (g.options.layout == LayoutOption::kNhwc) return Layout::kNhwc;
-  if (g.options.layout == LayoutOption::kBlocked) return Layout::kBlocked;
-  if (HasAvx512Kernels()) return Layout::kNhwc;
-  LayoutCost total;
-  for (const Node& node : g.nodes) {
-    if (node.dead || node.kind != Node::Kind::kOp || node.target != "kiln.conv2d") continue;
-    const LayoutCost cost = EstimateConv(g, node);
-    total.nhwc += cost.nhwc;
-    total.blocked += cost.blocked;
-  }
-  // Reorders and conversions are bound by memory (the rate, read + write,
-  // is one measured on the AVX2 hosts); a blocked one (an 8-float inner
-  // transpose) is no faster.
-  constexpr double kReorderBytesPerSecond = 5e9;
-  total.nhwc += ReorderBytes(ctx, Layout::kNhwc) / kReorderBytesPerSecond;
-  total.blocked += ReorderBytes(ctx, Layout::kBlocked) / kReorderBytesPerSecond;
-  // A margin: small differences are within the estimates' error, and
-  // NHWC is the layout every op of the pass has a form in.
-  return total.blocked < 0.9 * total.nhwc ? Layout::kBlocked : Layout::kNhwc;
-}
-
 }  // namespace
 
 absl::Status PropagateChannelsLast(PassContext& ctx) {
@@ -903,7 +601,7 @@ absl::Status PropagateChannelsLast(PassContext& ctx) {
     any_conv |= !node.dead && node.target == "kiln.conv2d";
   }
   if (!any_conv) return absl::OkStatus();
-  Rewriter rewriter(ctx, ChooseLayout(ctx));
+  Rewriter rewriter(ctx, ChooseLayout(ctx.graph, [&](Layout layout) { return ReorderBytes(ctx, layout); }));
   return rewriter.Run();
 }
 
