@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "runtime/kernels/kernel_util.h"
+#include "runtime/ops/fused_op_args.h"
 #include "runtime/ops/op_table.h"
 #include "runtime/plan/in_place.h"
 #include "runtime/plan/waves.h"
@@ -52,13 +53,6 @@ void ScheduleSteps(BranchMode branches, const std::vector<StepUse>& uses,
   for (auto& ns : cg->threading.step_ns) ns = std::numeric_limits<int64_t>::max();
 }
 
-namespace {
-
-// kiln.conv2d's residual argument (ops.def).
-constexpr ArgSlot kConvResidual = KILN_ARG("kiln.conv2d", "residual");
-
-}  // namespace
-
 // Convolutions with a fused residual add write their output over the
 // residual when nothing else reads it any more (plan/in_place.h); the
 // kernel then skips copying the residual into its output. Returns each
@@ -76,12 +70,12 @@ std::vector<int> PlanInPlace(const Graph& graph, const CompiledGraph& cg,
         reads_in_wave[w].push_back(request_of[ref.node][ref.output]);
       }
       const Node& node = graph.nodes[step.node];
-      if (node.target != "kiln.conv2d" || node.args.size() <= kConvResidual.pos ||
-          node.args[kConvResidual.pos].kind != Arg::Kind::kTensor ||
+      if (node.target != "kiln.conv2d" || node.args.size() <= conv2d_arg::kResidual.pos ||
+          node.args[conv2d_arg::kResidual.pos].kind != Arg::Kind::kTensor ||
           node.outputs.size() != 1) {
         continue;
       }
-      const ValueRef residual = node.args[kConvResidual.pos].tensor;
+      const ValueRef residual = node.args[conv2d_arg::kResidual.pos].tensor;
       InPlaceCandidate c;
       c.wave = static_cast<int>(w);
       c.output = request_of[step.node][0];

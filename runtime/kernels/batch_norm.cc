@@ -23,8 +23,9 @@
 #include "runtime/kernels/kernel_util.h"
 #include "runtime/kernels/post_op_loops.h"
 #include "runtime/kernels/post_ops.h"
-#include "runtime/ops/prepare_fns.h"
+#include "runtime/ops/fused_op_args.h"
 #include "runtime/ops/op_table.h"
+#include "runtime/ops/prepare_fns.h"
 #include "runtime/util/status_macros.h"
 
 namespace kiln::runtime {
@@ -116,8 +117,6 @@ class BatchNormKernel final : public Kernel {
 
 // kiln.batch_norm_nhwc's arguments (ops.def) past ATen's first five
 // (input, weight, bias, running_mean, running_var), which it shares.
-constexpr ArgSlot kNhwcEps = KILN_ARG("kiln.batch_norm_nhwc", "eps");
-constexpr ArgSlot kNhwcPostOps = KILN_ARG("kiln.batch_norm_nhwc", "post_ops");
 static_assert(KILN_ARG("kiln.batch_norm_nhwc", "input").pos == 0 &&
                   KILN_ARG("kiln.batch_norm_nhwc", "running_var").pos == 4,
               "kiln.batch_norm_nhwc starts with ATen batch norm's arguments");
@@ -188,7 +187,7 @@ absl::StatusOr<PreparedOp> PrepareInferenceBatchNorm(const NodeArgs& args,
                p.shift.data());
   }
   if (channels_last) {
-    KILN_ASSIGN_OR_RETURN(p.post_ops, ParsePostOps(args, kNhwcPostOps));
+    KILN_ASSIGN_OR_RETURN(p.post_ops, ParsePostOps(args, batch_norm_nhwc_arg::kPostOps));
     if (!LoopsImplement(p.post_ops)) {
       return args.Unimplemented("batch norm post-ops must be activations");
     }
@@ -227,7 +226,7 @@ absl::StatusOr<PreparedOp> PrepareBatchNormLegitNoTraining(
 }
 
 absl::StatusOr<PreparedOp> PrepareBatchNormNhwc(const NodeArgs& args) {
-  return PrepareInferenceBatchNorm(args, static_cast<int>(kNhwcEps.pos), true);
+  return PrepareInferenceBatchNorm(args, static_cast<int>(batch_norm_nhwc_arg::kEps.pos), true);
 }
 
 }  // namespace kiln::runtime

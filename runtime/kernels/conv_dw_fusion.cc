@@ -9,8 +9,9 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/kernels/kernel_util.h"
 #include "runtime/kernels/onednn_util.h"
-#include "runtime/ops/prepare_fns.h"
+#include "runtime/ops/fused_op_args.h"
 #include "runtime/ops/op_table.h"
+#include "runtime/ops/prepare_fns.h"
 #include "runtime/util/status_macros.h"
 
 namespace kiln::runtime {
@@ -128,32 +129,20 @@ bool DepthwiseFusionPays(const DwFusionShape& shape, const std::vector<PostOp>& 
   }
 }
 
-namespace {
-
-// kiln.conv2d_dw's arguments (ops.def).
-constexpr ArgSlot kArgInput = KILN_ARG("kiln.conv2d_dw", "input");
-constexpr ArgSlot kArgWeight = KILN_ARG("kiln.conv2d_dw", "weight");
-constexpr ArgSlot kArgBias = KILN_ARG("kiln.conv2d_dw", "bias");
-constexpr ArgSlot kArgPostOps = KILN_ARG("kiln.conv2d_dw", "post_ops");
-constexpr ArgSlot kArgDwWeight = KILN_ARG("kiln.conv2d_dw", "dw_weight");
-constexpr ArgSlot kArgDwBias = KILN_ARG("kiln.conv2d_dw", "dw_bias");
-constexpr ArgSlot kArgDwStride = KILN_ARG("kiln.conv2d_dw", "dw_stride");
-constexpr ArgSlot kArgDwPostOps = KILN_ARG("kiln.conv2d_dw", "dw_post_ops");
-constexpr ArgSlot kArgLayout = KILN_ARG("kiln.conv2d_dw", "layout");
-
-}  // namespace
-
 absl::StatusOr<PreparedOp> PrepareConv2dDw(const NodeArgs& args) {
-  KILN_ASSIGN_OR_RETURN(TensorMeta input, args.Tensor(kArgInput));
-  KILN_ASSIGN_OR_RETURN(TensorMeta weight, args.Tensor(kArgWeight));
-  KILN_ASSIGN_OR_RETURN(std::optional<TensorMeta> bias, args.OptionalTensor(kArgBias));
-  KILN_ASSIGN_OR_RETURN(std::vector<PostOp> post_ops, ParsePostOps(args, kArgPostOps));
-  KILN_ASSIGN_OR_RETURN(TensorMeta dw_weight, args.Tensor(kArgDwWeight));
-  KILN_ASSIGN_OR_RETURN(std::optional<TensorMeta> dw_bias, args.OptionalTensor(kArgDwBias));
-  KILN_ASSIGN_OR_RETURN(int64_t dw_stride, args.Int(kArgDwStride));
-  KILN_ASSIGN_OR_RETURN(std::vector<PostOp> dw_post_ops, ParsePostOps(args, kArgDwPostOps));
+  KILN_ASSIGN_OR_RETURN(TensorMeta input, args.Tensor(conv2d_dw_arg::kInput));
+  KILN_ASSIGN_OR_RETURN(TensorMeta weight, args.Tensor(conv2d_dw_arg::kWeight));
+  KILN_ASSIGN_OR_RETURN(std::optional<TensorMeta> bias, args.OptionalTensor(conv2d_dw_arg::kBias));
+  KILN_ASSIGN_OR_RETURN(std::vector<PostOp> post_ops, ParsePostOps(args, conv2d_dw_arg::kPostOps));
+  KILN_ASSIGN_OR_RETURN(TensorMeta dw_weight, args.Tensor(conv2d_dw_arg::kDwWeight));
+  KILN_ASSIGN_OR_RETURN(std::optional<TensorMeta> dw_bias,
+                        args.OptionalTensor(conv2d_dw_arg::kDwBias));
+  KILN_ASSIGN_OR_RETURN(int64_t dw_stride, args.Int(conv2d_dw_arg::kDwStride));
+  KILN_ASSIGN_OR_RETURN(std::vector<PostOp> dw_post_ops,
+                        ParsePostOps(args, conv2d_dw_arg::kDwPostOps));
   KILN_ASSIGN_OR_RETURN(int64_t layout_code,
-                        args.Int(kArgLayout, static_cast<int64_t>(ActivationLayout::kNhwc)));
+                        args.Int(conv2d_dw_arg::kLayout,
+                                 static_cast<int64_t>(ActivationLayout::kNhwc)));
   if (layout_code != static_cast<int64_t>(ActivationLayout::kNhwc) &&
       layout_code != static_cast<int64_t>(ActivationLayout::kBlocked)) {
     return args.Error(absl::StrCat("layout must be channels-last (1) or blocked (2), got ",
@@ -199,16 +188,16 @@ absl::StatusOr<PreparedOp> PrepareConv2dDw(const NodeArgs& args) {
   op.outputs.push_back(TensorMeta{DType::kF32, LayoutShape(out_nchw, layout)});
   if (args.shape_only()) return op;
 
-  const void* weight_data = args.ConstantData(kArgWeight);
-  const void* dw_weight_data = args.ConstantData(kArgDwWeight);
-  const void* bias_data = bias ? args.ConstantData(kArgBias) : nullptr;
-  const void* dw_bias_data = dw_bias ? args.ConstantData(kArgDwBias) : nullptr;
+  const void* weight_data = args.ConstantData(conv2d_dw_arg::kWeight);
+  const void* dw_weight_data = args.ConstantData(conv2d_dw_arg::kDwWeight);
+  const void* bias_data = bias ? args.ConstantData(conv2d_dw_arg::kBias) : nullptr;
+  const void* dw_bias_data = dw_bias ? args.ConstantData(conv2d_dw_arg::kDwBias) : nullptr;
   if (weight_data == nullptr || dw_weight_data == nullptr || (bias && bias_data == nullptr) ||
       (dw_bias && dw_bias_data == nullptr)) {
     return args.Unimplemented("weights and biases must be constants");
   }
   ConvDwKernel::Config cfg;
-  cfg.input_index = InputIndex(args, kArgInput);
+  cfg.input_index = InputIndex(args, conv2d_dw_arg::kInput);
   try {
     cfg.pd = FusedPd(s, post_ops, dw_post_ops, args.options());
     cfg.src_md = memory::desc({s.n, s.c, s.h, s.w}, dt::f32, DnnlTag(layout));
@@ -219,10 +208,11 @@ absl::StatusOr<PreparedOp> PrepareConv2dDw(const NodeArgs& args) {
     }
     cfg.conv = dnnl::convolution_forward(cfg.pd);
     cfg.weights = PackConstant(memory::desc({s.m, s.c, 1, 1}, dt::f32, tag::oihw), weight_data,
-                               args.ConstantKey(kArgWeight), cfg.pd.weights_desc());
+                               args.ConstantKey(conv2d_dw_arg::kWeight), cfg.pd.weights_desc());
     cfg.dw_weights = PackConstant(
         memory::desc({s.m, 1, 1, kDwKernel, kDwKernel}, dt::f32, tag::goihw), dw_weight_data,
-        args.ConstantKey(kArgDwWeight), cfg.pd.query_md(dnnl::query::exec_arg_md, kDwWeights));
+        args.ConstantKey(conv2d_dw_arg::kDwWeight),
+        cfg.pd.query_md(dnnl::query::exec_arg_md, kDwWeights));
     cfg.bias = BiasMemory(cfg.pd.bias_desc(), bias_data, s.m);
     cfg.dw_bias = BiasMemory(cfg.pd.query_md(dnnl::query::exec_arg_md, kDwBias), dw_bias_data, s.m);
   } catch (const dnnl::error& e) {

@@ -23,8 +23,9 @@
 #include "runtime/kernels/kernel_util.h"
 #include "runtime/kernels/onednn_util.h"
 #include "runtime/kernels/post_ops.h"
-#include "runtime/ops/prepare_fns.h"
+#include "runtime/ops/fused_op_args.h"
 #include "runtime/ops/op_table.h"
+#include "runtime/ops/prepare_fns.h"
 #include "runtime/util/status_macros.h"
 
 namespace kiln::runtime {
@@ -207,11 +208,6 @@ class ConvolutionKernel final : public Kernel {
 
 // kiln.conv2d's own arguments (ops.def); the layouts are ActivationLayout
 // values.
-constexpr ArgSlot kFusedGroups = KILN_ARG("kiln.conv2d", "groups");
-constexpr ArgSlot kFusedResidual = KILN_ARG("kiln.conv2d", "residual");
-constexpr ArgSlot kFusedPostOps = KILN_ARG("kiln.conv2d", "post_ops");
-constexpr ArgSlot kFusedLayoutIn = KILN_ARG("kiln.conv2d", "layout_in");
-constexpr ArgSlot kFusedLayoutOut = KILN_ARG("kiln.conv2d", "layout_out");
 // Both ops share positions 0-5 (input, weight, bias, stride, padding,
 // dilation); aten.convolution continues (transposed, output_padding,
 // groups).
@@ -241,11 +237,11 @@ static absl::StatusOr<PreparedOp> PrepareConv(const NodeArgs& args, bool fused) 
   std::optional<TensorMeta> residual;
   ActivationLayout layout_in = ActivationLayout::kPlain, layout_out = ActivationLayout::kPlain;
   if (fused) {
-    KILN_ASSIGN_OR_RETURN(groups, args.Int(kFusedGroups, 1));
-    KILN_ASSIGN_OR_RETURN(residual, args.OptionalTensor(kFusedResidual));
-    KILN_ASSIGN_OR_RETURN(post_ops, ParsePostOps(args, kFusedPostOps));
-    KILN_ASSIGN_OR_RETURN(int64_t in_code, args.Int(kFusedLayoutIn, 0));
-    KILN_ASSIGN_OR_RETURN(int64_t out_code, args.Int(kFusedLayoutOut, 0));
+    KILN_ASSIGN_OR_RETURN(groups, args.Int(conv2d_arg::kGroups, 1));
+    KILN_ASSIGN_OR_RETURN(residual, args.OptionalTensor(conv2d_arg::kResidual));
+    KILN_ASSIGN_OR_RETURN(post_ops, ParsePostOps(args, conv2d_arg::kPostOps));
+    KILN_ASSIGN_OR_RETURN(int64_t in_code, args.Int(conv2d_arg::kLayoutIn, 0));
+    KILN_ASSIGN_OR_RETURN(int64_t out_code, args.Int(conv2d_arg::kLayoutOut, 0));
     for (int64_t code : {in_code, out_code}) {
       if (code < 0 || code > static_cast<int64_t>(ActivationLayout::kBlocked)) {
         return args.Error(absl::StrCat("unknown activation layout ", code));
@@ -367,7 +363,7 @@ static absl::StatusOr<PreparedOp> PrepareConv(const NodeArgs& args, bool fused) 
   cfg.input_index = InputIndex(args, 0, "input");
   cfg.weight_index = InputIndex(args, 1, "weight");
   cfg.bias_index = bias ? InputIndex(args, 2, "bias") : -1;
-  if (residual) cfg.residual_index = InputIndex(args, kFusedResidual);
+  if (residual) cfg.residual_index = InputIndex(args, conv2d_arg::kResidual);
   if (n == 0) {
     cfg.empty = true;
     op.kernel = std::make_unique<ConvolutionKernel>(std::move(cfg));

@@ -22,9 +22,9 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/exec/parallel.h"
 #include "runtime/kernels/broadcast.h"
-#include "runtime/ops/elementwise_program.h"
 #include "runtime/kernels/kernel_util.h"
 #include "runtime/kernels/vector_math.h"
+#include "runtime/ops/elementwise_program.h"
 #include "runtime/ops/prepare_fns.h"
 #include "runtime/util/status_macros.h"
 
@@ -64,20 +64,9 @@ struct Lanes {
   __m256 Get(int i) const { return p != nullptr ? _mm256_loadu_ps(p + i) : v; }
 };
 
-// `v < lo ? lo : v` and `hi < v ? hi : v`: std::max / std::min as the
-// unfused kernels call them (NaN v passes, -0 stays -0).
-inline __m256 StdMax(__m256 v, __m256 lo) {
-  return _mm256_blendv_ps(v, lo, _mm256_cmp_ps(v, lo, _CMP_LT_OQ));
-}
-inline __m256 StdMin(__m256 v, __m256 hi) {
-  return _mm256_blendv_ps(v, hi, _mm256_cmp_ps(hi, v, _CMP_LT_OQ));
-}
-
-// min(max(x + 3, 0), 6), hardswish's and hardsigmoid's common part.
-inline __m256 Relu6OfPlus3(__m256 x) {
-  return StdMin(StdMax(_mm256_add_ps(x, _mm256_set1_ps(3.f)), _mm256_setzero_ps()),
-                _mm256_set1_ps(6.f));
-}
+using vmath::Relu6OfPlus3;
+using vmath::StdMax;
+using vmath::StdMin;
 
 // The loops over one block, one per combination of array and broadcast
 // operands so that each is a plain loop; an op on broadcasts alone is

@@ -14,8 +14,9 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/exec/parallel.h"
 #include "runtime/kernels/kernel_util.h"
-#include "runtime/ops/prepare_fns.h"
+#include "runtime/ops/fused_op_args.h"
 #include "runtime/ops/op_table.h"
+#include "runtime/ops/prepare_fns.h"
 #include "runtime/util/status_macros.h"
 
 namespace kiln::runtime {
@@ -66,22 +67,18 @@ class InterleaveChannelsKernel final : public Kernel {
   std::vector<int64_t> sizes_;
 };
 
-// kiln.interleave_channels's arguments (ops.def).
-constexpr ArgSlot kA = KILN_ARG("kiln.interleave_channels", "a");
-constexpr ArgSlot kB = KILN_ARG("kiln.interleave_channels", "b");
-constexpr ArgSlot kSplitSizes = KILN_ARG("kiln.interleave_channels", "split_sizes");
-
 }  // namespace
 
 absl::StatusOr<PreparedOp> PrepareInterleaveChannels(const NodeArgs& args) {
-  KILN_ASSIGN_OR_RETURN(TensorMeta a, args.Tensor(kA));
-  KILN_ASSIGN_OR_RETURN(TensorMeta b, args.Tensor(kB));
+  KILN_ASSIGN_OR_RETURN(TensorMeta a, args.Tensor(interleave_channels_arg::kA));
+  KILN_ASSIGN_OR_RETURN(TensorMeta b, args.Tensor(interleave_channels_arg::kB));
   KILN_RETURN_IF_ERROR(RequireDType(args, a, "a"));
   if (a != b || a.rank() < 1) {
     return args.Error(absl::StrCat("a and b must have one shape of rank >= 1, got ", a.ToString(),
                                    " and ", b.ToString()));
   }
-  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> sizes, args.IntList(kSplitSizes));
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> sizes,
+                        args.IntList(interleave_channels_arg::kSplitSizes));
   const int64_t c = a.shape.back();
   int64_t total = 0;
   for (int64_t s : sizes) {

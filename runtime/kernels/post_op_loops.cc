@@ -9,18 +9,9 @@ namespace {
 
 using alg = dnnl::algorithm;
 
-// `v < lo ? lo : v` and `hi < v ? hi : v`, as std::max / std::min in the
-// activation kernels: a NaN v passes.
-inline __m256 StdMax(__m256 v, __m256 lo) {
-  return _mm256_blendv_ps(v, lo, _mm256_cmp_ps(v, lo, _CMP_LT_OQ));
-}
-inline __m256 StdMin(__m256 v, __m256 hi) {
-  return _mm256_blendv_ps(v, hi, _mm256_cmp_ps(hi, v, _CMP_LT_OQ));
-}
-inline __m256 Relu6OfPlus3(__m256 x) {
-  return StdMin(StdMax(_mm256_add_ps(x, _mm256_set1_ps(3.f)), _mm256_setzero_ps()),
-                _mm256_set1_ps(6.f));
-}
+using vmath::Relu6OfPlus3;
+using vmath::StdMax;
+using vmath::StdMin;
 
 inline __m256 Apply(const PostOp& op, __m256 x) {
   switch (op.algorithm) {

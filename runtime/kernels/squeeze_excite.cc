@@ -26,8 +26,9 @@
 #include "runtime/kernels/post_op_loops.h"
 #include "runtime/kernels/post_ops.h"
 #include "runtime/kernels/vector_math.h"
-#include "runtime/ops/prepare_fns.h"
+#include "runtime/ops/fused_op_args.h"
 #include "runtime/ops/op_table.h"
+#include "runtime/ops/prepare_fns.h"
 #include "runtime/util/status_macros.h"
 
 namespace kiln::runtime {
@@ -205,22 +206,12 @@ class SqueezeExciteKernel final : public Kernel {
   SqueezeExciteParams p_;
 };
 
-// kiln.squeeze_excite's arguments (ops.def).
-constexpr ArgSlot kX = KILN_ARG("kiln.squeeze_excite", "x");
-constexpr ArgSlot kW1 = KILN_ARG("kiln.squeeze_excite", "w1");
-constexpr ArgSlot kB1 = KILN_ARG("kiln.squeeze_excite", "b1");
-constexpr ArgSlot kW2 = KILN_ARG("kiln.squeeze_excite", "w2");
-constexpr ArgSlot kB2 = KILN_ARG("kiln.squeeze_excite", "b2");
-constexpr ArgSlot kPostOps1 = KILN_ARG("kiln.squeeze_excite", "post_ops1");
-constexpr ArgSlot kPostOps2 = KILN_ARG("kiln.squeeze_excite", "post_ops2");
-constexpr ArgSlot kLayout = KILN_ARG("kiln.squeeze_excite", "layout");
-
 }  // namespace
 
 absl::StatusOr<PreparedOp> PrepareSqueezeExcite(const NodeArgs& args) {
-  KILN_ASSIGN_OR_RETURN(TensorMeta x, args.Tensor(kX));
+  KILN_ASSIGN_OR_RETURN(TensorMeta x, args.Tensor(squeeze_excite_arg::kX));
   KILN_RETURN_IF_ERROR(RequireDType(args, x, "x"));
-  KILN_ASSIGN_OR_RETURN(int64_t layout_arg, args.Int(kLayout));
+  KILN_ASSIGN_OR_RETURN(int64_t layout_arg, args.Int(squeeze_excite_arg::kLayout));
   if (layout_arg < 0 || layout_arg > 2) {
     return args.Error(absl::StrCat("layout must be 0 (plain), 1 (nhwc) or 2 (blocked), got ",
                                    layout_arg));
@@ -235,8 +226,8 @@ absl::StatusOr<PreparedOp> PrepareSqueezeExcite(const NodeArgs& args) {
   p.c = nchw[1];
   p.hw = nchw[2] * nchw[3];
   if (p.hw == 0) return args.Error("x has no pixels to average");
-  KILN_ASSIGN_OR_RETURN(TensorMeta w1, args.Tensor(kW1));
-  KILN_ASSIGN_OR_RETURN(TensorMeta w2, args.Tensor(kW2));
+  KILN_ASSIGN_OR_RETURN(TensorMeta w1, args.Tensor(squeeze_excite_arg::kW1));
+  KILN_ASSIGN_OR_RETURN(TensorMeta w2, args.Tensor(squeeze_excite_arg::kW2));
   KILN_RETURN_IF_ERROR(RequireDType(args, w1, "w1"));
   KILN_RETURN_IF_ERROR(RequireDType(args, w2, "w2"));
   if (w1.rank() != 4 || w1.shape[1] != p.c || w1.shape[2] != 1 || w1.shape[3] != 1) {
@@ -249,7 +240,7 @@ absl::StatusOr<PreparedOp> PrepareSqueezeExcite(const NodeArgs& args) {
   }
   const int64_t bias_len[] = {p.r, p.c};
   int* bias_index[] = {&p.b1, &p.b2};
-  const ArgSlot bias_arg[] = {kB1, kB2};
+  const ArgSlot bias_arg[] = {squeeze_excite_arg::kB1, squeeze_excite_arg::kB2};
   for (int k = 0; k < 2; ++k) {
     const char* name = bias_arg[k].name;
     KILN_ASSIGN_OR_RETURN(std::optional<TensorMeta> b, args.OptionalTensor(bias_arg[k]));
@@ -260,9 +251,9 @@ absl::StatusOr<PreparedOp> PrepareSqueezeExcite(const NodeArgs& args) {
     }
     *bias_index[k] = InputIndex(args, bias_arg[k]);
   }
-  p.w2 = InputIndex(args, kW2);
-  KILN_ASSIGN_OR_RETURN(p.post_ops1, ParsePostOps(args, kPostOps1));
-  KILN_ASSIGN_OR_RETURN(p.post_ops2, ParsePostOps(args, kPostOps2));
+  p.w2 = InputIndex(args, squeeze_excite_arg::kW2);
+  KILN_ASSIGN_OR_RETURN(p.post_ops1, ParsePostOps(args, squeeze_excite_arg::kPostOps1));
+  KILN_ASSIGN_OR_RETURN(p.post_ops2, ParsePostOps(args, squeeze_excite_arg::kPostOps2));
   if (!LoopsImplement(p.post_ops1) || !LoopsImplement(p.post_ops2)) {
     return args.Unimplemented("squeeze-excite post-ops must be activations");
   }

@@ -406,4 +406,20 @@ KILN_VMATH_INLINE float Scalar(float x, F f) {
   return _mm256_cvtss_f32(f(_mm256_set1_ps(x)));
 }
 
+// `v < lo ? lo : v` and `hi < v ? hi : v`: std::max / std::min as the
+// unfused activation kernels call them (a NaN v passes, -0 stays -0), for
+// the fused loops that must match them bit for bit.
+inline __m256 StdMax(__m256 v, __m256 lo) {
+  return _mm256_blendv_ps(v, lo, _mm256_cmp_ps(v, lo, _CMP_LT_OQ));
+}
+inline __m256 StdMin(__m256 v, __m256 hi) {
+  return _mm256_blendv_ps(v, hi, _mm256_cmp_ps(hi, v, _CMP_LT_OQ));
+}
+
+// min(max(x + 3, 0), 6), hardswish's and hardsigmoid's common part.
+inline __m256 Relu6OfPlus3(__m256 x) {
+  return StdMin(StdMax(_mm256_add_ps(x, _mm256_set1_ps(3.f)), _mm256_setzero_ps()),
+                _mm256_set1_ps(6.f));
+}
+
 }  // namespace kiln::runtime::vmath

@@ -15,18 +15,12 @@
 #include <vector>
 
 #include "runtime/ir/arg_builders.h"
+#include "runtime/ops/fused_op_args.h"
 #include "runtime/ops/registry.h"
 #include "runtime/passes/pass_context.h"
 
 namespace kiln::runtime {
 namespace {
-
-// kiln.addmm's arguments (ops.def).
-constexpr ArgSlot kSelf = KILN_ARG("kiln.addmm", "self");
-constexpr ArgSlot kMat1 = KILN_ARG("kiln.addmm", "mat1");
-constexpr ArgSlot kMat2 = KILN_ARG("kiln.addmm", "mat2");
-constexpr ArgSlot kPostOps = KILN_ARG("kiln.addmm", "post_ops");
-constexpr ArgSlot kTransposed = KILN_ARG("kiln.addmm", "mat2_transposed");
 
 // The [N, K] constant whose [1, 0] permutation `v` is, if it is one.
 std::optional<ValueRef> TransposedConstant(const PassContext& ctx, const Arg& v) {
@@ -86,12 +80,12 @@ absl::Status AbsorbWeightTranspose(PassContext& ctx) {
     }
     const std::optional<ValueRef> w = TransposedConstant(ctx, *mat2);
     if (!w) continue;
-    std::vector<Arg> args(kTransposed.pos + 1);
-    args[kSelf.pos] = self;
-    args[kMat1.pos] = *mat1;
-    args[kMat2.pos] = TensorArg(*w);
-    args[kPostOps.pos] = ListArg({});
-    args[kTransposed.pos] = BoolArg(true);
+    std::vector<Arg> args(addmm_arg::kMat2Transposed.pos + 1);
+    args[addmm_arg::kSelf.pos] = self;
+    args[addmm_arg::kMat1.pos] = *mat1;
+    args[addmm_arg::kMat2.pos] = TensorArg(*w);
+    args[addmm_arg::kPostOps.pos] = ListArg({});
+    args[addmm_arg::kMat2Transposed.pos] = BoolArg(true);
     node.target = "kiln.addmm";
     node.op_index = fused_index;
     node.args = std::move(args);

@@ -4,7 +4,10 @@
 #include <cmath>
 #include <limits>
 
+#include "absl/strings/str_cat.h"
+#include "runtime/ir/arg_builders.h"
 #include "runtime/kernels/post_ops.h"
+#include "runtime/ops/fused_op_args.h"
 #include "runtime/ops/registry.h"
 
 namespace kiln::runtime {
@@ -204,6 +207,29 @@ std::string ActivationPostOp(const Node& node) {
     return op->traits.post_op;
   }
   return "";
+}
+
+void AbsorbActivation(Graph& graph, const ActivationMatch& m, Arg* post_ops, std::string* name,
+                      int* cur) {
+  post_ops->list.push_back(StringArg(m.post_op));
+  for (int n : m.nodes) {
+    absl::StrAppend(name, "+", graph.nodes[n].name);
+    graph.nodes[n].dead = true;
+  }
+  graph.nodes[*cur].dead = true;
+  *cur = m.last;
+}
+
+void BecomeFused(Graph& graph, int at, const char* target, int op_index, std::vector<Arg> args,
+                 std::string name, const TensorMeta& out) {
+  Node& fused = graph.nodes[at];
+  fused.dead = false;
+  fused.target = target;
+  fused.op_index = op_index;
+  fused.args = std::move(args);
+  fused.kwargs.clear();
+  fused.name = std::move(name);
+  fused.outputs = {out};
 }
 
 }  // namespace kiln::runtime

@@ -46,4 +46,15 @@ std::optional<ActivationMatch> MatchDecomposedActivation(const Graph& graph, con
 std::optional<ActivationMatch> MatchActivation(const Graph& graph, const Uses& uses,
                                                ValueRef value);
 
+// The post-op passes' shared steps. AbsorbActivation takes activation `m`
+// that reads node *cur into a fused op: its post-op is appended to
+// `post_ops` (a list), its nodes and *cur die, their names join *name, and
+// *cur moves to its last node, whose place the fused op takes.
+void AbsorbActivation(Graph& graph, const ActivationMatch& m, Arg* post_ops, std::string* name,
+                      int* cur);
+// Makes node `at` the fused op (`target` at `op_index` with `args`, one
+// output `out`), live again: it takes the place of the chain's last node.
+void BecomeFused(Graph& graph, int at, const char* target, int op_index, std::vector<Arg> args,
+                 std::string name, const TensorMeta& out);
+
 }  // namespace kiln::runtime

@@ -38,6 +38,7 @@
 #include "runtime/ir/arg_builders.h"
 #include "runtime/kernels/activation_layout.h"
 #include "runtime/kernels/onednn_util.h"
+#include "runtime/ops/fused_op_args.h"
 #include "runtime/ops/registry.h"
 #include "runtime/passes/layout_cost.h"
 #include "runtime/passes/layout_rules.h"
@@ -47,22 +48,6 @@ namespace kiln::runtime {
 namespace {
 
 using namespace channels_last;  // NOLINT: the pass's own parts
-
-// Arguments of the internal ops the pass reads and writes (ops.def).
-constexpr ArgSlot kConvInput = KILN_ARG("kiln.conv2d", "input");
-constexpr ArgSlot kConvWeight = KILN_ARG("kiln.conv2d", "weight");
-constexpr ArgSlot kConvBias = KILN_ARG("kiln.conv2d", "bias");
-constexpr ArgSlot kConvGroups = KILN_ARG("kiln.conv2d", "groups");
-constexpr ArgSlot kConvResidual = KILN_ARG("kiln.conv2d", "residual");
-constexpr ArgSlot kConvPostOps = KILN_ARG("kiln.conv2d", "post_ops");
-constexpr ArgSlot kConvLayoutIn = KILN_ARG("kiln.conv2d", "layout_in");
-constexpr ArgSlot kConvLayoutOut = KILN_ARG("kiln.conv2d", "layout_out");
-constexpr ArgSlot kBnInput = KILN_ARG("kiln.batch_norm_nhwc", "input");
-constexpr ArgSlot kBnWeight = KILN_ARG("kiln.batch_norm_nhwc", "weight");
-constexpr ArgSlot kBnBias = KILN_ARG("kiln.batch_norm_nhwc", "bias");
-constexpr ArgSlot kBnMean = KILN_ARG("kiln.batch_norm_nhwc", "running_mean");
-constexpr ArgSlot kBnVar = KILN_ARG("kiln.batch_norm_nhwc", "running_var");
-constexpr ArgSlot kBnEps = KILN_ARG("kiln.batch_norm_nhwc", "eps");
 
 class Rewriter {
  public:
@@ -357,21 +342,21 @@ class Rewriter {
     if (node.args.size() <= eps_pos || node.args[eps_pos].kind != Arg::Kind::kFloat) return false;
     if (native && (node.args[5].kind != Arg::Kind::kBool || node.args[5].b)) return false;
     Node n = node;
-    n.args.assign(kBnEps.pos + 1, NoneArg());
-    n.args[kBnInput.pos] = node.args[0];
-    n.args[kBnWeight.pos] = node.args[1];
-    n.args[kBnBias.pos] = node.args[2];
-    n.args[kBnMean.pos] = node.args[3];
-    n.args[kBnVar.pos] = node.args[4];
-    n.args[kBnEps.pos] = node.args[eps_pos];
+    n.args.assign(batch_norm_nhwc_arg::kEps.pos + 1, NoneArg());
+    n.args[batch_norm_nhwc_arg::kInput.pos] = node.args[0];
+    n.args[batch_norm_nhwc_arg::kWeight.pos] = node.args[1];
+    n.args[batch_norm_nhwc_arg::kBias.pos] = node.args[2];
+    n.args[batch_norm_nhwc_arg::kRunningMean.pos] = node.args[3];
+    n.args[batch_norm_nhwc_arg::kRunningVar.pos] = node.args[4];
+    n.args[batch_norm_nhwc_arg::kEps.pos] = node.args[eps_pos];
     n.target = form;
     n.op_index = FindOp(n.target);
-    Arg& input = n.args[kBnInput.pos];
+    Arg& input = n.args[batch_norm_nhwc_arg::kInput.pos];
     const ValueRef in = input.kind == Arg::Kind::kTensor ? input.tensor : ValueRef{};
     if (in.node < 0 || Meta(in).rank() != 4 || !cl_[in.node][in.output]) return false;
     input.tensor = *cl_[in.node][in.output];
     for (size_t a = 0; a < n.args.size(); ++a) {
-      if (a == kBnInput.pos) continue;
+      if (a == batch_norm_nhwc_arg::kInput.pos) continue;
       MapArg(n.args[a], [&](ValueRef r) { return PlainOf(r); });
     }
     n.outputs.resize(1);
@@ -382,21 +367,22 @@ class Rewriter {
 
   bool RewriteConv(int i) {
     Node n = old_.nodes[i];
-    if (n.args.size() <= kConvPostOps.pos || !n.kwargs.empty() || n.outputs[0].rank() != 4) {
+    if (n.args.size() <= conv2d_arg::kPostOps.pos || !n.kwargs.empty() ||
+        n.outputs[0].rank() != 4) {
       return false;
     }
     // Input: in the graph's layout when it already is; the kernel reorders
     // a plain one itself.
-    Arg& input = n.args[kConvInput.pos];
+    Arg& input = n.args[conv2d_arg::kInput.pos];
     const ValueRef in = input.tensor;
     std::optional<ValueRef> in_cl = cl_[in.node][in.output];
     input.tensor = in_cl ? *in_cl : PlainOf(in);
-    Arg& weight = n.args[kConvWeight.pos];
+    Arg& weight = n.args[conv2d_arg::kWeight.pos];
     weight.tensor = PlainOf(weight.tensor);
-    Arg& bias = n.args[kConvBias.pos];
+    Arg& bias = n.args[conv2d_arg::kBias.pos];
     if (bias.kind == Arg::Kind::kTensor) bias.tensor = PlainOf(bias.tensor);
     const bool out_cl = wants_cl_[i][0] && Representable(n.outputs[0]);
-    Arg& residual = n.args[kConvResidual.pos];
+    Arg& residual = n.args[conv2d_arg::kResidual.pos];
     if (residual.kind == Arg::Kind::kTensor && out_cl) {
       // The residual is added in the output's layout.
       const ValueRef res = residual.tensor;
@@ -404,9 +390,11 @@ class Rewriter {
       residual.tensor = res_cl ? *res_cl : ToLayout(PlainOf(res), Meta(res).shape, NameOf(res));
     }
     if (residual.kind == Arg::Kind::kTensor && !out_cl) residual.tensor = PlainOf(residual.tensor);
-    n.args.resize(kConvLayoutOut.pos + 1);
-    n.args[kConvLayoutIn.pos] = IntArg(static_cast<int64_t>(in_cl ? layout_ : Layout::kPlain));
-    n.args[kConvLayoutOut.pos] = IntArg(static_cast<int64_t>(out_cl ? layout_ : Layout::kPlain));
+    n.args.resize(conv2d_arg::kLayoutOut.pos + 1);
+    n.args[conv2d_arg::kLayoutIn.pos] =
+        IntArg(static_cast<int64_t>(in_cl ? layout_ : Layout::kPlain));
+    n.args[conv2d_arg::kLayoutOut.pos] =
+        IntArg(static_cast<int64_t>(out_cl ? layout_ : Layout::kPlain));
     if (out_cl) {
       n.outputs[0].shape = PhysicalShape(n.outputs[0].shape);
       cl_[i][0] = Emit(std::move(n));
@@ -574,17 +562,17 @@ double ReorderBytes(const PassContext& ctx, Layout layout) {
     if (node.kind != Node::Kind::kOp || node.outputs.empty()) continue;
     if (node.target == "aten.permute.default") {
       bytes += 2.0 * static_cast<double>(node.outputs[0].ByteSize());
-    } else if (node.target == "kiln.conv2d" && node.args.size() == kConvLayoutOut.pos + 1 &&
-               node.args[kConvLayoutIn.pos].kind == Arg::Kind::kInt &&
-               node.args[kConvLayoutOut.pos].kind == Arg::Kind::kInt) {
-      const TensorMeta& in = graph.MetaOf(node.args[kConvInput.pos].tensor);
+    } else if (node.target == "kiln.conv2d" && node.args.size() == conv2d_arg::kLayoutOut.pos + 1 &&
+               node.args[conv2d_arg::kLayoutIn.pos].kind == Arg::Kind::kInt &&
+               node.args[conv2d_arg::kLayoutOut.pos].kind == Arg::Kind::kInt) {
+      const TensorMeta& in = graph.MetaOf(node.args[conv2d_arg::kInput.pos].tensor);
       // A blocked convolution reads an RGB-like input plain, as it is.
       const bool reads_plain = layout == Layout::kBlocked && in.rank() == 4 &&
                                in.shape[1] % kChannelBlock != 0;
-      if (node.args[kConvLayoutIn.pos].i == 0 && !reads_plain) {
+      if (node.args[conv2d_arg::kLayoutIn.pos].i == 0 && !reads_plain) {
         bytes += 2.0 * static_cast<double>(in.ByteSize());
       }
-      if (node.args[kConvLayoutOut.pos].i == 0) {
+      if (node.args[conv2d_arg::kLayoutOut.pos].i == 0) {
         bytes += 2.0 * static_cast<double>(node.outputs[0].ByteSize());
       }
     }
@@ -601,7 +589,9 @@ absl::Status PropagateChannelsLast(PassContext& ctx) {
     any_conv |= !node.dead && node.target == "kiln.conv2d";
   }
   if (!any_conv) return absl::OkStatus();
-  Rewriter rewriter(ctx, ChooseLayout(ctx.graph, [&](Layout layout) { return ReorderBytes(ctx, layout); }));
+  const Layout layout =
+      ChooseLayout(ctx.graph, [&](Layout l) { return ReorderBytes(ctx, l); });
+  Rewriter rewriter(ctx, layout);
   return rewriter.Run();
 }
 

@@ -9,6 +9,7 @@
 #include "runtime/ir/arg_builders.h"
 #include "runtime/kernels/post_op_loops.h"
 #include "runtime/kernels/post_ops.h"
+#include "runtime/ops/fused_op_args.h"
 #include "runtime/ops/registry.h"
 #include "runtime/passes/activation_patterns.h"
 #include "runtime/passes/pass_context.h"
@@ -43,23 +44,11 @@ absl::Status FuseBatchNormActivation(PassContext& ctx) {
     while (!uses.is_output[cur][0]) {
       std::optional<ActivationMatch> m = MatchActivation(g, uses, {cur, 0});
       if (!m || !Implemented(m->post_op)) break;
-      args[kPostOpsArg].list.push_back(StringArg(m->post_op));
-      for (int n : m->nodes) {
-        name = absl::StrCat(name, "+", g.nodes[n].name);
-        g.nodes[n].dead = true;
-      }
-      g.nodes[cur].dead = true;
-      cur = m->last;
+      AbsorbActivation(g, *m, &args[kPostOpsArg], &name, &cur);
     }
     if (cur == b) continue;
-    Node& fused = g.nodes[cur];
-    fused.dead = false;
-    fused.target = "kiln.batch_norm_nhwc";
-    fused.op_index = g.nodes[b].op_index;
-    fused.args = std::move(args);
-    fused.kwargs.clear();
-    fused.name = name;
-    fused.outputs = {out_meta};
+    BecomeFused(g, cur, "kiln.batch_norm_nhwc", g.nodes[b].op_index, std::move(args),
+                std::move(name), out_meta);
     uses = ComputeUses(g);
   }
   return absl::OkStatus();

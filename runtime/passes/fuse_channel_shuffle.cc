@@ -15,16 +15,12 @@
 #include "absl/strings/str_cat.h"
 
 #include "runtime/ir/arg_builders.h"
+#include "runtime/ops/fused_op_args.h"
 #include "runtime/ops/registry.h"
 #include "runtime/passes/pass_context.h"
 
 namespace kiln::runtime {
 namespace {
-
-// kiln.interleave_channels's arguments (ops.def).
-constexpr ArgSlot kA = KILN_ARG("kiln.interleave_channels", "a");
-constexpr ArgSlot kB = KILN_ARG("kiln.interleave_channels", "b");
-constexpr ArgSlot kSizes = KILN_ARG("kiln.interleave_channels", "split_sizes");
 
 // The live op node whose only output is read by `user` alone, once.
 const Node* SoleProducer(const Graph& g, const Uses& uses, ValueRef v, int user) {
@@ -121,8 +117,8 @@ absl::Status FuseChannelShuffle(PassContext& ctx) {
       const Node& split = g.nodes[u];
       bool even = split.target == "aten.split_with_sizes.default" && split.args.size() == 3 &&
                   split.kwargs.empty() && split.args[0].kind == Arg::Kind::kTensor &&
-                  split.args[0].tensor == ValueRef{v, 0} && split.args[1].kind == Arg::Kind::kList &&
-                  Dim(split.args[2], 4) == 3;
+                  split.args[0].tensor == ValueRef{v, 0} &&
+                  split.args[1].kind == Arg::Kind::kList && Dim(split.args[2], 4) == 3;
       std::vector<int64_t> split_sizes;
       for (size_t i = 0; even && i < split.args[1].list.size(); ++i) {
         const Arg& a = split.args[1].list[i];
@@ -141,10 +137,10 @@ absl::Status FuseChannelShuffle(PassContext& ctx) {
     fused.name = absl::StrCat(fused.name, ".interleaved");
     fused.target = "kiln.interleave_channels";
     fused.op_index = fused_index;
-    fused.args.assign(kSizes.pos + 1, NoneArg());
-    fused.args[kA.pos] = TensorArg(s->a);
-    fused.args[kB.pos] = TensorArg(s->b);
-    fused.args[kSizes.pos] = IntListArg(sizes);
+    fused.args.assign(interleave_channels_arg::kSplitSizes.pos + 1, NoneArg());
+    fused.args[interleave_channels_arg::kA.pos] = TensorArg(s->a);
+    fused.args[interleave_channels_arg::kB.pos] = TensorArg(s->b);
+    fused.args[interleave_channels_arg::kSplitSizes.pos] = IntListArg(sizes);
     fused.kwargs.clear();
     std::vector<TensorMeta> outs;
     for (int64_t size : sizes) {

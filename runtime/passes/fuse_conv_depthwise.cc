@@ -6,6 +6,7 @@
 // blocked) fuse, and the fused node carries that layout.
 #include "runtime/ir/arg_builders.h"
 #include "runtime/kernels/conv_dw_fusion.h"
+#include "runtime/ops/fused_op_args.h"
 #include "runtime/ops/registry.h"
 #include "runtime/passes/pass_context.h"
 
@@ -24,16 +25,6 @@ constexpr size_t kResidual = KILN_ARG("kiln.conv2d", "residual").pos;
 constexpr size_t kPostOps = KILN_ARG("kiln.conv2d", "post_ops").pos;
 constexpr size_t kLayoutIn = KILN_ARG("kiln.conv2d", "layout_in").pos;
 constexpr size_t kLayoutOut = KILN_ARG("kiln.conv2d", "layout_out").pos;
-// kiln.conv2d_dw's.
-constexpr ArgSlot kDwInput = KILN_ARG("kiln.conv2d_dw", "input");
-constexpr ArgSlot kDwPwWeight = KILN_ARG("kiln.conv2d_dw", "weight");
-constexpr ArgSlot kDwPwBias = KILN_ARG("kiln.conv2d_dw", "bias");
-constexpr ArgSlot kDwPwPostOps = KILN_ARG("kiln.conv2d_dw", "post_ops");
-constexpr ArgSlot kDwWeight = KILN_ARG("kiln.conv2d_dw", "dw_weight");
-constexpr ArgSlot kDwBias = KILN_ARG("kiln.conv2d_dw", "dw_bias");
-constexpr ArgSlot kDwStride = KILN_ARG("kiln.conv2d_dw", "dw_stride");
-constexpr ArgSlot kDwPostOps = KILN_ARG("kiln.conv2d_dw", "dw_post_ops");
-constexpr ArgSlot kDwLayout = KILN_ARG("kiln.conv2d_dw", "layout");
 
 // The activation layout a kiln.conv2d layout argument names; kPlain for
 // anything else.
@@ -111,16 +102,16 @@ absl::Status FuseConvDepthwise(PassContext& ctx) {
     const Arg stride = IntArg(shape.dw_stride);
     const Arg layout_arg = IntArg(static_cast<int64_t>(layout));
     // The fused node takes the depthwise convolution's place (and output).
-    std::vector<Arg> args(kDwLayout.pos + 1);
-    args[kDwInput.pos] = pw.args[kInput];
-    args[kDwPwWeight.pos] = pw.args[kWeight];
-    args[kDwPwBias.pos] = pw.args[kBias];
-    args[kDwPwPostOps.pos] = pw.args[kPostOps];
-    args[kDwWeight.pos] = dw.args[kWeight];
-    args[kDwBias.pos] = dw.args[kBias];
-    args[kDwStride.pos] = stride;
-    args[kDwPostOps.pos] = dw.args[kPostOps];
-    args[kDwLayout.pos] = layout_arg;
+    std::vector<Arg> args(conv2d_dw_arg::kLayout.pos + 1);
+    args[conv2d_dw_arg::kInput.pos] = pw.args[kInput];
+    args[conv2d_dw_arg::kWeight.pos] = pw.args[kWeight];
+    args[conv2d_dw_arg::kBias.pos] = pw.args[kBias];
+    args[conv2d_dw_arg::kPostOps.pos] = pw.args[kPostOps];
+    args[conv2d_dw_arg::kDwWeight.pos] = dw.args[kWeight];
+    args[conv2d_dw_arg::kDwBias.pos] = dw.args[kBias];
+    args[conv2d_dw_arg::kDwStride.pos] = stride;
+    args[conv2d_dw_arg::kDwPostOps.pos] = dw.args[kPostOps];
+    args[conv2d_dw_arg::kLayout.pos] = layout_arg;
     dw.args = std::move(args);
     dw.target = "kiln.conv2d_dw";
     dw.op_index = fused_index;

@@ -8,24 +8,13 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/ir/arg_builders.h"
 #include "runtime/kernels/post_ops.h"
+#include "runtime/ops/fused_op_args.h"
 #include "runtime/ops/registry.h"
 #include "runtime/passes/activation_patterns.h"
 #include "runtime/passes/pass_context.h"
 
 namespace kiln::runtime {
 namespace {
-
-// kiln.conv2d's arguments (ops.def), up to post_ops: the layout pass adds
-// the rest.
-constexpr ArgSlot kInput = KILN_ARG("kiln.conv2d", "input");
-constexpr ArgSlot kWeight = KILN_ARG("kiln.conv2d", "weight");
-constexpr ArgSlot kBias = KILN_ARG("kiln.conv2d", "bias");
-constexpr ArgSlot kStride = KILN_ARG("kiln.conv2d", "stride");
-constexpr ArgSlot kPadding = KILN_ARG("kiln.conv2d", "padding");
-constexpr ArgSlot kDilation = KILN_ARG("kiln.conv2d", "dilation");
-constexpr ArgSlot kGroups = KILN_ARG("kiln.conv2d", "groups");
-constexpr ArgSlot kResidual = KILN_ARG("kiln.conv2d", "residual");
-constexpr ArgSlot kPostOps = KILN_ARG("kiln.conv2d", "post_ops");
 
 // aten.convolution args (input, weight, bias, stride, padding, dilation,
 // transposed, output_padding, groups) -> kiln.conv2d args.
@@ -39,15 +28,15 @@ bool ToFusedArgs(const Node& conv, std::vector<Arg>* out) {
     return false;
   }
   std::vector<Arg>& a = *out;
-  a.assign(kPostOps.pos + 1, NoneArg());
-  a[kInput.pos] = conv.args[0];
-  a[kWeight.pos] = conv.args[1];
-  a[kBias.pos] = conv.args[2];
-  a[kStride.pos] = conv.args[3];
-  a[kPadding.pos] = conv.args[4];
-  a[kDilation.pos] = conv.args[5];
-  a[kGroups.pos] = conv.args[8];
-  a[kPostOps.pos] = ListArg({});
+  a.assign(conv2d_arg::kPostOps.pos + 1, NoneArg());
+  a[conv2d_arg::kInput.pos] = conv.args[0];
+  a[conv2d_arg::kWeight.pos] = conv.args[1];
+  a[conv2d_arg::kBias.pos] = conv.args[2];
+  a[conv2d_arg::kStride.pos] = conv.args[3];
+  a[conv2d_arg::kPadding.pos] = conv.args[4];
+  a[conv2d_arg::kDilation.pos] = conv.args[5];
+  a[conv2d_arg::kGroups.pos] = conv.args[8];
+  a[conv2d_arg::kPostOps.pos] = ListArg({});
   return true;
 }
 
@@ -75,16 +64,10 @@ absl::Status FuseConvPostOps(PassContext& ctx) {
     const TensorMeta out_meta = g.nodes[c].outputs[0];
     std::string name = g.nodes[c].name;
     int cur = c;
-    bool has_residual = args[kResidual.pos].kind != Arg::Kind::kNone;
+    bool has_residual = args[conv2d_arg::kResidual.pos].kind != Arg::Kind::kNone;
     while (!uses.is_output[cur][0]) {
       if (std::optional<ActivationMatch> m = MatchActivation(g, uses, {cur, 0})) {
-        args[kPostOps.pos].list.push_back(StringArg(m->post_op));
-        for (int n : m->nodes) {
-          name = absl::StrCat(name, "+", g.nodes[n].name);
-          g.nodes[n].dead = true;
-        }
-        g.nodes[cur].dead = true;
-        cur = m->last;
+        AbsorbActivation(g, *m, &args[conv2d_arg::kPostOps.pos], &name, &cur);
         continue;
       }
       if (uses.Count({cur, 0}) != 1) break;
@@ -99,8 +82,8 @@ absl::Status FuseConvPostOps(PassContext& ctx) {
       const ValueRef other =
           user.args[0].tensor == ValueRef{cur, 0} ? user.args[1].tensor : user.args[0].tensor;
       if (g.MetaOf(other) != out_meta) break;
-      args[kResidual.pos] = TensorArg(other);
-      args[kPostOps.pos].list.push_back(StringArg("add"));
+      args[conv2d_arg::kResidual.pos] = TensorArg(other);
+      args[conv2d_arg::kPostOps.pos].list.push_back(StringArg("add"));
       has_residual = true;
       name = absl::StrCat(name, "+", user.name);
       g.nodes[cur].dead = true;
@@ -108,14 +91,7 @@ absl::Status FuseConvPostOps(PassContext& ctx) {
     }
     if (cur == c && g.nodes[c].target == "kiln.conv2d") continue;
     // Rewrite node `cur` (the conv itself when nothing followed) in place.
-    Node& fused = g.nodes[cur];
-    fused.dead = false;
-    fused.target = "kiln.conv2d";
-    fused.op_index = fused_index;
-    fused.args = std::move(args);
-    fused.kwargs.clear();
-    fused.name = name;
-    fused.outputs = {out_meta};
+    BecomeFused(g, cur, "kiln.conv2d", fused_index, std::move(args), std::move(name), out_meta);
     uses = ComputeUses(g);
   }
   return absl::OkStatus();

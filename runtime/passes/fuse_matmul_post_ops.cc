@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/ir/arg_builders.h"
 #include "runtime/kernels/post_ops.h"
+#include "runtime/ops/fused_op_args.h"
 #include "runtime/ops/registry.h"
 #include "runtime/passes/activation_patterns.h"
 #include "runtime/passes/pass_context.h"
@@ -24,33 +25,27 @@ bool UnitScales(const Node& addmm) {
   return addmm.args.size() == 3;
 }
 
-// kiln.addmm's arguments (ops.def), up to post_ops.
-constexpr ArgSlot kSelf = KILN_ARG("kiln.addmm", "self");
-constexpr ArgSlot kMat1 = KILN_ARG("kiln.addmm", "mat1");
-constexpr ArgSlot kMat2 = KILN_ARG("kiln.addmm", "mat2");
-constexpr ArgSlot kPostOps = KILN_ARG("kiln.addmm", "post_ops");
-
 // The node as kiln.addmm args, or false when it is not a fusable matmul.
 bool ToFusedArgs(const Graph& g, const Node& node, std::vector<Arg>* out) {
   std::vector<Arg>& a = *out;
   if (node.target == "kiln.addmm") {
     a = node.args;
   } else if (node.target == "aten.addmm.default" && UnitScales(node)) {
-    a.assign(kPostOps.pos + 1, NoneArg());
-    a[kSelf.pos] = node.args[0];
-    a[kMat1.pos] = node.args[1];
-    a[kMat2.pos] = node.args[2];
-    a[kPostOps.pos] = ListArg({});
+    a.assign(addmm_arg::kPostOps.pos + 1, NoneArg());
+    a[addmm_arg::kSelf.pos] = node.args[0];
+    a[addmm_arg::kMat1.pos] = node.args[1];
+    a[addmm_arg::kMat2.pos] = node.args[2];
+    a[addmm_arg::kPostOps.pos] = ListArg({});
   } else if (node.target == "aten.mm.default" && node.args.size() == 2 && node.kwargs.empty()) {
-    a.assign(kPostOps.pos + 1, NoneArg());
-    a[kMat1.pos] = node.args[0];
-    a[kMat2.pos] = node.args[1];
-    a[kPostOps.pos] = ListArg({});
+    a.assign(addmm_arg::kPostOps.pos + 1, NoneArg());
+    a[addmm_arg::kMat1.pos] = node.args[0];
+    a[addmm_arg::kMat2.pos] = node.args[1];
+    a[addmm_arg::kPostOps.pos] = ListArg({});
   } else {
     return false;
   }
   // K == 0 runs without oneDNN, where post-ops would be skipped.
-  const Arg& mat1 = a[kMat1.pos];
+  const Arg& mat1 = a[addmm_arg::kMat1.pos];
   return mat1.kind == Arg::Kind::kTensor && g.MetaOf(mat1.tensor).rank() == 2 &&
          g.MetaOf(mat1.tensor).shape[1] > 0;
 }
@@ -63,7 +58,8 @@ absl::Status FuseMatmulPostOps(PassContext& ctx) {
   Uses uses = ComputeUses(g);
   for (int m = 0; m < static_cast<int>(g.nodes.size()); ++m) {
     std::vector<Arg> args;
-    if (g.nodes[m].dead || g.nodes[m].kind != Node::Kind::kOp || !ToFusedArgs(g, g.nodes[m], &args)) {
+    if (g.nodes[m].dead || g.nodes[m].kind != Node::Kind::kOp ||
+        !ToFusedArgs(g, g.nodes[m], &args)) {
       continue;
     }
     std::string name = g.nodes[m].name;
@@ -73,7 +69,7 @@ absl::Status FuseMatmulPostOps(PassContext& ctx) {
     ValueRef tail{m, 0};
     while (!uses.is_output[tail.node][tail.output]) {
       if (std::optional<ActivationMatch> p = MatchDecomposedActivation(g, uses, tail)) {
-        args[kPostOps.pos].list.push_back(StringArg(p->post_op));
+        args[addmm_arg::kPostOps.pos].list.push_back(StringArg(p->post_op));
         for (int n : p->nodes) {
           name = absl::StrCat(name, "+", g.nodes[n].name);
           g.nodes[n].dead = true;
@@ -93,10 +89,11 @@ absl::Status FuseMatmulPostOps(PassContext& ctx) {
         continue;
       }
       std::string act = ActivationPostOp(user);
-      if (act.empty() || user.args[0].kind != Arg::Kind::kTensor || !(user.args[0].tensor == tail)) {
+      if (act.empty() || user.args[0].kind != Arg::Kind::kTensor ||
+          !(user.args[0].tensor == tail)) {
         break;
       }
-      args[kPostOps.pos].list.push_back(StringArg(act));
+      args[addmm_arg::kPostOps.pos].list.push_back(StringArg(act));
       name = absl::StrCat(name, "+", user.name);
       g.nodes[u].dead = true;
       ReplaceAllUses(g, {u, 0}, tail);

@@ -21,36 +21,12 @@
 #include "runtime/kernels/kernel_util.h"
 #include "runtime/kernels/post_op_loops.h"
 #include "runtime/kernels/post_ops.h"
+#include "runtime/ops/fused_op_args.h"
 #include "runtime/ops/registry.h"
 #include "runtime/passes/pass_context.h"
 
 namespace kiln::runtime {
 namespace {
-
-// Arguments of kiln.conv2d and kiln.squeeze_excite (ops.def).
-namespace ca {
-constexpr ArgSlot kInput = KILN_ARG("kiln.conv2d", "input");
-constexpr ArgSlot kWeight = KILN_ARG("kiln.conv2d", "weight");
-constexpr ArgSlot kBias = KILN_ARG("kiln.conv2d", "bias");
-constexpr ArgSlot kStride = KILN_ARG("kiln.conv2d", "stride");
-constexpr ArgSlot kPadding = KILN_ARG("kiln.conv2d", "padding");
-constexpr ArgSlot kDilation = KILN_ARG("kiln.conv2d", "dilation");
-constexpr ArgSlot kGroups = KILN_ARG("kiln.conv2d", "groups");
-constexpr ArgSlot kResidual = KILN_ARG("kiln.conv2d", "residual");
-constexpr ArgSlot kPostOps = KILN_ARG("kiln.conv2d", "post_ops");
-constexpr ArgSlot kLayoutIn = KILN_ARG("kiln.conv2d", "layout_in");
-constexpr ArgSlot kLayoutOut = KILN_ARG("kiln.conv2d", "layout_out");
-}  // namespace ca
-namespace se {
-constexpr ArgSlot kX = KILN_ARG("kiln.squeeze_excite", "x");
-constexpr ArgSlot kW1 = KILN_ARG("kiln.squeeze_excite", "w1");
-constexpr ArgSlot kB1 = KILN_ARG("kiln.squeeze_excite", "b1");
-constexpr ArgSlot kW2 = KILN_ARG("kiln.squeeze_excite", "w2");
-constexpr ArgSlot kB2 = KILN_ARG("kiln.squeeze_excite", "b2");
-constexpr ArgSlot kPostOps1 = KILN_ARG("kiln.squeeze_excite", "post_ops1");
-constexpr ArgSlot kPostOps2 = KILN_ARG("kiln.squeeze_excite", "post_ops2");
-constexpr ArgSlot kLayout = KILN_ARG("kiln.squeeze_excite", "layout");
-}  // namespace se
 
 // The live node reading output 0 of node `v`, when it is the only reader
 // and the value is not a graph output; -1 otherwise.
@@ -85,20 +61,21 @@ int64_t LayoutOf(const Node& conv, size_t pos) {
 // residual and loop-implemented activations.
 bool IsPointwiseOnPixel(const Node& n, int input) {
   if (n.dead || n.target != "kiln.conv2d" ||
-      (n.args.size() != ca::kLayoutOut.pos + 1 && n.args.size() != ca::kLayoutIn.pos) ||
-      !n.kwargs.empty() || n.args[ca::kInput.pos].kind != Arg::Kind::kTensor ||
-      !(n.args[ca::kInput.pos].tensor == ValueRef{input, 0}) ||
-      n.args[ca::kWeight.pos].kind != Arg::Kind::kTensor ||
-      (n.args[ca::kBias.pos].kind != Arg::Kind::kTensor &&
-       n.args[ca::kBias.pos].kind != Arg::Kind::kNone) ||
-      n.args[ca::kResidual.pos].kind != Arg::Kind::kNone) {
+      (n.args.size() != conv2d_arg::kLayoutOut.pos + 1 &&
+       n.args.size() != conv2d_arg::kLayoutIn.pos) ||
+      !n.kwargs.empty() || n.args[conv2d_arg::kInput.pos].kind != Arg::Kind::kTensor ||
+      !(n.args[conv2d_arg::kInput.pos].tensor == ValueRef{input, 0}) ||
+      n.args[conv2d_arg::kWeight.pos].kind != Arg::Kind::kTensor ||
+      (n.args[conv2d_arg::kBias.pos].kind != Arg::Kind::kTensor &&
+       n.args[conv2d_arg::kBias.pos].kind != Arg::Kind::kNone) ||
+      n.args[conv2d_arg::kResidual.pos].kind != Arg::Kind::kNone) {
     return false;
   }
-  const Arg& groups = n.args[ca::kGroups.pos];
-  return IsIntList(n.args[ca::kStride.pos], {1, 1}) &&
-         IsIntList(n.args[ca::kPadding.pos], {0, 0}) &&
-         IsIntList(n.args[ca::kDilation.pos], {1, 1}) && groups.kind == Arg::Kind::kInt &&
-         groups.i == 1 && LoopActivations(n.args[ca::kPostOps.pos]);
+  const Arg& groups = n.args[conv2d_arg::kGroups.pos];
+  return IsIntList(n.args[conv2d_arg::kStride.pos], {1, 1}) &&
+         IsIntList(n.args[conv2d_arg::kPadding.pos], {0, 0}) &&
+         IsIntList(n.args[conv2d_arg::kDilation.pos], {1, 1}) && groups.kind == Arg::Kind::kInt &&
+         groups.i == 1 && LoopActivations(n.args[conv2d_arg::kPostOps.pos]);
 }
 
 struct Block {
@@ -118,7 +95,7 @@ std::optional<Block> MatchBlock(const Graph& g, const Uses& uses, int m) {
   Block b{mean.args[0].tensor, ActivationLayout::kPlain, SoleUser(g, uses, m), -1, -1};
   if (b.conv1 < 0 || !IsPointwiseOnPixel(g.nodes[b.conv1], m)) return std::nullopt;
   const Node& conv1 = g.nodes[b.conv1];
-  const int64_t layout = LayoutOf(conv1, ca::kLayoutIn.pos);
+  const int64_t layout = LayoutOf(conv1, conv2d_arg::kLayoutIn.pos);
   if (layout < 0 || layout > 2) return std::nullopt;
   b.layout = static_cast<ActivationLayout>(layout);
   const TensorMeta& x = g.MetaOf(b.x);
@@ -140,12 +117,12 @@ std::optional<Block> MatchBlock(const Graph& g, const Uses& uses, int m) {
   b.conv2 = SoleUser(g, uses, b.conv1);
   if (b.conv2 < 0 || !IsPointwiseOnPixel(g.nodes[b.conv2], b.conv1)) return std::nullopt;
   const Node& conv2 = g.nodes[b.conv2];
-  if (LayoutOf(conv2, ca::kLayoutOut.pos) != layout ||
+  if (LayoutOf(conv2, conv2d_arg::kLayoutOut.pos) != layout ||
       conv2.outputs[0].shape != LayoutShape(pixel, b.layout)) {
     return std::nullopt;
   }
-  const TensorMeta& w1 = g.MetaOf(conv1.args[ca::kWeight.pos].tensor);
-  const TensorMeta& w2 = g.MetaOf(conv2.args[ca::kWeight.pos].tensor);
+  const TensorMeta& w1 = g.MetaOf(conv1.args[conv2d_arg::kWeight.pos].tensor);
+  const TensorMeta& w2 = g.MetaOf(conv2.args[conv2d_arg::kWeight.pos].tensor);
   if (w1.rank() != 4 || w1.shape[1] != nchw[1] ||
       w2.shape != std::vector<int64_t>{nchw[1], w1.shape[0], 1, 1}) {
     return std::nullopt;
@@ -182,15 +159,15 @@ absl::Status FuseSqueezeExcite(PassContext& ctx) {
     if (!b) continue;
     const Node& conv1 = g.nodes[b->conv1];
     const Node& conv2 = g.nodes[b->conv2];
-    std::vector<Arg> args(se::kLayout.pos + 1);
-    args[se::kX.pos] = TensorArg(b->x);
-    args[se::kW1.pos] = conv1.args[ca::kWeight.pos];
-    args[se::kB1.pos] = conv1.args[ca::kBias.pos];
-    args[se::kW2.pos] = conv2.args[ca::kWeight.pos];
-    args[se::kB2.pos] = conv2.args[ca::kBias.pos];
-    args[se::kPostOps1.pos] = conv1.args[ca::kPostOps.pos];
-    args[se::kPostOps2.pos] = conv2.args[ca::kPostOps.pos];
-    args[se::kLayout.pos] = IntArg(static_cast<int64_t>(b->layout));
+    std::vector<Arg> args(squeeze_excite_arg::kLayout.pos + 1);
+    args[squeeze_excite_arg::kX.pos] = TensorArg(b->x);
+    args[squeeze_excite_arg::kW1.pos] = conv1.args[conv2d_arg::kWeight.pos];
+    args[squeeze_excite_arg::kB1.pos] = conv1.args[conv2d_arg::kBias.pos];
+    args[squeeze_excite_arg::kW2.pos] = conv2.args[conv2d_arg::kWeight.pos];
+    args[squeeze_excite_arg::kB2.pos] = conv2.args[conv2d_arg::kBias.pos];
+    args[squeeze_excite_arg::kPostOps1.pos] = conv1.args[conv2d_arg::kPostOps.pos];
+    args[squeeze_excite_arg::kPostOps2.pos] = conv2.args[conv2d_arg::kPostOps.pos];
+    args[squeeze_excite_arg::kLayout.pos] = IntArg(static_cast<int64_t>(b->layout));
     Node& fused = g.nodes[b->mul];
     fused.name = absl::StrCat(g.nodes[m].name, "+", conv1.name, "+", conv2.name, "+", fused.name);
     fused.target = "kiln.squeeze_excite";

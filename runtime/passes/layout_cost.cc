@@ -3,29 +3,23 @@
 #include <cstdint>
 
 #include "runtime/kernels/onednn_util.h"
+#include "runtime/ops/fused_op_args.h"
 #include "runtime/ops/op_table.h"
 
 namespace kiln::runtime::channels_last {
-namespace {
-
-// Arguments of kiln.conv2d (ops.def) that the estimate reads.
-constexpr ArgSlot kConvInput = KILN_ARG("kiln.conv2d", "input");
-constexpr ArgSlot kConvWeight = KILN_ARG("kiln.conv2d", "weight");
-constexpr ArgSlot kConvGroups = KILN_ARG("kiln.conv2d", "groups");
-
-}  // namespace
 
 LayoutCost EstimateConv(const Graph& g, const Node& node) {
   LayoutCost cost;
-  if (node.args.size() <= kConvGroups.pos || node.args[kConvInput.pos].kind != Arg::Kind::kTensor ||
-      node.args[kConvWeight.pos].kind != Arg::Kind::kTensor || node.outputs.empty()) {
+  if (node.args.size() <= conv2d_arg::kGroups.pos ||
+      node.args[conv2d_arg::kInput.pos].kind != Arg::Kind::kTensor ||
+      node.args[conv2d_arg::kWeight.pos].kind != Arg::Kind::kTensor || node.outputs.empty()) {
     return cost;
   }
-  const TensorMeta& in = g.MetaOf(node.args[kConvInput.pos].tensor);
-  const TensorMeta& w = g.MetaOf(node.args[kConvWeight.pos].tensor);
+  const TensorMeta& in = g.MetaOf(node.args[conv2d_arg::kInput.pos].tensor);
+  const TensorMeta& w = g.MetaOf(node.args[conv2d_arg::kWeight.pos].tensor);
   const TensorMeta& out = node.outputs[0];
   if (in.rank() != 4 || w.rank() != 4 || out.rank() != 4) return cost;
-  const Arg& groups_arg = node.args[kConvGroups.pos];
+  const Arg& groups_arg = node.args[conv2d_arg::kGroups.pos];
   const int64_t groups = groups_arg.kind == Arg::Kind::kInt ? groups_arg.i : 1;
   const double flops = 2.0 * static_cast<double>(out.NumElements()) * w.shape[1] * w.shape[2] *
                        w.shape[3];

@@ -3,19 +3,11 @@
 #include <array>
 
 #include "runtime/ir/arg_builders.h"
+#include "runtime/ops/fused_op_args.h"
 #include "runtime/ops/registry.h"
 #include "runtime/passes/pass_context.h"
 
 namespace kiln::runtime::channels_last {
-namespace {
-
-// Arguments of kiln.conv2d (ops.def) that WantsLayout reads.
-constexpr ArgSlot kConvInput = KILN_ARG("kiln.conv2d", "input");
-constexpr ArgSlot kConvResidual = KILN_ARG("kiln.conv2d", "residual");
-constexpr ArgSlot kConvPostOps = KILN_ARG("kiln.conv2d", "post_ops");
-
-}  // namespace
-
 std::vector<int64_t> Padded4(const std::vector<int64_t>& shape) {
   std::vector<int64_t> s(4 - shape.size(), 1);
   s.insert(s.end(), shape.begin(), shape.end());
@@ -64,9 +56,9 @@ std::vector<std::vector<bool>> WantsLayout(const Graph& g, Layout layout,
     auto mark = [&](const Arg& a) {
       if (a.kind == Arg::Kind::kTensor) wants[a.tensor.node][a.tensor.output] = true;
     };
-    if (node.target == "kiln.conv2d" && node.args.size() > kConvPostOps.pos) {
-      mark(node.args[kConvInput.pos]);
-      mark(node.args[kConvResidual.pos]);
+    if (node.target == "kiln.conv2d" && node.args.size() > conv2d_arg::kPostOps.pos) {
+      mark(node.args[conv2d_arg::kInput.pos]);
+      mark(node.args[conv2d_arg::kResidual.pos]);
     } else if (layout == Layout::kNhwc && node.target == "aten.permute.default" &&
                IsToNhwc(node)) {
       // permute(x, [0, 2, 3, 1]) of a channels-last x is free.
