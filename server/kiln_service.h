@@ -34,6 +34,7 @@
 #include "server/peer_listener.h"
 #include "server/session.h"
 #include "server/session_hold.h"
+#include "server/test_call_gate.h"
 
 namespace kiln::server {
 
@@ -55,6 +56,9 @@ class KilnService final : public kiln::v1::Kiln::CallbackService {
   // null `peers` for every call without it. Set before serving.
   void SetAccess(const PeerListener* peers, std::string tcp_token);
   void SetClientLimits(const ClientLimits& limits) { limits_ = limits; }
+  // For tests (kilnd --test-call-gate): every run waits at `gate` first.
+  // Set before serving.
+  void SetTestCallGate(std::unique_ptr<TestCallGate> gate) { call_gate_ = std::move(gate); }
   void SetDaemonLimits(const DaemonLimits& limits) {
     daemon_limits_ = limits;
     sessions_.SetLimits(limits);
@@ -158,8 +162,9 @@ class KilnService final : public kiln::v1::Kiln::CallbackService {
                                         absl::Span<const TensorSlot> inputs,
                                         absl::Span<const TensorSlot> outputs);
   // Runs a prepared execution; its status, or the status of a region it
-  // used that broke meanwhile (client_memory_guard.h).
-  static absl::Status ExecuteRun(const PendingRun& run);
+  // used that broke meanwhile (client_memory_guard.h). Waits at the test
+  // gate first, if there is one.
+  absl::Status ExecuteRun(const PendingRun& run);
   // One call from a channel of `session`, start to finish.
   absl::Status RunChannelCall(const Session& session, const ChannelCall& call);
   // Counts one execute (gRPC or channel) that began at `start`.
@@ -193,6 +198,7 @@ class KilnService final : public kiln::v1::Kiln::CallbackService {
   // Orders opening a session against BeginIdleShutdown.
   absl::Mutex open_mu_;
   std::atomic<bool> shutting_down_{false};
+  std::unique_ptr<TestCallGate> call_gate_;  // null but in tests
   // Closes the sessions of exited clients every kWatchInterval.
   void WatchClients();
   // One look: exited clients, idle constants and arenas.
