@@ -12,7 +12,7 @@ import sys
 import torch
 import torch.nn as nn
 
-from conftest import REPO
+from testing.daemons import REPO
 from kiln import output_pool
 
 
