@@ -346,7 +346,7 @@ def test_autostarted_daemon_gets_idle_exit_min_from_the_options(tmp_path, monkey
         connection.get_connection(socket_path, True).close()
     # Gone once nobody uses it.
     try:
-        # (_alive reaps it: the daemon is this process's child.)
+        # (alive reaps it: the daemon is this process's child.)
         wait_for(lambda: not alive(pid), IDLE_S + 60, "idle exit")
     finally:
         kill_and_wait(pid, signal.SIGTERM)

@@ -12,7 +12,7 @@ import sys
 import torch
 import torch.nn as nn
 
-from testing.daemons import REPO
+from conftest import REPO
 from kiln import output_pool
 
 

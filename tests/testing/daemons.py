@@ -70,9 +70,13 @@ class Kilnd:
         self.shell_prefix = shell_prefix
         self.proc: subprocess.Popen | None = None
 
+    @property
+    def binary(self) -> str:
+        return find_kilnd()
+
     def command(self) -> list[str]:
         cache = ["--cache-dir", self.cache_dir] if self.with_cache_dir else []
-        return [find_kilnd(), "--socket", self.socket, *cache, *self.args, *self.extra_args]
+        return [self.binary, "--socket", self.socket, *cache, *self.args, *self.extra_args]
 
     def launch(self) -> None:
         """Starts the process without waiting for it to serve."""
