@@ -120,7 +120,10 @@ std::string HelpText() {
       "                     without the dashes (cache-max-mb = 4096, no-cache = true),\n",
       "                     '#' comments, values may be double-quoted. Command-line flags\n",
       "                     win over the file, the file over environment variables.\n",
-      "                     help, version and config are command-line only.\n",
+      "                     help, version, config and test-call-gate are command-line only.\n",
+      "  --test-call-gate FIFO  for tests only: every run waits until the test writes\n",
+      "                     a byte to the named pipe FIFO (server/test_call_gate.h).\n",
+      "                     Command line only.\n",
       "  --version          print the runtime version and exit.\n",
       "  --help             print this text and exit.\n\n",
       "Exit codes: 0 clean shutdown (SIGTERM/SIGINT, or idle), 2 bad flags or config\n",
@@ -173,7 +176,8 @@ using FlagSetter = absl::Status (*)(DaemonConfig& c, const std::string& flag,
 struct FlagSpec {
   std::string_view name;  // without the leading dashes: also the config-file key
   bool is_switch;         // takes no value on the command line
-  bool command_line_only; // help, version, config: meaningless in a file
+  bool command_line_only; // help, version, config: meaningless in a file;
+                          // test-call-gate: no file turns a test hook on
   FlagSetter set;
 };
 
@@ -253,6 +257,10 @@ constexpr FlagSpec kFlags[] = {
              absl::StrCat(f, " takes microseconds from 0 to 1000000, not '", v, "'"));
        }
        return absl::OkStatus();
+     }},
+    {"test-call-gate", false, true,
+     [](DaemonConfig& c, const std::string&, const std::string& v) {
+       return SetString(&c.test_call_gate, v);
      }},
     {"max-client-handles", false, false,
      [](DaemonConfig& c, const std::string& f, const std::string& v) {

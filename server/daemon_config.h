@@ -36,6 +36,9 @@ struct DaemonConfig {
   int64_t spin_us = 2000;  // runtime/exec/arenas.h, SetKeepWarm
   ClientLimits limits;         // per session
   DaemonLimits daemon_limits;  // all sessions together
+  // For tests: a named pipe every run waits at (test_call_gate.h); empty =
+  // no gate. Command line only.
+  std::string test_call_gate;
   bool help = false;
   bool version = false;
 };

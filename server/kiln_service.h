@@ -37,6 +37,7 @@
 #include "server/peer_listener.h"
 #include "server/session.h"
 #include "server/session_hold.h"
+#include "server/test_call_gate.h"
 
 namespace kiln::server {
 
@@ -58,6 +59,9 @@ class KilnService final : public kiln::v1::Kiln::CallbackService {
   // null `peers` for every call without it. Set before serving.
   void SetAccess(const PeerListener* peers, std::string tcp_token);
   void SetClientLimits(const ClientLimits& limits) { limits_ = limits; }
+  // For tests (kilnd --test-call-gate): every run waits at `gate` first.
+  // Set before serving.
+  void SetTestCallGate(std::unique_ptr<TestCallGate> gate) { call_gate_ = std::move(gate); }
   void SetDaemonLimits(const DaemonLimits& limits) {
     daemon_limits_ = limits;
     sessions_.SetLimits(limits);
@@ -154,6 +158,9 @@ class KilnService final : public kiln::v1::Kiln::CallbackService {
                             kiln::v1::CompileResponse* resp);
   absl::Status DoOpenChannel(const kiln::v1::OpenChannelRequest& req,
                              kiln::v1::OpenChannelResponse* resp);
+  // Runs a prepared execution (RunPrepared), waiting at the test gate
+  // first if there is one.
+  absl::Status RunGated(const PreparedRun& run);
   // One call from a channel of `session`, start to finish.
   absl::Status RunChannelCall(const Session& session, const ChannelCall& call);
   // Counts one execute (gRPC or channel) that began at `start`.
@@ -187,6 +194,7 @@ class KilnService final : public kiln::v1::Kiln::CallbackService {
   // Orders opening a session against BeginIdleShutdown.
   absl::Mutex open_mu_;
   std::atomic<bool> shutting_down_{false};
+  std::unique_ptr<TestCallGate> call_gate_;  // null but in tests
   // One look: exited clients, idle constants and arenas.
   void WatchOnce();
   // Calls WatchOnce every second; made once every member it uses is.

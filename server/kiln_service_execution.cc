@@ -23,6 +23,11 @@ void KilnService::CountExecute(std::chrono::steady_clock::time_point start, bool
   if (!ok) execute_errors_++;
 }
 
+absl::Status KilnService::RunGated(const PreparedRun& run) {
+  if (call_gate_ != nullptr) call_gate_->Pass();
+  return RunPrepared(run);
+}
+
 absl::Status KilnService::RunChannelCall(const Session& session, const ChannelCall& call) {
   IdleTracker::Call in_flight = idle_.Begin();
   const auto start = std::chrono::steady_clock::now();
@@ -30,7 +35,7 @@ absl::Status KilnService::RunChannelCall(const Session& session, const ChannelCa
     KILN_ASSIGN_OR_RETURN(PreparedRun run,
                           PrepareRun(session, call.handle, call.inputs, call.outputs));
     ExecutionSlots::Slot slot(&channel_slots_);
-    return RunPrepared(run);
+    return RunGated(run);
   });
   channel_calls_++;
   CountExecute(start, s.ok());
@@ -102,7 +107,7 @@ grpc::ServerUnaryReactor* KilnService::Execute(grpc::CallbackServerContext* ctx,
   const bool short_run = runtime::RunsShort(*run->graph);
   auto execute = [this, reactor, resp, start, in_flight = std::move(in_flight),
                   run = *std::move(run)]() mutable {
-    absl::Status s = RunPrepared(run);
+    absl::Status s = RunGated(run);
     resp->set_run_us(
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - run.start)
             .count());

@@ -154,6 +154,11 @@ int Run(int argc, char** argv) {
   service.SetAccess(listener.get(), tcp_token);
   service.SetClientLimits(config->limits);
   service.SetDaemonLimits(config->daemon_limits);
+  if (!config->test_call_gate.empty()) {
+    spdlog::warn("--test-call-gate {}: every run waits for the test's go-ahead",
+                 config->test_call_gate);
+    service.SetTestCallGate(std::make_unique<TestCallGate>(config->test_call_gate));
+  }
   // Before the gRPC server: a port that is taken fails the start cleanly.
   std::unique_ptr<MetricsHttpServer> metrics;
   if (config->metrics_port != 0) {

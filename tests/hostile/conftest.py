@@ -15,10 +15,8 @@ import os
 import resource
 import secrets
 import shutil
-import signal
-import subprocess
+import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Sequence
 
@@ -30,77 +28,18 @@ from kiln import daemon, shm
 from kiln.v1 import kiln_pb2, kiln_pb2_grpc
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests"))  # the shared helpers: tests/testing/
+
+from testing.daemons import Kilnd  # noqa: E402
 
 
-def find_kilnd() -> str:
-    for candidate in (os.environ.get("KILN_DAEMON"), str(REPO / "build" / "server" / "kilnd"),
-                      shutil.which("kilnd")):
-        if candidate and os.access(candidate, os.X_OK):
-            return candidate
-    pytest.fail("kilnd not found: build it (deploy/setup.sh) or set KILN_DAEMON")
-
-
-class Daemon:
-    """One kilnd on a socket and cache directory of its own."""
-
-    def __init__(self, workdir: str, extra_args: Sequence[str] = (),
-                 address_space: int | None = None):
-        self.workdir = workdir
-        self.socket = os.path.join(workdir, "kilnd.sock")
-        self.cache_dir = os.path.join(workdir, "cache")
-        self.log_file = os.path.join(workdir, "kilnd.log")
-        self.extra_args = list(extra_args)
-        self.address_space = address_space
-        self.proc: subprocess.Popen | None = None
-
-    def _limit(self) -> None:
-        """In the child: caps its address space (RLIMIT_AS), so a daemon
-        that allocates without bound fails fast instead of taking the
-        machine's memory."""
-        if self.address_space is not None:
-            resource.setrlimit(resource.RLIMIT_AS, (self.address_space, self.address_space))
-
-    def start(self) -> None:
-        with open(self.log_file, "ab") as log:
-            self.proc = subprocess.Popen(
-                [find_kilnd(), "--socket", self.socket, "--cache-dir", self.cache_dir,
-                 *self.extra_args],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-                preexec_fn=self._limit if self.address_space is not None else None)
-        deadline = time.monotonic() + 60
-        while not daemon.probe(self.socket, 1.0):
-            if self.proc.poll() is not None:
-                pytest.fail(f"kilnd exited with {self.proc.returncode}:\n{self.log()}")
-            if time.monotonic() > deadline:
-                pytest.fail(f"kilnd not ready after 60 s:\n{self.log()}")
-            time.sleep(0.05)
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def exit_description(self) -> str:
-        code = self.proc.returncode if self.proc is not None else None
-        if code is None:
-            return "running"
-        if code < 0:
-            return f"killed by {signal.Signals(-code).name}"
-        return f"exited with {code}"
-
-    def stop(self) -> None:
-        if self.alive():
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=20)
-
-    def log(self, lines: int = 40) -> str:
-        try:
-            return "".join(Path(self.log_file).read_text(errors="replace")
-                           .splitlines(keepends=True)[-lines:])
-        except OSError:
-            return ""
+def address_space_limit(limit: int):
+    """A preexec_fn capping the child's address space (RLIMIT_AS), so a
+    daemon that allocates without bound fails fast instead of taking the
+    machine's memory."""
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    return apply
 
 
 def f32(shape: Sequence[int]) -> kiln_pb2.TensorMeta:
@@ -298,7 +237,8 @@ def kilnd(request):
     and the test's bystander (if it used one) must still be served."""
     workdir = tempfile.mkdtemp(prefix="kh-", dir="/tmp")
     limit = request.node.get_closest_marker("kilnd_address_space")
-    d = Daemon(workdir, daemon_args(request), address_space=limit.args[0] if limit else None)
+    d = Kilnd(workdir, daemon_args(request),
+              preexec_fn=address_space_limit(limit.args[0]) if limit else None)
     d.start()
     try:
         yield d

@@ -22,7 +22,7 @@ import grpc
 import pytest
 import torch
 
-from conftest import REPO, find_kilnd
+from testing.daemons import find_kilnd
 from kiln import connection, daemon
 from kiln.v1 import kiln_pb2
 

@@ -18,7 +18,6 @@ import json
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,7 +27,9 @@ import grpc
 import pytest
 import torch
 
-from conftest import REPO, Bystander, Daemon, RawClient, find_kilnd, sha256_hex
+from conftest import REPO, Bystander, RawClient, sha256_hex
+from testing.daemons import Kilnd, find_kilnd
+from testing.processes import can_unshare_pid, free_port
 from kiln import daemon
 from kiln.v1 import kiln_pb2, kiln_pb2_grpc
 
@@ -78,13 +79,6 @@ def test_a_claimed_pid_is_checked_whatever_namespace_is_claimed(kilnd, bystander
         assert response.session_id and not response.hold_required
 
 
-def _can_unshare_pid() -> bool:
-    if shutil.which("unshare") is None:
-        return False
-    return subprocess.run(["unshare", "--pid", "--fork", "true"], capture_output=True,
-                          timeout=30).returncode == 0
-
-
 # Runs as pid 1 of a pid namespace of its own, nested in the daemon's, with
 # the daemon's /dev/shm: a container's client beside a daemon on the host.
 _NESTED_CLIENT = r"""
@@ -124,7 +118,7 @@ print(json.dumps(result), flush=True)
 """
 
 
-@pytest.mark.skipif(not _can_unshare_pid(), reason="needs unshare --pid (root or user namespaces)")
+@pytest.mark.skipif(not can_unshare_pid(), reason="needs unshare --pid (root or user namespaces)")
 def test_a_client_in_a_nested_pid_namespace_is_held_to_its_pid_there(kilnd, bystander):
     daemon_namespace = os.stat(f"/proc/{kilnd.proc.pid}/ns/pid").st_ino
     run = subprocess.run(
@@ -173,12 +167,6 @@ def test_tcp_takes_only_host_and_port(tmp_path, address):
     assert "--tcp takes HOST:PORT" in text, text
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class TcpDaemon:
     """A kilnd for this test with --tcp and a token, and a bystander on its
     unix socket."""
@@ -188,9 +176,9 @@ class TcpDaemon:
         token_file = Path(self.workdir) / "token"
         token_file.write_text(TOKEN)
         token_file.chmod(0o600)
-        self.port = _free_port()
-        self.daemon = Daemon(self.workdir, ["--tcp", f"127.0.0.1:{self.port}",
-                                            "--token-file", str(token_file)])
+        self.port = free_port()
+        self.daemon = Kilnd(self.workdir, ["--tcp", f"127.0.0.1:{self.port}",
+                                           "--token-file", str(token_file)])
         self.channel: grpc.Channel | None = None
 
     def tcp_stub(self) -> kiln_pb2_grpc.KilnStub:

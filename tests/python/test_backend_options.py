@@ -10,13 +10,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from conftest import kill_and_wait
+from testing.models import mlp
+from testing.processes import kill_and_wait
 from kiln import backend, connection
-
-
-def _mlp():
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)).eval()
 
 
 def _run(model, options, x):
@@ -28,7 +24,7 @@ def _run(model, options, x):
 @pytest.mark.parametrize("disabled", [[torch.ops.aten.relu], ["aten.relu.default"],
                                       "aten.relu"])
 def test_disabled_ops_stay_in_eager(daemon_up, disabled):
-    model, x = _mlp(), torch.randn(3, 16)
+    model, x = mlp(), torch.randn(3, 16)
     got = _run(model, {"disabled_ops": disabled}, x)
     torch.testing.assert_close(got, model(x), rtol=1e-5, atol=1e-5)
     stats = backend.stats()
@@ -36,7 +32,7 @@ def test_disabled_ops_stay_in_eager(daemon_up, disabled):
 
 
 def test_min_partition_size_keeps_small_partitions_in_eager(daemon_up):
-    model, x = _mlp(), torch.randn(3, 16)
+    model, x = mlp(), torch.randn(3, 16)
     got = _run(model, {"disabled_ops": ["aten.relu"], "min_partition_size": 100}, x)
     torch.testing.assert_close(got, model(x), rtol=1e-5, atol=1e-5)
     stats = backend.stats()
@@ -76,7 +72,7 @@ def test_fallback_error_raises_naming_node_and_reason(daemon_up):
 
 
 def test_fallback_error_raises_for_graphs_needing_grad(daemon_up):
-    model = _mlp().train()
+    model = mlp().train()
     compiled = torch.compile(model, backend="kiln", options={"fallback": "error"})
     with pytest.raises(Exception, match="aot_autograd"):
         compiled(torch.randn(3, 16, requires_grad=True))
@@ -84,14 +80,14 @@ def test_fallback_error_raises_for_graphs_needing_grad(daemon_up):
 
 def test_unknown_device_lists_the_daemons(daemon_up):
     with pytest.raises(Exception) as info:
-        _run(_mlp(), {"device": "GPU"}, torch.randn(3, 16))
+        _run(mlp(), {"device": "GPU"}, torch.randn(3, 16))
     assert "GPU" in str(info.value) and "CPU" in str(info.value)
-    torch.testing.assert_close(_run(_mlp(), {"device": "cpu"}, torch.randn(3, 16)).shape,
+    torch.testing.assert_close(_run(mlp(), {"device": "cpu"}, torch.randn(3, 16)).shape,
                                torch.Size([3, 4]))
 
 
 def test_extra_decompositions_are_applied(daemon_up):
-    model, x = _mlp(), torch.randn(3, 16)
+    model, x = mlp(), torch.randn(3, 16)
     _run(model, {}, x)
     plain = backend.stats().nodes_in_daemon
     torch._dynamo.reset()
@@ -104,35 +100,31 @@ def test_extra_decompositions_are_applied(daemon_up):
         _run(model, {"decompositions": ["aten.mm.default"]}, x)
 
 
-class _Slow(nn.Module):
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(0)
-        self.w = nn.Parameter(torch.randn(1024, 1024) / 32)
-
-    def forward(self, x):
-        for _ in range(24):
-            x = torch.tanh(x @ self.w)
-        return x
-
-
-def test_timeout_bounds_a_call_and_the_next_call_works(daemon_up):
-    model, x = _Slow().eval(), torch.randn(256, 1024)
-    compiled = torch.compile(model, backend="kiln", options={"timeout": 0.002})
+def test_timeout_bounds_a_call_and_the_next_call_works(gated_kilnd):
+    # The run waits at the daemon's test gate, so it cannot finish within
+    # any timeout; let go afterwards, it must not spoil the next call.
+    d, gate = gated_kilnd
+    model, x = mlp(), torch.randn(3, 16)
+    options = {"socket": d.socket, "autostart": False}
     with torch.no_grad():
-        with pytest.raises(Exception, match="DEADLINE_EXCEEDED|in time"):
-            for _ in range(3):  # the first call may compile; later ones run
-                compiled(x)
+        with gate.open():  # compiled, so the call below only runs
+            torch.compile(model, backend="kiln", options=options)(x)
         torch._dynamo.reset()
-        again = torch.compile(model, backend="kiln")
-        torch.testing.assert_close(again(x), model(x), rtol=1e-4, atol=1e-4)
+        compiled = torch.compile(model, backend="kiln", options={**options, "timeout": 0.5})
+        with pytest.raises(Exception, match="DEADLINE_EXCEEDED|in time"):
+            compiled(x)
+        gate.release()
+        torch._dynamo.reset()
+        again = torch.compile(model, backend="kiln", options=options)
+        with gate.open():
+            torch.testing.assert_close(again(x), model(x), rtol=1e-4, atol=1e-4)
 
 
 def test_cache_dir_is_given_to_a_daemon_the_client_starts(daemon_up):
     workdir = tempfile.mkdtemp(prefix="kc-", dir="/tmp")
     socket = os.path.join(workdir, "kilnd.sock")
     cache = os.path.join(workdir, "my-cache")
-    model, x = _mlp(), torch.randn(3, 16)
+    model, x = mlp(), torch.randn(3, 16)
     got = _run(model, {"socket": socket, "cache_dir": cache}, x)
     torch.testing.assert_close(got, model(x), rtol=1e-5, atol=1e-5)
     stats = connection.get_connection(socket).stats()
@@ -199,7 +191,7 @@ def test_aot_autograd_training_matches_eager(daemon_up, cls):
 
 
 def test_aot_autograd_inference_keeps_weights_as_constants(daemon_up):
-    model, x = _mlp(), torch.randn(3, 16)
+    model, x = mlp(), torch.randn(3, 16)
     conn = connection.get_connection(daemon_up.socket)
     got = _run(model, {"aot_autograd": True}, x)
     torch.testing.assert_close(got, model(x), rtol=1e-5, atol=1e-5)
@@ -215,7 +207,7 @@ def test_aot_autograd_graph_with_tensor_literal(daemon_up):
     # real tensor constant of the graph and must stay one (regression: the
     # partitioner's copy of the graph failed on it, breaking transformers'
     # generate, whose cache starts as torch.tensor([])).
-    model, x = _mlp(), torch.randn(3, 16)
+    model, x = mlp(), torch.randn(3, 16)
 
     def fn(x):
         return model(x) * torch.tensor([2.0, 3.0, 4.0, 5.0])

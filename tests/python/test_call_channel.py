@@ -5,7 +5,6 @@ never a hang or a half-finished result."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -13,29 +12,11 @@ import time
 
 import pytest
 import torch
-import torch.nn as nn
 
-from conftest import REPO, kill_and_wait, stop_process
+from testing.daemons import REPO
+from testing.models import mlp
+from testing.processes import kill_and_wait, wait_for
 from kiln import backend, connection
-
-
-def _mlp():
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)).eval()
-
-
-class _Slow(nn.Module):
-    """Real work in the daemon (24 matmuls of 256x1024 by 1024x1024) for a call to be killed in."""
-
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(0)
-        self.w = nn.Parameter(torch.randn(1024, 1024) / 32)
-
-    def forward(self, x):
-        for _ in range(24):
-            x = torch.tanh(x @ self.w)
-        return x
 
 
 def _channel_calls(kilnd) -> int:
@@ -43,7 +24,7 @@ def _channel_calls(kilnd) -> int:
 
 
 def test_calls_go_through_a_channel_and_match_eager(daemon_up):
-    model = _mlp()
+    model = mlp()
     compiled = torch.compile(model, backend="kiln")
     xs = [torch.randn(3, 16) for _ in range(5)]
     with torch.no_grad():
@@ -57,7 +38,7 @@ def test_calls_go_through_a_channel_and_match_eager(daemon_up):
 
 
 def test_calls_from_several_threads_get_their_own_results(daemon_up):
-    model = _mlp()
+    model = mlp()
     compiled = torch.compile(model, backend="kiln")
     errors: list[str] = []
 
@@ -104,16 +85,20 @@ def test_channels_off_executes_over_grpc(daemon_up):
     assert executes == 4 and channel_calls == 0, out.stdout
 
 
-def _kill_during_call(kilnd, compiled, x):
-    """Calls compiled(x) while the daemon is stopped, and SIGKILLs it 0.2 s in.
+def _kill_during_call(kilnd, gate, compiled, x):
+    """Calls compiled(x) and SIGKILLs the daemon while that call's run is
+    held at its test gate: the call cannot finish before the kill, however
+    the host schedules the two."""
+    pid = kilnd.proc.pid
 
-    The daemon is stopped (SIGSTOP) before the call, so the call cannot finish
-    before the kill however the host schedules the two; a stopped process
-    still dies of SIGKILL."""
-    pid = kilnd.pid()
-    assert pid is not None
-    stop_process(pid)
-    killer = threading.Timer(0.2, kill_and_wait, args=(pid,))
+    def kill_when_held():
+        try:
+            gate.wait_for_call()
+            kill_and_wait(pid)
+        finally:
+            gate.forget()
+
+    killer = threading.Thread(target=kill_when_held)
     killer.start()
     start = time.monotonic()
     try:
@@ -122,30 +107,35 @@ def _kill_during_call(kilnd, compiled, x):
         killer.join()
 
 
-def test_sigkill_mid_call_restarts_and_answers(daemon_up):
-    model = _Slow().eval()
-    compiled = torch.compile(model, backend="kiln")
-    x = torch.randn(256, 1024)
+def test_sigkill_mid_call_restarts_and_answers(gated_kilnd):
+    d, gate = gated_kilnd
+    model = mlp()
+    compiled = torch.compile(model, backend="kiln", options={"socket": d.socket})
+    x = torch.randn(3, 16)
     with torch.no_grad():
-        compiled(x)
+        with gate.open():
+            compiled(x)
         assert backend.stats().nodes_in_eager == 0, backend.stats()
-        got, elapsed, old_pid = _kill_during_call(daemon_up, compiled, x)
+        got, elapsed, old_pid = _kill_during_call(d, gate, compiled, x)
         expected = model(x)
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
-    assert daemon_up.pid() not in (None, old_pid)
+    assert d.pid() not in (None, old_pid)  # a daemon the client started, without the gate
     assert elapsed < 40, f"recovery took {elapsed:.1f} s"
 
 
-def test_sigkill_mid_call_without_autostart_raises_promptly(daemon_up):
-    model = _Slow().eval()
-    compiled = torch.compile(model, backend="kiln", options={"autostart": False})
-    x = torch.randn(256, 1024)
+def test_sigkill_mid_call_without_autostart_raises_promptly(gated_kilnd):
+    d, gate = gated_kilnd
+    model = mlp()
+    compiled = torch.compile(model, backend="kiln",
+                             options={"socket": d.socket, "autostart": False})
+    x = torch.randn(3, 16)
     with torch.no_grad():
-        compiled(x)
+        with gate.open():
+            compiled(x)
         with pytest.raises(Exception) as info:
-            _kill_during_call(daemon_up, compiled, x)
-    assert daemon_up.socket in str(info.value)
-    assert daemon_up.pid() is None
+            _kill_during_call(d, gate, compiled, x)
+    assert d.socket in str(info.value)
+    assert d.pid() is None
 
 
 def test_killed_client_session_and_channels_are_released(daemon_up):
@@ -173,16 +163,12 @@ def test_killed_client_session_and_channels_are_released(daemon_up):
         kill_and_wait(proc.pid)
         proc.communicate()
     # The session leaves the stats first; its shared memory is unlinked just
-    # after, so the loop waits for both.
+    # after, so the wait is for both.
     def left_in_shm() -> list:
         return [f for f in os.listdir("/dev/shm") if f.startswith(f"kiln-{proc.pid}-")]
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        after = conn.stats()
-        if after.sessions == before.sessions and not left_in_shm():
-            break
-        time.sleep(0.1)
+
+    wait_for(lambda: conn.stats().sessions == before.sessions and not left_in_shm(), 60,
+             "the dead client's session and shared memory to go")
+    after = conn.stats()
     assert (after.sessions, after.channels, after.live_handles) == \
         (before.sessions, before.channels, before.live_handles)
-    # Nothing of the dead client is left in /dev/shm.
-    assert not left_in_shm()

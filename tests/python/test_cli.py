@@ -2,13 +2,12 @@
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import time
 
 import torch
 
 from kiln import cli
+from testing.daemons import Kilnd
+from testing.processes import stop_process
 
 
 def test_status_prints_daemon_stats(daemon_up, capsys):
@@ -39,26 +38,20 @@ def test_status_without_daemon_fails_naming_socket(tmp_path, capsys):
 
 def test_stop_ends_a_daemon_that_does_not_answer(tmp_path, capsys):
     # A stopped kilnd holds its socket's lock but answers nothing: `kiln
-    # stop` finds it through the lock file rather than asking it.
-    from conftest import find_kilnd
-    from kiln import daemon
-    sock = str(tmp_path / "k.sock")
-    proc = subprocess.Popen([find_kilnd(), "--socket", sock, "--no-cache"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # stop` finds it through the lock file rather than asking it. Every
+    # thread is stopped before `kiln stop` asks, so none can answer.
+    d = Kilnd(tmp_path, ["--no-cache"], cache_dir=False)
+    d.start()
     try:
-        deadline = time.monotonic() + 30
-        while not daemon.probe(sock, 1.0):
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.05)
-        os.kill(proc.pid, signal.SIGSTOP)
-        assert cli.main(["--socket", sock, "stop"]) == 0
+        stop_process(d.proc.pid)
+        assert cli.main(["--socket", d.socket, "stop"]) == 0
         assert "does not answer" in capsys.readouterr().out
-        assert proc.wait(timeout=30) == 0  # SIGTERM's clean shutdown
-        assert not os.path.exists(sock) and not os.path.exists(sock + ".lock")
+        assert d.proc.wait(timeout=30) == 0  # SIGTERM's clean shutdown
+        assert not os.path.exists(d.socket) and not os.path.exists(d.socket + ".lock")
         # With nothing left, stop says so.
-        assert cli.main(["--socket", sock, "stop"]) == 0
+        assert cli.main(["--socket", d.socket, "stop"]) == 0
         assert "not running" in capsys.readouterr().out
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        if d.proc.poll() is None:
+            d.proc.kill()
+            d.proc.wait()

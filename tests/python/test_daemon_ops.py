@@ -20,12 +20,12 @@ import subprocess
 import time
 from pathlib import Path
 
-import grpc
 import pytest
 import torch
 import torch.nn as nn
 
-from conftest import _alive, find_kilnd, free_port, kill_and_wait, wait_for
+from testing.daemons import Kilnd, find_kilnd
+from testing.processes import alive, free_port, kill_and_wait, wait_for
 from kiln import connection, daemon
 from kiln.options import KilnOptions
 from kiln.v1 import kiln_pb2, kiln_pb2_grpc
@@ -35,43 +35,16 @@ IDLE_MIN = 0.05
 IDLE_S = IDLE_MIN * 60
 
 
-class Daemon:
-    """A kilnd of this test's own, on a socket in its tmp_path."""
-
-    def __init__(self, tmp_path, *args, env=None):
-        self.socket = str(tmp_path / "kilnd.sock")
-        self.log = tmp_path / "kilnd.log"
-        cmd = [find_kilnd(), "--socket", self.socket, *args]
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=log,
-                                         env=dict(os.environ, **(env or {})))
-        wait_for(lambda: self.proc.poll() is not None or daemon.probe(self.socket, 1.0),
-                  30, "kilnd ready")
-        assert self.proc.poll() is None, self.log_text()
-
-    def log_text(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def stub(self):
-        channel = grpc.insecure_channel(daemon.target_for(self.socket))
-        return channel, kiln_pb2_grpc.KilnStub(channel)
-
-    def stats(self) -> kiln_pb2.StatsResponse:
-        channel, stub = self.stub()
-        try:
-            return stub.GetStats(kiln_pb2.StatsRequest(), timeout=5)
-        finally:
-            channel.close()
-
-    def stop(self):
-        if self.proc.poll() is None:
-            kill_and_wait(self.proc.pid, signal.SIGTERM)
-        self.proc.wait(timeout=30)
+def _started(tmp_path, *args: str, env: dict[str, str] | None = None) -> Kilnd:
+    """A kilnd of this test's own on a socket in its tmp_path, serving."""
+    d = Kilnd(tmp_path, args, cache_dir=False, env=env)
+    d.start()
+    return d
 
 
 @pytest.fixture
 def daemons():
-    started: list[Daemon] = []
+    started: list[Kilnd] = []
     yield started
     for d in started:
         d.stop()
@@ -89,12 +62,12 @@ def test_config_file_is_read_and_flags_win_over_it(tmp_path, daemons):
         "cache-max-mb = 123   # MiB\n"
         "threads = 1\n"
         "log-level = debug\n")
-    d = Daemon(tmp_path, "--config", str(conf), "--cache-max-mb", "77")
+    d = _started(tmp_path, "--config", str(conf), "--cache-max-mb", "77")
     daemons.append(d)
     stats = d.stats()
     assert stats.cache_dir == str(cache)
     assert stats.cache_max_bytes == 77 << 20  # the flag, not the file's 123
-    log = d.log_text()
+    log = d.log()
     assert f"settings from {conf}" in log
     assert "(1 threads," in log
     assert " debug " in log  # log-level = debug took effect
@@ -103,14 +76,14 @@ def test_config_file_is_read_and_flags_win_over_it(tmp_path, daemons):
 def test_config_file_from_the_environment(tmp_path, daemons):
     conf = tmp_path / "env.conf"
     conf.write_text("no-cache = true\n")
-    d = Daemon(tmp_path, "--cache-dir", str(tmp_path / "c"),
+    d = _started(tmp_path, "--cache-dir", str(tmp_path / "c"),
                env={"KILN_CONFIG_FILE": str(conf)})
     daemons.append(d)
     # The file (named by KILN_CONFIG_FILE) turns the cache off, but a flag
     # wins over the file.
     assert d.stats().cache_dir == str(tmp_path / "c")
     d.stop()
-    d2 = Daemon(tmp_path, env={"KILN_CONFIG_FILE": str(conf), "KILN_CACHE_DIR": str(tmp_path)})
+    d2 = _started(tmp_path, env={"KILN_CONFIG_FILE": str(conf), "KILN_CACHE_DIR": str(tmp_path)})
     daemons.append(d2)
     assert d2.stats().cache_dir == ""  # the file over the environment
 
@@ -186,9 +159,9 @@ def _listening_addresses(port: int) -> list[str]:
 
 def test_metrics_endpoint_counts_a_real_torch_compile_run(tmp_path, daemons):
     port = free_port()
-    d = Daemon(tmp_path, "--no-cache", "--metrics-port", str(port))
+    d = _started(tmp_path, "--no-cache", "--metrics-port", str(port))
     daemons.append(d)
-    assert f"metrics on http://127.0.0.1:{port}/metrics" in d.log_text()
+    assert f"metrics on http://127.0.0.1:{port}/metrics" in d.log()
     # Bound to 127.0.0.1 and nothing else.
     assert _listening_addresses(port) == ["0100007F"]
 
@@ -252,7 +225,7 @@ def test_metrics_endpoint_counts_a_real_torch_compile_run(tmp_path, daemons):
 
 def test_metrics_endpoint_answers_only_get_metrics(tmp_path, daemons):
     port = free_port()
-    d = Daemon(tmp_path, "--no-cache", "--metrics-port", str(port))
+    d = _started(tmp_path, "--no-cache", "--metrics-port", str(port))
     daemons.append(d)
     assert _scrape(port, path="/")[0] == 404
     assert _scrape(port, path="/metrics/x")[0] == 404
@@ -290,7 +263,7 @@ def test_taken_metrics_port_fails_the_start(tmp_path):
 
 # ------------------------------------------------------------------ idle --
 
-def _wait_exit(d: Daemon, timeout_s: float) -> float:
+def _wait_exit(d: Kilnd, timeout_s: float) -> float:
     """Waits for d to exit on its own; returns when (monotonic)."""
     wait_for(lambda: d.proc.poll() is not None, timeout_s, "kilnd to exit on its own")
     return time.monotonic()
@@ -298,21 +271,21 @@ def _wait_exit(d: Daemon, timeout_s: float) -> float:
 
 def test_idle_daemon_exits_cleanly_after_the_configured_time(tmp_path, daemons):
     started = time.monotonic()  # the idle clock starts after this, before "ready"
-    d = Daemon(tmp_path, "--no-cache", "--idle-exit-min", str(IDLE_MIN))
+    d = _started(tmp_path, "--no-cache", "--idle-exit-min", str(IDLE_MIN))
     daemons.append(d)
-    exited = _wait_exit(d, IDLE_S + 15)
+    exited = _wait_exit(d, IDLE_S + 60)
     assert d.proc.returncode == 0
     assert exited - started >= IDLE_S
     assert not os.path.exists(d.socket)
     assert not os.path.exists(d.socket + ".lock")
-    log = d.log_text()
+    log = d.log()
     assert len(re.findall(r"no client session or call for 3s \(--idle-exit-min 0.05\): "
                           r"shutting down", log)) == 1, log
     assert "kilnd stopped" in log
 
 
 def test_idle_exit_waits_while_a_session_is_open(tmp_path, daemons):
-    d = Daemon(tmp_path, "--no-cache", "--idle-exit-min", str(IDLE_MIN))
+    d = _started(tmp_path, "--no-cache", "--idle-exit-min", str(IDLE_MIN))
     daemons.append(d)
     channel, stub = d.stub()
     try:
@@ -320,7 +293,7 @@ def test_idle_exit_waits_while_a_session_is_open(tmp_path, daemons):
                                                                client_name="idle-test"),
                                    timeout=5).session_id
         time.sleep(IDLE_S + 2)
-        assert d.proc.poll() is None, d.log_text()  # a session is open: stays
+        assert d.proc.poll() is None, d.log()  # a session is open: stays
         # Scrapes and stats are not use: they do not keep it up, but
         # neither does their absence bring it down while the session is open.
         assert d.stats().sessions == 1
@@ -328,17 +301,17 @@ def test_idle_exit_waits_while_a_session_is_open(tmp_path, daemons):
         stub.CloseSession(kiln_pb2.CloseSessionRequest(session_id=session), timeout=5)
     finally:
         channel.close()
-    exited = _wait_exit(d, IDLE_S + 15)
+    exited = _wait_exit(d, IDLE_S + 60)
     assert d.proc.returncode == 0
     assert exited - closing >= IDLE_S  # counted from the session's close
 
 
 def test_without_the_flag_the_daemon_stays(tmp_path, daemons):
-    d = Daemon(tmp_path, "--no-cache")
+    d = _started(tmp_path, "--no-cache")
     daemons.append(d)
     time.sleep(2)
     assert d.proc.poll() is None
-    assert "exits after" not in d.log_text()
+    assert "exits after" not in d.log()
 
 
 def _cmdline(pid: int) -> list[str]:
@@ -373,8 +346,8 @@ def test_autostarted_daemon_gets_idle_exit_min_from_the_options(tmp_path, monkey
         connection.get_connection(socket_path, True).close()
     # Gone once nobody uses it.
     try:
-        # (_alive reaps it: the daemon is this process's child.)
-        wait_for(lambda: not _alive(pid), IDLE_S + 15, "idle exit")
+        # (alive reaps it: the daemon is this process's child.)
+        wait_for(lambda: not alive(pid), IDLE_S + 60, "idle exit")
     finally:
         kill_and_wait(pid, signal.SIGTERM)
     assert "shutting down" in open(daemon.log_path_for(socket_path)).read()
@@ -483,7 +456,7 @@ def test_json_logs_parse_line_by_line(tmp_path, daemons, how):
         args += ["--log-format", "json"]
     else:
         env["KILN_LOG_FORMAT"] = "json"
-    d = Daemon(tmp_path, *args, env=env)
+    d = _started(tmp_path, *args, env=env)
     daemons.append(d)
     # A client name that needs escaping ends up in a log message.
     nasty = 'say "hi"\\ \n\ttab \x01 ünï'

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from conftest import kill_and_wait
+from testing.processes import kill_and_wait
 from kiln import backend
 
 
@@ -61,7 +61,7 @@ def test_concurrent_autostart_ends_with_one_daemon(kilnd, tmp_path):
     import sys
     import tempfile
 
-    from conftest import kill_and_wait
+    from testing.processes import kill_and_wait
 
     workdir = tempfile.mkdtemp(prefix="ka-", dir="/tmp")
     socket = os.path.join(workdir, "kilnd.sock")

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import find_kilnd
+from testing.daemons import find_kilnd
 from kiln.options import CONFIG_KEYS, OPTIONS, OpList, RuntimeConfig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -278,10 +278,7 @@ SEPARATORS = {"|", "||", "&&", ";", "&", ")", "("}
 
 @functools.cache
 def kilnd_help() -> str:
-    binary = find_kilnd()
-    if binary is None:
-        pytest.fail("kilnd not found: build it (deploy/setup.sh) or set KILN_DAEMON")
-    out = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=30)
+    out = subprocess.run([find_kilnd(), "--help"], capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
     return out.stdout
 

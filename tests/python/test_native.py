@@ -2,14 +2,12 @@
 from __future__ import annotations
 
 import os
-import signal
 import struct
 import threading
 
 import pytest
 import torch
 
-from conftest import stop_process
 from kiln import native
 
 check = native.weights_unchanged
@@ -164,42 +162,36 @@ def test_inputs_it_cannot_copy_take_the_general_path(daemon_up, counted_channel_
     assert "not taken" in counted_channel_calls[1:]
 
 
-def test_a_call_handed_back_is_finished_in_python(daemon_up, counted_channel_calls, monkeypatch):
+def test_a_call_handed_back_is_finished_in_python(gated_kilnd, counted_channel_calls,
+                                                  monkeypatch):
     # With no time to wait in C, a call the daemon has not answered yet is
     # handed back; channel.py waits for the reply and the outputs are
-    # copied in Python. The daemon is stopped around each call and resumed
-    # once C has looked at the block, so that no reply can come before it.
+    # copied in Python. The daemon holds each run at its test gate until C
+    # has returned, so no reply can come before C looks for it.
     from kiln import channel as channel_mod
     monkeypatch.setattr(channel_mod, "LIVENESS_CHECK_S", 0.0)
+    d, gate = gated_kilnd
     model = _conv_model()
-    compiled = torch.compile(model, backend="kiln")
-    pid = daemon_up.pid()
-    assert pid is not None
+    compiled = torch.compile(model, backend="kiln",
+                             options={"socket": d.socket, "autostart": False})
     counted = native.channel_call
 
-    def resumed_after(*args):
-        try:
-            return counted(*args)
-        finally:
-            os.kill(pid, signal.SIGCONT)
+    def released_after(*args):
+        got = counted(*args)
+        if got is not None:
+            gate.release()  # C has looked and returned: the run may go on
+        else:  # nothing posted: the general path posts it, and must not hang
+            threading.Thread(target=gate.release, daemon=True).start()
+        return got
 
-    monkeypatch.setattr(native, "channel_call", resumed_after)
     with torch.no_grad():
-        compiled(torch.randn(2, 3, 16, 16))  # compiled with the daemon running
+        with gate.open():
+            compiled(torch.randn(2, 3, 16, 16))  # compiled, and the channel opened
+        monkeypatch.setattr(native, "channel_call", released_after)
         del counted_channel_calls[:]
         for _ in range(3):
             x = torch.randn(2, 3, 16, 16)
-            stop_process(pid)
-            # Should a call not reach channel_call, it is not left hanging
-            # on a stopped daemon: the count below then fails the test.
-            resume = threading.Timer(5.0, os.kill, (pid, signal.SIGCONT))
-            resume.start()
-            try:
-                got = compiled(x)
-            finally:
-                resume.cancel()
-                os.kill(pid, signal.SIGCONT)
-            torch.testing.assert_close(got, model(x), rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
     assert counted_channel_calls == ["handed back"] * 3
 
 

@@ -15,26 +15,16 @@ import os
 import shutil
 import tempfile
 
-import grpc
 import pytest
 
 from cache_clients import CnnSpec, run_client
-from conftest import Kilnd, find_kilnd
-from kiln import cli, daemon
-from kiln.v1 import kiln_pb2, kiln_pb2_grpc
+from testing.daemons import Kilnd, stats
+from kiln import cli
 
 SPEC = CnnSpec(seed=8100, width=24, layers=3, size=12, batch_norm=True)
 # conv weights and biases, batch-norm parameters and statistics, linear
 WEIGHT_BYTES = 4 * (3 * 24 * 9 + 2 * 24 * 24 * 9 + 3 * 24 + 3 * 4 * 24
                     + 24 * 12 * 12 * 10 + 10)
-
-
-def _stats(socket: str) -> kiln_pb2.StatsResponse:
-    channel = grpc.insecure_channel(daemon.target_for(socket))
-    try:
-        return kiln_pb2_grpc.KilnStub(channel).GetStats(kiln_pb2.StatsRequest(), timeout=10)
-    finally:
-        channel.close()
 
 
 def _compile_in_child(socket: str, spec: CnnSpec, env: dict[str, str] | None = None) -> dict:
@@ -69,11 +59,8 @@ def _constant_files(cache_dir: str) -> list[str]:
 
 @pytest.fixture
 def private_kilnd():
-    binary = find_kilnd()
-    if binary is None:
-        pytest.fail("kilnd not found: build it or set KILN_DAEMON")
     workdir = tempfile.mkdtemp(prefix="kp-", dir="/tmp")
-    d = Kilnd(binary, workdir)
+    d = Kilnd(workdir)
     try:
         yield d
     finally:
@@ -85,17 +72,17 @@ def test_restart_uploads_and_derives_nothing_saved_before(private_kilnd):
     d = private_kilnd
     d.start()
     _compile_in_child(d.socket, SPEC)
-    cold = _stats(d.socket)
+    cold = stats(d.socket)
     assert cold.graphs_compiled >= 1 and cold.constant_bytes_uploaded >= WEIGHT_BYTES
     d.stop()  # SIGTERM: the daemon finishes its queued writes before exiting
     # Uploaded weights, the batch-norm folds and the packed weights.
-    assert len(_constant_files(d.cache_dir)) >= 3 * SPEC.layers, d.log_tail()
+    assert len(_constant_files(d.cache_dir)) >= 3 * SPEC.layers, d.log(30)
 
     d.start()
     _compile_in_child(d.socket, SPEC)  # checks the answer against eager
-    warm = _stats(d.socket)
-    assert warm.graphs_compiled == 0 and warm.disk_cache_hits >= 1, d.log_tail()
-    assert warm.constant_bytes_uploaded == 0, d.log_tail()
+    warm = stats(d.socket)
+    assert warm.graphs_compiled == 0 and warm.disk_cache_hits >= 1, d.log(30)
+    assert warm.constant_bytes_uploaded == 0, d.log(30)
     # Every weight once as uploaded, the folded and packed conv weights again.
     assert warm.constant_bytes_from_cache >= WEIGHT_BYTES, warm
     assert "rejected" not in open(d.log_file, errors="replace").read()
@@ -117,8 +104,8 @@ def test_damaged_saved_weights_are_uploaded_again(private_kilnd):
 
     d.start()
     _compile_in_child(d.socket, SPEC)  # still the eager answer
-    s = _stats(d.socket)
-    assert s.constant_bytes_uploaded >= WEIGHT_BYTES, d.log_tail()
+    s = stats(d.socket)
+    assert s.constant_bytes_uploaded >= WEIGHT_BYTES, d.log(30)
     log = open(d.log_file, errors="replace").read()
     # A client's weight is checked against its hash, a derived one its MAC.
     assert "rejected (content does not match its hash)" in log

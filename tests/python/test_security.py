@@ -8,7 +8,6 @@ calls finish, refuses new ones and removes the socket and its lock.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -21,40 +20,21 @@ import pytest
 import torch
 import torch.nn as nn
 
-from conftest import find_kilnd, free_port, kill_and_wait, wait_for
+from testing.call_gate import CallGate
+from testing.daemons import Kilnd, find_kilnd
+from testing.processes import can_unshare_pid, free_port, kill_and_wait, wait_for
 from kiln import connection, daemon
 from kiln.v1 import kiln_pb2, kiln_pb2_grpc
 
 TOKEN = "kiln-test-token-0123456789"
 
 
-class PrivateDaemon:
-    def __init__(self, tmp_path, *args, shell_prefix: str | None = None, pass_fds=()):
-        self.dir = tmp_path
-        self.socket = str(tmp_path / "kilnd.sock")
-        self.log = tmp_path / "kilnd.log"
-        cmd = [find_kilnd(), "--socket", self.socket, "--no-cache", *args]
-        with open(self.log, "ab") as log:
-            if shell_prefix is not None:
-                # For socket activation: the shell makes fd 3 and sets
-                # LISTEN_PID to its own pid, which exec keeps for kilnd.
-                script = shell_prefix + " exec " + " ".join(f"'{c}'" for c in cmd)
-                self.proc = subprocess.Popen(["/bin/bash", "-c", script], stdout=log, stderr=log,
-                                             pass_fds=pass_fds)
-            else:
-                self.proc = subprocess.Popen(cmd, stdout=log, stderr=log)
-
-    def log_text(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def wait_ready(self, target_probe):
-        wait_for(lambda: self.proc.poll() is not None or target_probe(), 30, "kilnd ready")
-        assert self.proc.poll() is None, self.log_text()
-
-    def stop(self):
-        if self.proc.poll() is None:
-            kill_and_wait(self.proc.pid, signal.SIGTERM)
-        self.proc.wait(timeout=30)
+def private_daemon(tmp_path, *args: str, **options) -> Kilnd:
+    """A kilnd of this test's own without a cache, launched; each test
+    says when it is ready (testing.daemons.Kilnd: options)."""
+    d = Kilnd(tmp_path, ["--no-cache", *args], cache_dir=False, **options)
+    d.launch()
+    return d
 
 
 def _stats_over(channel, metadata=()):
@@ -84,7 +64,7 @@ def token_file(tmp_path):
 
 def test_tcp_calls_need_the_token(tmp_path, token_file, monkeypatch):
     port = free_port()
-    d = PrivateDaemon(tmp_path, "--tcp", f"127.0.0.1:{port}", "--token-file", token_file)
+    d = private_daemon(tmp_path, "--tcp", f"127.0.0.1:{port}", "--token-file", token_file)
     try:
         d.wait_ready(lambda: daemon.probe(d.socket, 1.0))
         channel = grpc.insecure_channel(f"127.0.0.1:{port}")
@@ -116,7 +96,7 @@ def test_killed_tcp_client_is_released_when_its_hold_call_ends(tmp_path, token_f
     # not watch it: the client keeps a Hold call open (with the token), and
     # its death ends it.
     port = free_port()
-    d = PrivateDaemon(tmp_path, "--tcp", f"127.0.0.1:{port}", "--token-file", token_file)
+    d = private_daemon(tmp_path, "--tcp", f"127.0.0.1:{port}", "--token-file", token_file)
     code = (
         "import time, torch, torch.nn as nn\n"
         "m = nn.Sequential(nn.Linear(8, 8), nn.ReLU()).eval()\n"
@@ -139,7 +119,7 @@ def test_killed_tcp_client_is_released_when_its_hold_call_ends(tmp_path, token_f
             kill_and_wait(client.pid)
             client.communicate()
         wait_for(lambda: _stats_over(channel).sessions == 0
-                 and "(not watched) ended with its connection" in d.log_text(),
+                 and "(not watched) ended with its connection" in d.log(),
                  15, "the killed TCP client's session to close when its Hold call ended")
     finally:
         channel.close()
@@ -168,11 +148,11 @@ def test_tcp_with_tls(tmp_path, token_file, monkeypatch):
                     "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
                     "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
     port = free_port()
-    d = PrivateDaemon(tmp_path, "--tcp", f"localhost:{port}", "--token-file", token_file,
+    d = private_daemon(tmp_path, "--tcp", f"localhost:{port}", "--token-file", token_file,
                       "--tls-cert", str(cert), "--tls-key", str(key))
     try:
         d.wait_ready(lambda: daemon.probe(d.socket, 1.0))
-        assert "TLS" in d.log_text()
+        assert "TLS" in d.log()
         # Plaintext is not spoken on the TLS port.
         plain = grpc.insecure_channel(f"localhost:{port}")
         with pytest.raises(grpc.RpcError):
@@ -188,7 +168,7 @@ def test_tcp_with_tls(tmp_path, token_file, monkeypatch):
 def _activation_socket(tmp_path):
     """A listening socket as systemd's socket unit makes it, and the shell
     prefix that passes it to kilnd the way systemd does (fd 3, LISTEN_FDS,
-    LISTEN_PID: PrivateDaemon's shell_prefix)."""
+    LISTEN_PID: Kilnd's shell_prefix)."""
     path = str(tmp_path / "activated.sock")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
@@ -200,15 +180,15 @@ def _activation_socket(tmp_path):
 
 def test_socket_passed_by_a_service_manager_is_served(tmp_path):
     path, listener, prefix = _activation_socket(tmp_path)
-    d = PrivateDaemon(tmp_path, shell_prefix=prefix, pass_fds=(listener.fileno(),))
+    d = private_daemon(tmp_path, shell_prefix=prefix, pass_fds=(listener.fileno(),))
     listener.close()  # the daemon holds it now
     try:
         d.wait_ready(lambda: daemon.probe(path, 1.0))
-        assert "passed by the service manager" in d.log_text()
+        assert "passed by the service manager" in d.log()
         _compiled_matches_eager(path)
     finally:
         d.stop()
-    assert d.proc.returncode == 0, d.log_text()
+    assert d.proc.returncode == 0, d.log()
     # The manager's socket is the manager's: left in place.
     assert os.path.exists(path)
 
@@ -240,14 +220,14 @@ def test_socket_activated_daemon_exits_when_idle_and_the_next_one_serves(tmp_pat
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                       env=env)
             assert client.stdout.readline().strip() == "imported", client.stderr.read()[-3000:]
-            d = PrivateDaemon(tmp_path, "--idle-exit-min", "0.05", shell_prefix=prefix,
+            d = private_daemon(tmp_path, "--idle-exit-min", "0.05", shell_prefix=prefix,
                               pass_fds=(listener.fileno(),))
             d.wait_ready(lambda: daemon.probe(path, 1.0))
             _, err = client.communicate("go\n", timeout=120)
             assert client.returncode == 0, err[-3000:]
             d.proc.wait(timeout=60)
-            assert d.proc.returncode == 0, d.log_text()
-            assert "--idle-exit-min" in d.log_text()
+            assert d.proc.returncode == 0, d.log()
+            assert "--idle-exit-min" in d.log()
             assert os.path.exists(path), f"round {round_}: the manager's socket was removed"
     finally:
         listener.close()
@@ -265,10 +245,10 @@ def test_objects_of_dead_clients_are_removed_at_start(tmp_path):
     with open(live, "wb") as f:
         f.write(b"\0" * 4096)
     os.utime(live, (time.time() - 3600, time.time() - 3600))
-    d = PrivateDaemon(tmp_path)
+    d = private_daemon(tmp_path)
     try:
         d.wait_ready(lambda: daemon.probe(d.socket, 1.0))
-        assert not os.path.exists(stale), d.log_text()
+        assert not os.path.exists(stale), d.log()
         assert os.path.exists(live)
     finally:
         d.stop()
@@ -278,59 +258,53 @@ def test_objects_of_dead_clients_are_removed_at_start(tmp_path):
 
 
 def test_sigterm_finishes_the_call_in_flight_then_refuses_and_cleans_up(tmp_path):
-    d = PrivateDaemon(tmp_path)
-    d.wait_ready(lambda: daemon.probe(d.socket, 1.0))
-    torch.manual_seed(0)
-    # Slow enough that SIGTERM lands while a call runs.
-    model = nn.Sequential(*[nn.Linear(2048, 2048) for _ in range(24)]).eval()
-    compiled = torch.compile(model, backend="kiln",
-                             options={"socket": d.socket, "autostart": False,
-                                      "fallback": "error"})
-    x = torch.randn(1024, 2048)
-    with torch.no_grad():
-        expected = model(x)
-        compiled(x)  # compiled and warm
+    # The call's run waits at the daemon's test gate: SIGTERM lands while it
+    # is in flight, and the run goes on only once the daemon is draining.
+    gate = CallGate(tmp_path)
+    d = private_daemon(tmp_path, *gate.args)
+    try:
+        d.wait_ready(lambda: daemon.probe(d.socket, 1.0))
+        torch.manual_seed(0)
+        model = nn.Sequential(*[nn.Linear(256, 256) for _ in range(4)]).eval()
+        compiled = torch.compile(model, backend="kiln",
+                                 options={"socket": d.socket, "autostart": False,
+                                          "fallback": "error"})
+        x = torch.randn(64, 256)
+        with torch.no_grad():
+            expected = model(x)
+            with gate.open():
+                compiled(x)  # compiled and warm
         result, errors = {}, []
-        calling = threading.Event()
 
         def call():
             try:
                 with torch.no_grad():  # grad mode is per thread (and guarded)
-                    calling.set()
                     result["y"] = compiled(x)
             except Exception as e:  # noqa: BLE001 - reported below
                 import traceback
                 errors.append("".join(traceback.format_exception(e))[-3000:])
 
-        t0 = time.monotonic()
-        compiled(x)
-        one_call_s = time.monotonic() - t0
         thread = threading.Thread(target=call)
         thread.start()
-        calling.wait()
-        # Well inside the call (a third of one), whatever the machine's load.
-        time.sleep(one_call_s / 3)
+        gate.wait_for_call()
         os.kill(d.proc.pid, signal.SIGTERM)
-        thread.join(timeout=60)
-    assert not thread.is_alive()
-    assert not errors, errors
-    torch.testing.assert_close(result["y"], expected, rtol=1e-4, atol=1e-4)
-    assert d.proc.wait(timeout=60) == 0, d.log_text()
-    assert not os.path.exists(d.socket)
-    assert not os.path.exists(d.socket + ".lock")
-    assert "draining" in d.log_text()
-    torch._dynamo.reset()
-    connection.get_connection(d.socket, autostart=False).close()
+        wait_for(lambda: "draining" in d.log(), 60, "kilnd to begin draining")
+        gate.release()
+        thread.join(timeout=120)
+        assert not thread.is_alive()
+        assert not errors, errors
+        torch.testing.assert_close(result["y"], expected, rtol=1e-4, atol=1e-4)
+        assert d.proc.wait(timeout=60) == 0, d.log()
+        assert not os.path.exists(d.socket)
+        assert not os.path.exists(d.socket + ".lock")
+    finally:
+        gate.close()
+        d.stop()
+        torch._dynamo.reset()
+        connection.get_connection(d.socket, autostart=False).close()
 
 
-def _can_unshare_pid() -> bool:
-    if shutil.which("unshare") is None:
-        return False
-    return subprocess.run(["unshare", "--pid", "--fork", "true"], capture_output=True,
-                          timeout=30).returncode == 0
-
-
-@pytest.mark.skipif(not _can_unshare_pid(), reason="needs unshare --pid (root or user namespaces)")
+@pytest.mark.skipif(not can_unshare_pid(), reason="needs unshare --pid (root or user namespaces)")
 def test_killed_client_the_daemon_cannot_watch_is_released_when_its_connection_closes(tmp_path):
     # kilnd in a pid namespace of its own, like a container: the kernel
     # reports this test's processes to it as pid 0, so it cannot watch them
@@ -371,7 +345,7 @@ def test_killed_client_the_daemon_cannot_watch_is_released_when_its_connection_c
             s = _stats_over(channel)
             return (s.sessions == 0 and s.live_handles == 0 and s.channels == 0
                     and "(not watched) ended with its connection" in log.read_text(errors="replace"))
-        wait_for(released, 15, "the killed client's session to close and its close to be logged")
+        wait_for(released, 60, "the killed client's session to close and its close to be logged")
         assert not [f for f in os.listdir("/dev/shm") if f.startswith(f"kiln-{client.pid}-")]
     finally:
         channel.close()

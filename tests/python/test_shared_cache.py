@@ -21,28 +21,19 @@ import tempfile
 import threading
 import time
 
-import grpc
 import pytest
 import torch
 
 from cache_clients import ATOL, RTOL, CnnSpec, build, run_client
-from conftest import Kilnd, find_kilnd, kill_and_wait
+from testing.daemons import Kilnd, find_kilnd, stats
+from testing.processes import kill_and_wait, wait_for
 from kiln import cache_files, cli, daemon
-from kiln.v1 import kiln_pb2, kiln_pb2_grpc
 
 DISABLED = "compiled-graph cache disabled"
 
 
-def _stats(socket: str) -> kiln_pb2.StatsResponse:
-    channel = grpc.insecure_channel(daemon.target_for(socket))
-    try:
-        return kiln_pb2_grpc.KilnStub(channel).GetStats(kiln_pb2.StatsRequest(), timeout=10)
-    finally:
-        channel.close()
-
-
 def _counts(socket: str) -> tuple[int, int, int]:
-    s = _stats(socket)
+    s = stats(socket)
     return s.graphs_compiled, s.memory_cache_hits, s.disk_cache_hits
 
 
@@ -74,13 +65,6 @@ def _run_clients(jobs: list[tuple], timeout_s: float = 150) -> list[dict]:
                 p.join()
 
 
-def _kilnd_binary() -> str:
-    binary = find_kilnd()
-    if binary is None:
-        pytest.fail("kilnd not found: build it or set KILN_DAEMON")
-    return binary
-
-
 def _compile_here(socket: str, spec: CnnSpec) -> None:
     """Compiles and checks one model in this process, on the daemon at `socket`."""
     model, x = build(spec)
@@ -109,13 +93,12 @@ def test_clients_compiling_one_model_at_once_compile_it_once(daemon_up):
     # The CNN is one Dynamo graph and one daemon partition, in every client.
     assert all(r == {"graphs": 1, "partitions": 1} for r in results), results
     compiled, memory_hits, disk_hits = (a - b for a, b in zip(after, before))
-    assert (compiled, memory_hits, disk_hits) == (1, n - 1, 0), daemon_up.log_tail()
+    assert (compiled, memory_hits, disk_hits) == (1, n - 1, 0), daemon_up.log(30)
 
 
 def test_two_daemons_share_one_directory_under_concurrent_compiles():
-    binary = _kilnd_binary()
     workdirs = [tempfile.mkdtemp(prefix="ks-", dir="/tmp") for _ in range(2)]
-    first, second = Kilnd(binary, workdirs[0]), Kilnd(binary, workdirs[1])
+    first, second = Kilnd(workdirs[0]), Kilnd(workdirs[1])
     second.cache_dir = first.cache_dir
     cache_dir = first.cache_dir
     specs = [CnnSpec(seed=7400 + i, width=4 + 2 * i, layers=2, size=8) for i in range(6)]
@@ -133,7 +116,7 @@ def test_two_daemons_share_one_directory_under_concurrent_compiles():
         assert graphs >= len(specs) and all(r["partitions"] == graphs for r in results), results
         for d in (first, second):
             # Two clients' requests each, all answered one way or another.
-            assert sum(_counts(d.socket)) == 2 * graphs, (_counts(d.socket), d.log_tail())
+            assert sum(_counts(d.socket)) == 2 * graphs, (_counts(d.socket), d.log(30))
 
         assert cli.main(["cache", "--cache-dir", cache_dir, "verify"]) == 0
         assert cache_files.temporaries(cache_dir) == []
@@ -147,9 +130,9 @@ def test_two_daemons_share_one_directory_under_concurrent_compiles():
         # and memory are empty: every graph comes from disk.
         for spec in specs:
             _compile_here(first.socket, spec)
-        assert _counts(first.socket) == (0, 0, graphs), first.log_tail()
+        assert _counts(first.socket) == (0, 0, graphs), first.log(30)
         for d in (first, second):
-            assert "rejected" not in open(d.log_file, errors="replace").read(), d.log_tail()
+            assert "rejected" not in open(d.log_file, errors="replace").read(), d.log(30)
     finally:
         first.stop()
         second.stop()
@@ -159,7 +142,7 @@ def test_two_daemons_share_one_directory_under_concurrent_compiles():
 
 def test_cache_dir_that_cannot_be_created_turns_caching_off_once():
     workdir = tempfile.mkdtemp(prefix="ks-", dir="/tmp")
-    d = Kilnd(_kilnd_binary(), workdir)
+    d = Kilnd(workdir)
     blocker = os.path.join(workdir, "file")
     with open(blocker, "w") as f:
         f.write("a file where the cache's parent directory should be\n")
@@ -194,7 +177,7 @@ def test_full_disk_turns_caching_off_without_killing_the_daemon():
     def limit_file_size() -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_SIZE_LIMIT, FILE_SIZE_LIMIT))
 
-    proc = subprocess.Popen([_kilnd_binary(), "--socket", socket, "--cache-dir", cache_dir],
+    proc = subprocess.Popen([find_kilnd(), "--socket", socket, "--cache-dir", cache_dir],
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, start_new_session=True,
                             preexec_fn=limit_file_size)
@@ -203,11 +186,8 @@ def test_full_disk_turns_caching_off_without_killing_the_daemon():
         line.decode(errors="replace") for line in proc.stderr), daemon=True)
     reader.start()
     try:
-        deadline = time.monotonic() + 30
-        while not daemon.probe(socket, 1.0):
-            assert proc.poll() is None, f"kilnd exited with {proc.returncode}:\n{''.join(lines)}"
-            assert time.monotonic() < deadline, "kilnd not ready after 30 s:\n" + "".join(lines)
-            time.sleep(0.05)
+        wait_for(lambda: proc.poll() is not None or daemon.probe(socket, 1.0), 60, "kilnd ready")
+        assert proc.poll() is None, f"kilnd exited with {proc.returncode}:\n{''.join(lines)}"
         for i in range(3):
             spec = CnnSpec(seed=7600 + i, width=8 + i, layers=3, size=8)
             try:
@@ -217,9 +197,7 @@ def test_full_disk_turns_caching_off_without_killing_the_daemon():
                     f"kilnd died ({proc.returncode}) compiling {spec}:\n{''.join(lines)}")
         assert _counts(socket) == (3, 0, 0)
         # The reader thread may still be a line behind the daemon.
-        deadline = time.monotonic() + 5
-        while DISABLED not in "".join(lines) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(lambda: DISABLED in "".join(lines), 60, f"'{DISABLED}' in the log")
         log = "".join(lines)
         assert log.count(DISABLED) == 1, log
         assert "File too large" in log, log

@@ -222,6 +222,8 @@ TEST_F(DaemonConfigTest, ConfigFileErrorsNameTheFileAndLine) {
            {"help = true\n", "1: 'help' can only be given on the command line"},
            {"version = true\n", "1: 'version' can only be given on the command line"},
            {"\nconfig = /etc/other.conf\n", "2: 'config' can only be given on the command line"},
+           {"test-call-gate = /tmp/gate\n",
+            "1: 'test-call-gate' can only be given on the command line"},
        }) {
     const std::string path = ConfigFile(c.text);
     auto parsed = Parse({"--config", path});
@@ -283,6 +285,15 @@ TEST_F(DaemonConfigTest, LogFormatFromFlagOrEnvironment) {
   auto bad_env = Parse({});
   ASSERT_FALSE(bad_env.ok());
   EXPECT_NE(bad_env.status().message().find("KILN_LOG_FORMAT"), std::string::npos);
+}
+
+TEST_F(DaemonConfigTest, TestCallGateIsOffUnlessTheCommandLineNamesOne) {
+  auto config = Parse({});
+  ASSERT_TRUE(config.ok());
+  EXPECT_EQ(config->test_call_gate, "");
+  auto set = Parse({"--test-call-gate", "/tmp/kt-gate"});
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->test_call_gate, "/tmp/kt-gate");
 }
 
 TEST_F(DaemonConfigTest, HelpTextDocumentsTheNewFlags) {
