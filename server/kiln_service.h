@@ -41,6 +41,8 @@
 
 namespace kiln::server {
 
+struct PreparedRun;  // prepared_run.h
+
 class KilnService final : public kiln::v1::Kiln::CallbackService {
  public:
   // `execution_threads` (0: runtime::ConfiguredThreads()) bounds how many
