@@ -18,6 +18,7 @@
 #include "runtime/ir/from_proto.h"
 #include "runtime/ops/registry.h"
 #include "runtime/util/sha256.h"
+#include "tests/testing/constant_table.h"
 #include "tests/testing/proto_graph.h"
 
 namespace kiln::runtime {
@@ -30,20 +31,8 @@ using kiln::testing::IntList;
 using kiln::testing::Ref;
 using kiln::testing::RefList;
 
-// Holds constant bytes by hash, as the daemon's constant store does.
-struct Constants {
-  std::map<std::string, std::vector<float>> data;
-  void Add(const std::vector<float>& v) { data[Sha256Hex(v.data(), v.size() * 4)] = v; }
-  ConstantResolver Resolver() {
-    return [this](const std::string& h) -> absl::StatusOr<ConstantData> {
-      auto it = data.find(h);
-      if (it == data.end()) return absl::NotFoundError(h);
-      auto bytes = std::shared_ptr<const uint8_t>(
-          reinterpret_cast<const uint8_t*>(it->second.data()), [](const uint8_t*) {});
-      return ConstantData{bytes, static_cast<int64_t>(it->second.size() * 4)};
-    };
-  }
-};
+// Constant bytes by hash, as the daemon's constant store holds them.
+using Constants = kiln::testing::ConstantTable;
 
 TEST(Compiler, RunsAddReluChainAgainstReference) {
   GraphBuilder b;
