@@ -30,6 +30,7 @@
 #include "runtime/microkernels/small_gemm.h"
 #include "runtime/kernels/strided_loop.h"
 #include "runtime/kernels/vector_math.h"
+#include "runtime/kernels/worker_scratch.h"
 #include "runtime/ops/prepare_fns.h"
 #include "runtime/util/status_macros.h"
 
@@ -55,17 +56,18 @@ constexpr int64_t kFewQueries = 4;
 
 class AttentionKernel final : public Kernel {
  public:
-  explicit AttentionKernel(AttentionSpec s) : s_(std::move(s)) {}
+  explicit AttentionKernel(AttentionSpec s)
+      : s_(std::move(s)),
+        scores_(AlignedTo64(KtBytes(s_)), static_cast<size_t>(s_.block * s_.s) * sizeof(float)) {}
 
-  // K^T of every key/value head (none for a few queries: see kFewQueries).
-  size_t ScratchBytes() const override {
-    if (s_.l <= kFewQueries) return 0;
-    return static_cast<size_t>(s_.b * s_.hkv * s_.e * s_.s) * sizeof(float);
-  }
+  // K^T of every key/value head (none for a few queries: see kFewQueries),
+  // then each worker's block of scores.
+  size_t ScratchBytes() const override { return scores_.End(); }
 
   absl::Status Run(const KernelContext& ctx) const override {
     const AttentionSpec& s = s_;
     if (s.b * s.hq * s.l == 0) return absl::OkStatus();
+    if (absl::Status arena = scores_.CheckArena(); !arena.ok()) return arena;
     const float* q = ctx.inputs[s.q_slot].as<const float>();
     const float* k = ctx.inputs[s.k_slot].as<const float>();
     const float* v = ctx.inputs[s.v_slot].as<const float>();
@@ -88,8 +90,7 @@ class AttentionKernel final : public Kernel {
     const int64_t blocks = (s.l + s.block - 1) / s.block;
     const int64_t group = s.hq / s.hkv;
     ParallelFor(s.b * s.hq * blocks, 1, [&](int64_t begin, int64_t end) {
-      thread_local std::vector<float> scores;
-      if (scores.size() < static_cast<size_t>(s.block * s.s)) scores.resize(s.block * s.s);
+      float* scores = scores_.Mine<float>(ctx.scratch);
       for (int64_t t = begin; t < end; ++t) {
         const int64_t blk = t % blocks;
         const int64_t bh = t / blocks;
@@ -99,7 +100,7 @@ class AttentionKernel final : public Kernel {
         const int64_t rows = std::min(s.l, i0 + s.block) - i0;
         const float* keys = transposed ? kt + kv_head * s.e * s.s : k + kv_head * s.s * s.e;
         RunBlock(bh, b, h, i0, rows, q, keys, transposed, v + kv_head * s.s * s.ev, mask, out,
-                 lse, scores.data());
+                 lse, scores);
       }
     });
     return absl::OkStatus();
@@ -176,7 +177,14 @@ class AttentionKernel final : public Kernel {
     }
   }
 
+  static size_t KtBytes(const AttentionSpec& s) {
+    if (s.l <= kFewQueries) return 0;
+    return static_cast<size_t>(s.b * s.hkv * s.e * s.s) * sizeof(float);
+  }
+  static size_t AlignedTo64(size_t n) { return (n + 63) / 64 * 64; }
+
   AttentionSpec s_;
+  WorkerScratch scores_;
 };
 
 }  // namespace

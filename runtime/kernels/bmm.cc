@@ -45,7 +45,7 @@ class BmmKernel final : public Kernel {
   size_t ScratchBytes() const override { return scratch_bytes_; }
 
   absl::Status Run(const KernelContext& ctx) const override {
-    try {
+    return RunDnnl("bmm", [&]() -> absl::Status {
       const dnnl::engine& engine = CpuEngine();
       char* scratch = static_cast<char*>(ctx.scratch);
       dnnl::stream stream(engine);
@@ -63,10 +63,8 @@ class BmmKernel final : public Kernel {
       }
       prim_.execute(stream, args);
       stream.wait();
-    } catch (const dnnl::error& e) {
-      return DnnlRunError(e, "bmm");
-    }
-    return absl::OkStatus();
+      return absl::OkStatus();
+    });
   }
 
  private:
@@ -119,7 +117,7 @@ absl::StatusOr<PreparedOp> PrepareBmm(const NodeArgs& args) {
     return op;
   }
   auto build = [&](dt compute) -> absl::Status {
-    try {
+    return BuildDnnl(args, "this bmm", [&]() -> absl::Status {
       const dnnl::engine& engine = CpuEngine();
       memory::desc a_md({batch, m, k}, dt::f32, tag::abc);
       memory::desc b_md({batch, k, n}, dt::f32, tag::abc);
@@ -130,11 +128,8 @@ absl::StatusOr<PreparedOp> PrepareBmm(const NodeArgs& args) {
       op.kernel = std::make_unique<BmmKernel>(
           std::move(pd), a_md, b_md, c_md, InputIndex(args, 0, "self"),
           InputIndex(args, 1, "mat2"));
-    } catch (const dnnl::error& e) {
-      return args.Unimplemented(
-          absl::StrCat("oneDNN cannot build this bmm: ", e.what()));
-    }
-    return absl::OkStatus();
+      return absl::OkStatus();
+    });
   };
   const dt compute = ComputeType(args.options());
   absl::Status built = build(compute);

@@ -73,7 +73,7 @@ class ConvDwKernel final : public Kernel {
   size_t ScratchBytes() const override { return c_.pd.scratchpad_desc().get_size(); }
 
   absl::Status Run(const KernelContext& ctx) const override {
-    try {
+    return RunDnnl("fused 1x1 + depthwise convolution", [&]() -> absl::Status {
       const dnnl::engine& engine = CpuEngine();
       dnnl::stream stream(engine);
       std::unordered_map<int, memory> args = {
@@ -88,10 +88,8 @@ class ConvDwKernel final : public Kernel {
       }
       c_.conv.execute(stream, args);
       stream.wait();
-    } catch (const dnnl::error& e) {
-      return DnnlRunError(e, "fused 1x1 + depthwise convolution");
-    }
-    return absl::OkStatus();
+      return absl::OkStatus();
+    });
   }
 
  private:
@@ -122,11 +120,8 @@ bool DepthwiseFusionPays(const DwFusionShape& shape, const std::vector<PostOp>& 
       if (op.kind != PostOp::Kind::kEltwise) return false;
     }
   }
-  try {
-    return IsRealFusion(FusedPd(shape, post_ops, dw_post_ops, options));
-  } catch (const dnnl::error&) {
-    return false;
-  }
+  return CatchDnnl([&] { return IsRealFusion(FusedPd(shape, post_ops, dw_post_ops, options)); },
+                   [](const dnnl::error&) { return false; });
 }
 
 absl::StatusOr<PreparedOp> PrepareConv2dDw(const NodeArgs& args) {
@@ -198,7 +193,7 @@ absl::StatusOr<PreparedOp> PrepareConv2dDw(const NodeArgs& args) {
   }
   ConvDwKernel::Config cfg;
   cfg.input_index = InputIndex(args, conv2d_dw_arg::kInput);
-  try {
+  KILN_RETURN_IF_ERROR(BuildDnnl(args, "this fused convolution", [&]() -> absl::Status {
     cfg.pd = FusedPd(s, post_ops, dw_post_ops, args.options());
     cfg.src_md = memory::desc({s.n, s.c, s.h, s.w}, dt::f32, DnnlTag(layout));
     cfg.dst_md = memory::desc({s.n, s.m, DwOut(s.h, dw_stride), DwOut(s.w, dw_stride)}, dt::f32,
@@ -215,10 +210,8 @@ absl::StatusOr<PreparedOp> PrepareConv2dDw(const NodeArgs& args) {
         cfg.pd.query_md(dnnl::query::exec_arg_md, kDwWeights));
     cfg.bias = BiasMemory(cfg.pd.bias_desc(), bias_data, s.m);
     cfg.dw_bias = BiasMemory(cfg.pd.query_md(dnnl::query::exec_arg_md, kDwBias), dw_bias_data, s.m);
-  } catch (const dnnl::error& e) {
-    return args.Unimplemented(
-        absl::StrCat("oneDNN cannot build this fused convolution: ", e.what()));
-  }
+    return absl::OkStatus();
+  }));
   // Everything constant was packed or copied.
   for (const void* data : {weight_data, dw_weight_data, bias_data, dw_bias_data}) {
     if (data != nullptr) op.consumed_constants.push_back(data);

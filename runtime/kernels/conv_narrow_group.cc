@@ -29,6 +29,7 @@
 #include "runtime/exec/parallel.h"
 #include "runtime/kernels/kernel_util.h"
 #include "runtime/kernels/post_op_loops.h"
+#include "runtime/kernels/worker_scratch.h"
 
 namespace kiln::runtime {
 namespace {
@@ -87,9 +88,14 @@ class NarrowGroupConvKernel final : public Kernel {
     int64_t x_lo = 0, x_hi = 0;
   };
 
-  explicit NarrowGroupConvKernel(Config c) : c_(std::move(c)) {}
+  // With a residual, each worker computes a row apart and adds the
+  // residual row to it (the output may be the residual's buffer).
+  explicit NarrowGroupConvKernel(Config c)
+      : c_(std::move(c)),
+        own_row_(0, c_.residual_index >= 0
+                        ? static_cast<size_t>(c_.s.ow * c_.s.oc) * sizeof(float) : 0) {}
 
-  size_t ScratchBytes() const override { return 0; }
+  size_t ScratchBytes() const override { return own_row_.End(); }
 
   absl::Status Run(const KernelContext& ctx) const override {
     const NarrowGroupConvShape& s = c_.s;
@@ -100,14 +106,12 @@ class NarrowGroupConvKernel final : public Kernel {
     const int64_t row_floats = s.ow * s.oc;
     const auto compute_row = s.c / s.groups == 8 ? &NarrowGroupConvKernel::ComputeRow<8>
                                                  : &NarrowGroupConvKernel::ComputeRow<4>;
+    if (absl::Status arena = own_row_.CheckArena(); !arena.ok()) return arena;
     ParallelFor(s.n * s.oh, 1, [&](int64_t begin, int64_t end) {
-      thread_local std::vector<float> own_row;
-      if (residual != nullptr && own_row.size() < static_cast<size_t>(row_floats)) {
-        own_row.resize(row_floats);
-      }
+      float* own_row = residual != nullptr ? own_row_.Mine<float>(ctx.scratch) : nullptr;
       for (int64_t r = begin; r < end; ++r) {
         float* dst = out + r * row_floats;
-        float* row = residual != nullptr ? own_row.data() : dst;
+        float* row = residual != nullptr ? own_row : dst;
         const float* image = in + r / s.oh * s.h * s.w * s.c;
         (this->*compute_row)(image, r % s.oh, bias, row);
         ApplyPostOpRuns(c_.post_ops, row,
@@ -173,6 +177,7 @@ class NarrowGroupConvKernel final : public Kernel {
   }
 
   Config c_;
+  WorkerScratch own_row_;
 };
 
 }  // namespace

@@ -38,6 +38,8 @@
 #include "runtime/kernels/kernel_util.h"
 #include "runtime/kernels/onednn_util.h"
 #include "runtime/kernels/post_op_loops.h"
+#include "runtime/kernels/worker_scratch.h"
+#include "runtime/util/status_macros.h"
 
 namespace kiln::runtime {
 namespace {
@@ -83,6 +85,7 @@ class WinogradConvKernel final : public Kernel {
     dnnl::reorder::primitive_desc to_plain_pd;
     size_t out_offset = 0, to_plain_pad_offset = 0;
     size_t v_offset = 0, m_offset = 0, pad_offset = 0, scratch_bytes = 0;
+    WorkerScratch block;
   };
 
   explicit WinogradConvKernel(Config c) : c_(std::move(c)) {}
@@ -99,7 +102,8 @@ class WinogradConvKernel final : public Kernel {
     float* out = c_.to_plain ? reinterpret_cast<float*>(scratch + c_.out_offset) : user_out;
     float* v = reinterpret_cast<float*>(scratch + c_.v_offset);
     float* m = reinterpret_cast<float*>(scratch + c_.m_offset);
-    try {
+    if (absl::Status arena = c_.block.CheckArena(); !arena.ok()) return arena;
+    return RunDnnl("winograd convolution", [&]() -> absl::Status {
       const dnnl::engine& engine = CpuEngine();
       dnnl::stream stream(engine);
       if (c_.to_nhwc) {
@@ -129,10 +133,9 @@ class WinogradConvKernel final : public Kernel {
         g.prim.execute(stream, args);
         stream.wait();
         ParallelFor(rows, 4, [&](int64_t b, int64_t e) {
-          thread_local std::vector<float> block;
-          if (block.size() < static_cast<size_t>(4 * s.oc)) block.resize(4 * s.oc);
+          float* block = c_.block.Mine<float>(ctx.scratch);
           for (int64_t r = b; r < e; ++r) {
-            OutputTile(m, t0 + r, r, rows, bias, residual, out, block.data());
+            OutputTile(m, t0 + r, r, rows, bias, residual, out, block);
           }
         });
       }
@@ -147,10 +150,8 @@ class WinogradConvKernel final : public Kernel {
         c_.to_plain->execute(stream, args);
         stream.wait();
       }
-    } catch (const dnnl::error& e) {
-      return DnnlRunError(e, "winograd convolution");
-    }
-    return absl::OkStatus();
+      return absl::OkStatus();
+    });
   }
 
  private:
@@ -317,7 +318,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakeWinogradConv(
   cfg.bias_index = bias_index;
   cfg.residual_index = residual_index;
   cfg.post_ops = SplitPostOpRuns(std::move(post_ops));
-  try {
+  KILN_RETURN_IF_ERROR(BuildDnnl(args, "the Winograd products", [&]() -> absl::Status {
     const dnnl::engine& engine = CpuEngine();
     // [OC, C] per position when the outputs are at least as wide as the
     // reduction: oneDNN's AVX2 gemm runs that form faster (see matmul.cc).
@@ -364,15 +365,15 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakeWinogradConv(
     cfg.m_offset = take(kPositions * cfg.chunk * s.oc * sizeof(float));
     cfg.pad_offset = take(std::max(cfg.full.pd.scratchpad_desc().get_size(),
                                    cfg.tail.pd.scratchpad_desc().get_size()));
-    cfg.scratch_bytes = scratch;
+    // Each worker's 4 x OC block of an output tile (OutputTile).
+    cfg.block = WorkerScratch(scratch, 4 * s.oc * sizeof(float));
+    cfg.scratch_bytes = cfg.block.End();
     const std::string key = args.ConstantKey(1, "weight");
     const std::vector<float> u = TransformWeights(weight, s.oc, s.c);
     cfg.weights = PackConstant(user_md, u.data(), key.empty() ? "" : key + "/winograd-f2x3",
                                packed_md);
-  } catch (const dnnl::error& e) {
-    return args.Unimplemented(
-        absl::StrCat("oneDNN cannot build the Winograd products: ", e.what()));
-  }
+    return absl::OkStatus();
+  }));
   if (bias != nullptr) cfg.bias.assign(bias, bias + s.oc);
   return std::unique_ptr<Kernel>(std::make_unique<WinogradConvKernel>(std::move(cfg)));
 }

@@ -133,7 +133,7 @@ class ConvolutionKernel final : public Kernel {
 
   absl::Status Run(const KernelContext& ctx) const override {
     if (c_.empty) return absl::OkStatus();
-    try {
+    return RunDnnl("convolution", [&]() -> absl::Status {
       const dnnl::engine& engine = CpuEngine();
       char* scratch = static_cast<char*>(ctx.scratch);
       dnnl::stream stream(engine);
@@ -194,10 +194,8 @@ class ConvolutionKernel final : public Kernel {
       c_.conv.execute(stream, exec_args);
       if (c_.dst_reorder) c_.dst_reorder->Run(stream, dst, user_dst, scratch);
       stream.wait();
-    } catch (const dnnl::error& e) {
-      return DnnlRunError(e, "convolution");
-    }
-    return absl::OkStatus();
+      return absl::OkStatus();
+    });
   }
 
  private:
@@ -397,7 +395,7 @@ static absl::StatusOr<PreparedOp> PrepareConv(const NodeArgs& args, bool fused) 
     return op;
   }
 
-  try {
+  KILN_RETURN_IF_ERROR(BuildDnnl(args, "this convolution", [&]() -> absl::Status {
     const dnnl::engine& engine = CpuEngine();
     cfg.src_md = memory::desc({n, c, h, w}, dt::f32, DnnlTag(layout_in));
     cfg.dst_md = memory::desc({n, oc, out_hw[0], out_hw[1]}, dt::f32, DnnlTag(layout_out));
@@ -501,10 +499,8 @@ static absl::StatusOr<PreparedOp> PrepareConv(const NodeArgs& args, bool fused) 
       op.consumed_constants.push_back(bias_data);
     }
     cfg.scratch_bytes = scratch;
-  } catch (const dnnl::error& e) {
-    return args.Unimplemented(
-        absl::StrCat("oneDNN cannot build this convolution: ", e.what()));
-  }
+    return absl::OkStatus();
+  }));
   op.kernel = std::make_unique<ConvolutionKernel>(std::move(cfg));
   return op;
 }

@@ -102,7 +102,7 @@ class MatmulKernel final : public Kernel {
       // K == 0: the product is all zeros.
       std::memset(out, 0, total * sizeof(float));
     } else {
-      try {
+      KILN_RETURN_IF_ERROR(RunDnnl("matmul", [&]() -> absl::Status {
         const dnnl::engine& engine = CpuEngine();
         char* scratch = static_cast<char*>(ctx.scratch);
         dnnl::stream stream(engine);
@@ -132,9 +132,8 @@ class MatmulKernel final : public Kernel {
         }
         c_.prim.execute(stream, args);
         stream.wait();
-      } catch (const dnnl::error& e) {
-        return DnnlRunError(e, "matmul");
-      }
+        return absl::OkStatus();
+      }));
     }
     if (c_.epilogue == Epilogue::kScaled) {
       const float alpha = s.alpha, beta = s.beta;
@@ -169,7 +168,7 @@ memory::dims Addend2d(const std::vector<int64_t>& shape) {
 // prepacked constants, computing on `compute` (f32 or bf16) operands.
 absl::Status BuildMatmulPrimitive(const NodeArgs& args, const MatmulSpec& s, dt compute,
                                   MatmulKernel::Config& c) {
-  try {
+  return BuildDnnl(args, "this matmul", [&]() -> absl::Status {
     const dnnl::engine& engine = CpuEngine();
     c.a_md = memory::desc({s.m, s.k}, dt::f32, tag::ab);
     c.dst_md = memory::desc({s.m, s.n}, dt::f32, tag::ab);
@@ -222,10 +221,8 @@ absl::Status BuildMatmulPrimitive(const NodeArgs& args, const MatmulSpec& s, dt 
       std::memcpy(b.get_data_handle(), s.addend_constant, c.addend_md.get_size());
       c.bias = b;
     }
-  } catch (const dnnl::error& e) {
-    return args.Unimplemented(absl::StrCat("oneDNN cannot build this matmul: ", e.what()));
-  }
-  return absl::OkStatus();
+    return absl::OkStatus();
+  });
 }
 
 absl::StatusOr<PreparedOp> BuildMatmul(const NodeArgs& args, MatmulSpec s,

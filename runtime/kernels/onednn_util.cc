@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "runtime/compile/constant_persistence.h"
+#include "runtime/ops/op_def.h"
 
 namespace kiln::runtime {
 namespace {
@@ -33,6 +34,10 @@ const dnnl::engine& CpuEngine() {
 absl::Status DnnlRunError(const dnnl::error& e, const std::string& what) {
   return absl::InternalError(
       absl::StrCat("oneDNN failed in ", what, ": ", e.what()));
+}
+
+absl::Status DnnlBuildError(const NodeArgs& args, const dnnl::error& e, const std::string& what) {
+  return args.Unimplemented(absl::StrCat("oneDNN cannot build ", what, ": ", e.what()));
 }
 
 dnnl::primitive_attr ReentrantAttr() {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -21,8 +22,40 @@ namespace kiln::runtime {
 // The single CPU engine every primitive and memory object uses.
 const dnnl::engine& CpuEngine();
 
-// An INTERNAL status for an exception thrown while running `what`.
+class NodeArgs;
+
+// The one place a oneDNN exception becomes a value: fn()'s result, or
+// on_error(e) when oneDNN throws. Exceptions stop here; everything above
+// the kernels sees status values.
+template <typename Fn, typename OnError>
+auto CatchDnnl(Fn&& fn, OnError&& on_error) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const dnnl::error& e) {
+    return on_error(e);
+  }
+}
+
+// INTERNAL "oneDNN failed in <what>: ..." (a primitive that was built
+// failed to run: an internal fault, not the user's input).
 absl::Status DnnlRunError(const dnnl::error& e, const std::string& what);
+// UNIMPLEMENTED "oneDNN cannot build <what>: ..." for the node of `args`
+// (the node falls back).
+absl::Status DnnlBuildError(const NodeArgs& args, const dnnl::error& e, const std::string& what);
+
+// A kernel's run (fn returns absl::Status) under CatchDnnl.
+template <typename Fn>
+absl::Status RunDnnl(const char* what, Fn&& fn) {
+  return CatchDnnl(std::forward<Fn>(fn),
+                   [what](const dnnl::error& e) { return DnnlRunError(e, what); });
+}
+
+// Building a node's primitives (fn returns absl::Status) under CatchDnnl.
+template <typename Fn>
+absl::Status BuildDnnl(const NodeArgs& args, const char* what, Fn&& fn) {
+  return CatchDnnl(std::forward<Fn>(fn),
+                   [&args, what](const dnnl::error& e) { return DnnlBuildError(args, e, what); });
+}
 
 inline dnnl::memory::dims ToDnnlDims(const std::vector<int64_t>& shape) {
   return dnnl::memory::dims(shape.begin(), shape.end());
