@@ -2,79 +2,66 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
-#include "absl/strings/ascii.h"
+#include <toml++/toml.h>
+
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
+#include "absl/strings/str_format.h"
 
 namespace kiln::server {
 namespace {
 
-// An unquoted value ends where a comment starts: a '#' at its start or
-// after whitespace ("a#b" stays whole, so does a path with a '#').
-absl::string_view StripTrailingComment(absl::string_view value) {
-  for (size_t i = 0; i < value.size(); ++i) {
-    if (value[i] == '#' &&
-        (i == 0 || absl::ascii_isspace(static_cast<unsigned char>(value[i - 1])))) {
-      return value.substr(0, i);
-    }
-  }
-  return value;
-}
-
-// `value` starts with '"'. The unescaped text between the quotes, or an
-// error message.
-absl::StatusOr<std::string> Unquote(absl::string_view value) {
-  std::string out;
-  size_t i = 1;
-  for (; i < value.size() && value[i] != '"'; ++i) {
-    if (value[i] == '\\' && i + 1 < value.size() && (value[i + 1] == '"' || value[i + 1] == '\\')) {
-      ++i;
-    }
-    out.push_back(value[i]);
-  }
-  if (i >= value.size()) return absl::InvalidArgumentError("unterminated quoted value");
-  absl::string_view rest = absl::StripLeadingAsciiWhitespace(value.substr(i + 1));
-  if (!rest.empty() && rest[0] != '#') {
+// A value as the command line would give it, or an error message.
+absl::StatusOr<std::string> CommandLineValue(const toml::node& node) {
+  if (auto v = node.value_exact<std::string>()) return *v;
+  if (auto v = node.value_exact<int64_t>()) return absl::StrCat(*v);
+  if (auto v = node.value_exact<double>()) return absl::StrFormat("%.17g", *v);
+  if (auto v = node.value_exact<bool>()) return std::string(*v ? "true" : "false");
+  if (node.is_table()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("unexpected '", rest, "' after the quoted value"));
+        "is a table; settings are top-level keys (kilnd's long flag names)");
   }
-  return out;
+  if (node.is_array()) return absl::InvalidArgumentError("is an array; a setting has one value");
+  return absl::InvalidArgumentError("is a date or time; no setting takes one");
 }
 
 }  // namespace
 
 absl::StatusOr<std::vector<ConfigEntry>> ParseConfigText(absl::string_view text,
                                                          absl::string_view path) {
+  toml::table doc;
+  try {
+    doc = toml::parse(std::string_view(text.data(), text.size()),
+                      std::string_view(path.data(), path.size()));
+  } catch (const toml::parse_error& e) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ":", e.source().begin.line, ":", e.source().begin.column, ": ", std::string(e.description()),
+        " (the config file is TOML: text values are quoted, as in log-level = \"info\")"));
+  }
+  // toml++ keeps a table's keys sorted; settings apply, and errors are
+  // found, in the order of the file's lines.
+  std::vector<std::pair<const toml::key*, const toml::node*>> keys;
+  for (const auto& [key, node] : doc) keys.emplace_back(&key, &node);
+  std::stable_sort(keys.begin(), keys.end(), [](const auto& a, const auto& b) {
+    return a.first->source().begin.line < b.first->source().begin.line;
+  });
   std::vector<ConfigEntry> entries;
-  int number = 0;
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    ++number;
-    auto fail = [&](absl::string_view why) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ":", number, ": ", why));
-    };
-    line = absl::StripAsciiWhitespace(line);  // also a CR of a CRLF file
-    if (line.empty() || line[0] == '#') continue;
-    const size_t eq = line.find('=');
-    if (eq == absl::string_view::npos) {
-      return fail(absl::StrCat("expected 'key = value', not '", line, "'"));
-    }
+  for (const auto& [key, node] : keys) {
     ConfigEntry entry;
-    entry.line = number;
-    entry.key = std::string(absl::StripAsciiWhitespace(line.substr(0, eq)));
-    if (entry.key.empty()) return fail("missing key before '='");
-    absl::string_view value = absl::StripLeadingAsciiWhitespace(line.substr(eq + 1));
-    if (!value.empty() && value[0] == '"') {
-      absl::StatusOr<std::string> unquoted = Unquote(value);
-      if (!unquoted.ok()) return fail(unquoted.status().message());
-      entry.value = *std::move(unquoted);
-    } else {
-      entry.value = std::string(absl::StripTrailingAsciiWhitespace(StripTrailingComment(value)));
+    entry.line = static_cast<int>(key->source().begin.line);
+    entry.key = std::string(key->str());
+    absl::StatusOr<std::string> value = CommandLineValue(*node);
+    if (!value.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ":", entry.line, ": '", entry.key, "' ", value.status().message()));
     }
+    entry.value = *std::move(value);
     entries.push_back(std::move(entry));
   }
   return entries;

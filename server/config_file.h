@@ -1,47 +1,42 @@
-// kilnd's config file (--config / KILN_CONFIG_FILE), read into key/value
-// entries. What a key means is daemon_config.cc's business: each entry is
-// applied as the long flag of the same name, so a value is parsed by the
+// kilnd's config file (--config / KILN_CONFIG_FILE): a TOML document
+// (https://toml.io, read by toml++) whose top-level keys are kilnd's long
+// flag names. What a key means is daemon_config.cc's business: each entry
+// is applied as the long flag of the same name, so a value is checked by the
 // same code as on the command line.
 //
-// Format, one setting per line:
-//   # a comment (also after an unquoted value, past whitespace)
+//   # comments run to the end of the line
 //   cache-max-mb = 4096
-//   log-file = "/var/log/kiln/kilnd.log"   # quoted: kept as written
-// Blank lines are skipped; whitespace around keys and values is dropped. In
-// a double-quoted value \" is a quote and \\ a backslash; nothing but
-// whitespace or a comment may follow the closing quote.
+//   log-level = "debug"                      # text is quoted
+//   log-file = '/var/log/kiln/kilnd.log'     # literal string: no escapes
+//   idle-exit-min = 0.5
+//   no-cache = true
 //
-// The parser is ours because no library in Debian 12 reads this documented
-// format, and a format change would break the files users have: in TOML
-// (libtomlplusplus-dev, libtoml11-dev) `log-level = info` and unquoted
-// paths are errors; inih (libinih-dev, built with its defaults) has no
-// quoting, takes ';' as a comment, joins an indented line to the previous
-// value, cuts lines at 200 bytes and cannot give an entry's line number;
-// abseil's --flagfile takes `--flag=value` lines for flags declared with
-// ABSL_FLAG and parsed by absl::ParseCommandLine, which kilnd's one flag
-// table (daemon_config.cc) is not.
+// A value is a string, an integer, a float or a boolean; tables and arrays
+// set nothing and are refused, so a typo cannot hide in a section kilnd
+// never reads.
 #pragma once
 
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace kiln::server {
 
 struct ConfigEntry {
-  int line = 0;  // 1-based
+  int line = 0;  // 1-based, where the key is
   std::string key;
-  std::string value;
+  std::string value;  // as a command-line value: true/false, decimal numbers, text
 };
 
 // Config files are a few dozen lines; a bigger file is a mistake (the
 // wrong path), not a config.
 inline constexpr size_t kMaxConfigFileBytes = 1 << 20;
 
-// INVALID_ARGUMENT "<path>:<line>: ..." for a line that is not `key = value`
-// (no '=', an empty key, an unterminated quote, text after a closing quote).
+// The document's settings in the order of their lines. INVALID_ARGUMENT
+// "<path>:<line>:<column>: ..." for text that is not TOML (the parser's own
+// description), and "<path>:<line>: ..." for a table or an array.
 [[nodiscard]] absl::StatusOr<std::vector<ConfigEntry>> ParseConfigText(absl::string_view text,
                                                                        absl::string_view path);
 // ParseConfigText of the file's contents; NOT_FOUND / PERMISSION_DENIED /

@@ -53,7 +53,7 @@ std::string DefaultCacheDir();
 // Defaults and environment, then the config file (--config, else
 // $KILN_CONFIG_FILE; not read with --help or --version), then the flags.
 // INVALID_ARGUMENT for a bad flag or value; a config-file error names the
-// file and line ("kilnd.conf:3: ...").
+// file and line ("kilnd.toml:3: ...").
 [[nodiscard]] absl::StatusOr<DaemonConfig> ParseFlags(int argc, char** argv);
 // The token in `path`: the file must be ours and closed to other users
 // (mode 0600 or stricter), the token at least 16 characters (surrounding

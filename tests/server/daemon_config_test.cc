@@ -153,7 +153,7 @@ TEST_F(DaemonConfigTest, ConfigFileSitsBetweenFlagsAndEnvironment) {
       "# kilnd settings\n"
       "\n"
       "cache-max-mb = 4096\n"
-      "log-level = debug   # while we look into it\n"
+      "log-level = \"debug\"   # while we look into it\n"
       "threads=3\n");
   auto from_file = Parse({"--config", path});
   ASSERT_TRUE(from_file.ok()) << from_file.status();
@@ -191,16 +191,18 @@ TEST_F(DaemonConfigTest, ConfigFileSwitchesAndQuotedValues) {
   const std::string path = ConfigFile(
       "cache-dir = \"/tmp/a dir # not a comment\"\n"
       "log-file = \"/tmp/say \\\"hi\\\".log\"  # escaped quotes\n"
-      "socket = /tmp/s#1.sock\n");
+      "socket = '/tmp/s#1.sock'  # a literal string\n"
+      "idle-exit-min = 0.5\n");
   auto quoted = Parse({"--config", path});
   ASSERT_TRUE(quoted.ok()) << quoted.status();
   EXPECT_EQ(quoted->cache_dir, "/tmp/a dir # not a comment");
   EXPECT_EQ(quoted->log_file, "/tmp/say \"hi\".log");
   EXPECT_EQ(quoted->socket_path, "/tmp/s#1.sock");
-  auto off = Parse({"--config", ConfigFile("cache-dir = /tmp/c\nno-cache = true\n")});
+  EXPECT_DOUBLE_EQ(quoted->idle_exit_min, 0.5);
+  auto off = Parse({"--config", ConfigFile("cache-dir = \"/tmp/c\"\nno-cache = true\n")});
   ASSERT_TRUE(off.ok()) << off.status();
   EXPECT_EQ(off->cache_dir, "");
-  auto kept = Parse({"--config", ConfigFile("cache-dir = /tmp/c\nno-cache = false\n")});
+  auto kept = Parse({"--config", ConfigFile("cache-dir = \"/tmp/c\"\nno-cache = false\n")});
   ASSERT_TRUE(kept.ok()) << kept.status();
   EXPECT_EQ(kept->cache_dir, "/tmp/c");
 }
@@ -212,17 +214,19 @@ TEST_F(DaemonConfigTest, ConfigFileErrorsNameTheFileAndLine) {
   };
   for (const Case& c : std::vector<Case>{
            {"threads = 2\n\ncache-max-mbs = 1\n", "3: unknown key 'cache-max-mbs'"},
-           {"# ok\ncache-max-mb = lots\n", "2: --cache-max-mb takes a number of MiB"},
-           {"log-level = loud\n", "1: --log-level takes one of"},
-           {"no-cache = maybe\n", "1: --no-cache takes true or false"},
-           {"threads 4\n", "1: expected 'key = value'"},
-           {" = 4\n", "1: missing key"},
-           {"log-file = \"/tmp/x\n", "1: unterminated quoted value"},
-           {"log-file = \"/tmp/x\" y\n", "1: unexpected 'y' after the quoted value"},
+           {"# ok\ncache-max-mb = \"lots\"\n", "2: --cache-max-mb takes a number of MiB"},
+           {"log-level = \"loud\"\n", "1: --log-level takes one of"},
+           {"no-cache = \"maybe\"\n", "1: --no-cache takes true or false"},
+           {"threads 4\n", "1:"},
+           {"log-level = info\n", "1:"},
+           {"log-file = \"/tmp/x\n", "1:"},
+           {"threads = 2\nthreads = 3\n", "2:"},
+           {"[cache]\nmax-mb = 4\n", "1: 'cache' is a table"},
+           {"threads = [2, 3]\n", "1: 'threads' is an array"},
            {"help = true\n", "1: 'help' can only be given on the command line"},
            {"version = true\n", "1: 'version' can only be given on the command line"},
-           {"\nconfig = /etc/other.conf\n", "2: 'config' can only be given on the command line"},
-           {"test-call-gate = /tmp/gate\n",
+           {"\nconfig = \"/etc/other.conf\"\n", "2: 'config' can only be given on the command line"},
+           {"test-call-gate = \"/tmp/gate\"\n",
             "1: 'test-call-gate' can only be given on the command line"},
        }) {
     const std::string path = ConfigFile(c.text);
