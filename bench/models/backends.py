@@ -261,8 +261,23 @@ class Kiln(Backend):
         shutil.rmtree(self._dir, ignore_errors=True)
 
 
+class Baseline(Kiln):
+    """Kiln of another checkout (run.py --baseline): the cell's process has
+    that checkout's client first on its path and KILN_DAEMON naming its
+    kilnd, so this adapter's code is the same and what it drives is not."""
+    name = "baseline"
+
+    def prepare(self, model, inputs, input_names):
+        import kiln
+        client = os.environ.get("PYTHONPATH", "").split(os.pathsep)[0]
+        if not client or not os.path.abspath(kiln.__file__).startswith(client + os.sep):
+            raise RuntimeError(f"the baseline cell imported kiln from {kiln.__file__}, "
+                               f"not from the baseline's client {client!r}")
+        return super().prepare(model, inputs, input_names)
+
+
 BACKENDS: dict[str, type[Backend]] = {
-    b.name: b for b in (Eager, Inductor, OpenVINO, OnnxRuntime, Kiln)}
+    b.name: b for b in (Eager, Inductor, OpenVINO, OnnxRuntime, Kiln, Baseline)}
 
 
 def make(name: str, threads: int) -> Backend:

@@ -18,7 +18,8 @@ import math
 from typing import Any
 
 TARGET = "kiln"
-BACKEND_ORDER = ("eager", "inductor", "openvino", "onnxruntime", "kiln")
+# "baseline": Kiln of another checkout (run.py --baseline).
+BACKEND_ORDER = ("eager", "inductor", "openvino", "onnxruntime", "baseline", "kiln")
 
 
 def _backends(results: dict[str, Any]) -> list[str]:
@@ -163,7 +164,9 @@ def host_text(results: dict[str, Any]) -> str:
         f"host: {env.get('cpu', '?')}, {env.get('cores', '?')} cores; "
         f"CPU flags: {_flags_text(env)}",
         f"fp32 FMA peak: {_peak_text(env)}",
-        f"commit {env.get('commit', '?')}, started {results.get('started', '?')}"])
+        f"commit {env.get('commit', '?')}, started {results.get('started', '?')}"]
+        + ([f"baseline: commit {results['baseline']['commit']} of {results['baseline']['checkout']}"]
+           if results.get("baseline") else []))
 
 
 def _quick_note(settings: dict[str, Any]) -> list[str]:
@@ -192,6 +195,9 @@ def markdown(results: dict[str, Any], chart: str | None = None) -> str:
     facts = [
         ("command", _command_text(results)),
         ("commit", f"`{env['commit']}`" if env.get("commit") else "not recorded"),
+    ] + ([("baseline", f"Kiln at `{results['baseline']['commit']}` (`run.py --baseline`), "
+                       "timed in lockstep with the commit above")]
+         if results.get("baseline") else []) + [
         ("date", f"{results.get('started', '?')}{took}"),
         ("host", f"{env.get('cpu', '?')}, {env.get('cores', '?')} cores "
                  f"({env.get('platform', '?')})"),

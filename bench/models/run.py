@@ -34,7 +34,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import select
 import shlex
 import signal
@@ -44,14 +43,14 @@ import sys
 import tempfile
 import time
 import traceback
-from importlib import metadata
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-import report  # noqa: E402  (needs the path above; no torch import)
+import host  # noqa: E402  (needs the path above; no torch import)
+import report  # noqa: E402
 
 ALL_BACKENDS = ("eager", "inductor", "openvino", "onnxruntime", "kiln")
 REL_TOLERANCE = 1e-3
@@ -225,6 +224,9 @@ class _Child:
         env.update(OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads,
                    TORCHINDUCTOR_CACHE_DIR=os.path.join(tmp, "inductor"),
                    PYTHONUNBUFFERED="1")
+        if spec.get("baseline"):  # the other checkout's client and kilnd
+            env.update(PYTHONPATH=spec["baseline"]["pythonpath"],
+                       KILN_DAEMON=spec["baseline"]["kilnd"])
         with open(log_path, "w") as log:
             # A new session: on timeout the whole group (child, compiler
             # workers, a private kilnd) is killed, and nothing else.
@@ -377,89 +379,6 @@ def _progress_line(i: int, total: int, cell: dict[str, Any]) -> str:
     return f"{head} " + ", ".join(p for p in parts if p) + f" {wall}"
 
 
-def _versions() -> dict[str, str]:
-    out = {"python": platform.python_version()}
-    for dist in ("torch", "torchvision", "openvino", "onnxruntime", "onnx", "onnxscript",
-                 "transformers", "diffusers", "kiln"):
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:  # a missing package is a fact, not an error
-            out[dist] = "not installed"
-    return out
-
-
-def _cpuinfo() -> tuple[str, list[str]]:
-    """The first CPU's model name and, of report.CPU_FLAGS, those it has."""
-    cpu, flags = platform.processor(), set()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() == "model name":
-                    cpu = value.strip()
-                elif key.strip() == "flags":
-                    flags = set(value.split())
-                    break
-    except OSError:
-        pass
-    return cpu, [f for f in report.CPU_FLAGS if f in flags]
-
-
-def _git(*args: str) -> str:
-    try:
-        out = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True,
-                             timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return out.stdout.strip() if out.returncode == 0 else ""
-
-
-def _commit() -> str:
-    """HEAD's short hash, with "+changes" when tracked files differ from it."""
-    head = _git("rev-parse", "--short=12", "HEAD") or "unknown"
-    return head + ("+changes" if _git("status", "--porcelain", "--untracked-files=no") else "")
-
-
-def _kernel_bench() -> str:
-    build = os.environ.get("KILN_BUILD_DIR") or os.path.join(REPO, "build")
-    return os.path.join(build, "bench", "kiln_kernel_bench")
-
-
-def _fma_peak() -> dict[str, Any]:
-    """The fp32 FMA peak measured by the kernel benchmark (bench/kernels/
-    fma_peak_bench.cc) on one thread and on all: AVX-512 where the CPU has
-    it, else AVX2. The reference the whole-model times can be read against."""
-    binary = _kernel_bench()
-    command = [binary, "--benchmark_filter=^BM_FmaPeak", "--benchmark_format=json"]
-    shown = " ".join([os.path.relpath(binary, REPO), *command[1:]])
-    if not os.access(binary, os.X_OK):
-        return {"error": f"{shown}: not built (make setup builds it)"}
-    try:
-        out = subprocess.run(command, capture_output=True, text=True, timeout=300)
-        rows = json.loads(out.stdout)["benchmarks"]
-    except (OSError, subprocess.TimeoutExpired, ValueError, KeyError) as e:
-        return {"command": shown, "error": f"{type(e).__name__}: {e}"}
-    peaks: dict[str, dict[int, float]] = {}
-    for row in rows:
-        if row.get("error_occurred") or row.get("skipped") or "GFLOPS" not in row:
-            continue  # BM_FmaPeakAvx512 on a CPU without AVX-512
-        isa = "avx512" if "Avx512" in row["name"] else "avx2"
-        # The JSON holds the rate in FLOP/s: the counter's "G" is display only.
-        peaks.setdefault(isa, {})[int(row.get("threads", 1))] = row["GFLOPS"] / 1e9
-    isa = "avx512" if "avx512" in peaks else "avx2"
-    if not peaks.get(isa):
-        return {"command": shown, "error": f"no FMA peak in its output: {out.stderr[-300:]}"}
-    return {"command": shown, "isa": isa,
-            "gflops": {str(n): round(g, 1) for n, g in sorted(peaks[isa].items())}}
-
-
-def _environment(threads: int) -> dict[str, Any]:
-    cpu, flags = _cpuinfo()
-    return {"threads": threads, "cpu": cpu, "cores": os.cpu_count(), "cpu_flags": flags,
-            "platform": platform.platform(), "commit": _commit(),
-            "fma_peak": _fma_peak(), "versions": _versions()}
-
-
 def _command(argv: list[str]) -> str:
     """This run's command line as one would type it in the repository."""
     def short(path: str) -> str:
@@ -496,6 +415,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="set torch._dynamo.config.use_recursive_dict_tags_for_guards in every "
                         "cell (off by default in PyTorch): cheaper guards for the Dynamo "
                         "backends, see bench/README.md")
+    p.add_argument("--baseline", metavar="CHECKOUT",
+                   help="another checkout of Kiln, built, timed as backend 'baseline' in "
+                        "lockstep with this one's: its client package and its kilnd (an A/B "
+                        "of two commits, e.g. a `git worktree` of the commit before a change)")
+    p.add_argument("--baseline-build", metavar="DIR",
+                   help="the baseline's build directory (default CHECKOUT/build)")
     p.add_argument("--out", default=None,
                    help="output directory (default bench/results/<date-time>)")
     p.add_argument("--quick", action="store_true",
@@ -520,13 +445,35 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             p.error(f"unknown model {name!r}; valid: {', '.join(models.MODELS)}")
     if args.rounds < 1:
         p.error("--rounds must be at least 1")
+    valid = ALL_BACKENDS + (("baseline",) if args.baseline else ())
     for name in args.backends:
-        if name not in ALL_BACKENDS:
-            p.error(f"unknown backend {name!r}; valid: {', '.join(ALL_BACKENDS)}")
+        if name not in valid:
+            p.error(f"unknown backend {name!r}; valid: {', '.join(valid)}")
+    if args.baseline:
+        args.baseline = os.path.abspath(args.baseline)
+        args.baseline_build = os.path.abspath(
+            args.baseline_build or os.path.join(args.baseline, "build"))
+        for need in (os.path.join(args.baseline, "client", "kiln", "__init__.py"),
+                     os.path.join(args.baseline_build, "server", "kilnd")):
+            if not os.path.exists(need):
+                p.error(f"--baseline: {need} is missing (build the checkout first: "
+                        f"cmake -S CHECKOUT -B BUILD && cmake --build BUILD "
+                        f"--target kilnd kiln_client_native)")
+        if "baseline" not in args.backends:
+            args.backends.append("baseline")
     if args.out is None:
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
         args.out = os.path.join(REPO, "bench", "results", stamp)
     return args
+
+
+def _baseline_paths(args: argparse.Namespace) -> dict[str, str]:
+    """Where the baseline's cell finds its client (first on its path, before
+    this checkout's editable install) and its kilnd."""
+    return {"pythonpath": os.pathsep.join([os.path.join(args.baseline, "client"),
+                                           os.path.join(args.baseline_build, "client")]),
+            "client": os.path.join(args.baseline, "client"),
+            "kilnd": os.path.join(args.baseline_build, "server", "kilnd")}
 
 
 def _write_outputs(out_dir: str, results: dict[str, Any]) -> None:
@@ -574,7 +521,9 @@ def main(argv: list[str] | None = None) -> int:
             "models", "batch", "backends", "runs", "min_runs", "max_seconds", "warmup",
             "rounds", "threads", "timeout", "dynamo_dict_tags", "quick")}
         | {"rel_tolerance": REL_TOLERANCE},
-        "environment": _environment(args.threads),
+        "environment": host.environment(args.threads),
+        "baseline": ({"checkout": args.baseline, "commit": host.commit(args.baseline)}
+                     if args.baseline else None),
         "cells": [],
     }
     print(report.host_text(results), flush=True)
@@ -588,7 +537,8 @@ def main(argv: list[str] | None = None) -> int:
         specs = [{"model": model, "batch": batch, "backend": backend, "threads": args.threads,
                   "runs": args.runs, "min_runs": args.min_runs,
                   "max_seconds": args.max_seconds, "warmup": args.warmup,
-                  "dynamo_dict_tags": args.dynamo_dict_tags}
+                  "dynamo_dict_tags": args.dynamo_dict_tags,
+                  "baseline": _baseline_paths(args) if backend == "baseline" else None}
                  for backend in args.backends]
         log_paths = [os.path.join(args.out, "logs", f"{model}-b{batch}-{backend}.log")
                      for backend in args.backends]

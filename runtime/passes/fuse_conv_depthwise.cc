@@ -14,17 +14,17 @@ namespace kiln::runtime {
 namespace {
 
 // kiln.conv2d's arguments (ops.def), as positions: they read as a[kWeight].
-constexpr size_t kInput = KILN_ARG("kiln.conv2d", "input").pos;
-constexpr size_t kWeight = KILN_ARG("kiln.conv2d", "weight").pos;
-constexpr size_t kBias = KILN_ARG("kiln.conv2d", "bias").pos;
-constexpr size_t kStride = KILN_ARG("kiln.conv2d", "stride").pos;
-constexpr size_t kPadding = KILN_ARG("kiln.conv2d", "padding").pos;
-constexpr size_t kDilation = KILN_ARG("kiln.conv2d", "dilation").pos;
-constexpr size_t kGroups = KILN_ARG("kiln.conv2d", "groups").pos;
-constexpr size_t kResidual = KILN_ARG("kiln.conv2d", "residual").pos;
-constexpr size_t kPostOps = KILN_ARG("kiln.conv2d", "post_ops").pos;
-constexpr size_t kLayoutIn = KILN_ARG("kiln.conv2d", "layout_in").pos;
-constexpr size_t kLayoutOut = KILN_ARG("kiln.conv2d", "layout_out").pos;
+constexpr size_t kInput = conv2d_arg::kInput.pos;
+constexpr size_t kWeight = conv2d_arg::kWeight.pos;
+constexpr size_t kBias = conv2d_arg::kBias.pos;
+constexpr size_t kStride = conv2d_arg::kStride.pos;
+constexpr size_t kPadding = conv2d_arg::kPadding.pos;
+constexpr size_t kDilation = conv2d_arg::kDilation.pos;
+constexpr size_t kGroups = conv2d_arg::kGroups.pos;
+constexpr size_t kResidual = conv2d_arg::kResidual.pos;
+constexpr size_t kPostOps = conv2d_arg::kPostOps.pos;
+constexpr size_t kLayoutIn = conv2d_arg::kLayoutIn.pos;
+constexpr size_t kLayoutOut = conv2d_arg::kLayoutOut.pos;
 
 // The activation layout a kiln.conv2d layout argument names; kPlain for
 // anything else.

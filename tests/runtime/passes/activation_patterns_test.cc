@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
-#include <map>
 #include <random>
 
 #include "gtest/gtest.h"
@@ -12,8 +11,8 @@
 #include "runtime/compile/dump.h"
 #include "runtime/exec/executor.h"
 #include "runtime/ir/from_proto.h"
-#include "runtime/util/sha256.h"
 #include "tests/testing/proto_graph.h"
+#include "tests/testing/constant_table.h"
 
 namespace kiln::runtime {
 namespace {
@@ -34,19 +33,7 @@ std::vector<float> Random(size_t n, float lo, float hi, int seed) {
   return v;
 }
 
-struct Constants {
-  std::map<std::string, std::vector<float>> data;
-  void Add(const std::vector<float>& v) { data[Sha256Hex(v.data(), v.size() * 4)] = v; }
-  ConstantResolver Resolver() {
-    return [this](const std::string& h) -> absl::StatusOr<ConstantData> {
-      auto it = data.find(h);
-      if (it == data.end()) return absl::NotFoundError(h);
-      return ConstantData{std::shared_ptr<const uint8_t>(
-                              reinterpret_cast<const uint8_t*>(it->second.data()), [](const uint8_t*) {}),
-                          static_cast<int64_t>(it->second.size() * 4)};
-    };
-  }
-};
+using Constants = kiln::testing::ConstantTable;
 
 double Sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 double HardSigmoid(double x) { return std::min(6.0, std::max(0.0, x + 3.0)) / 6.0; }

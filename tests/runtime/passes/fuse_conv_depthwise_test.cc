@@ -3,7 +3,6 @@
 // step where that pays, with results equal to a double-precision
 // reference of the ATen graph, and stay apart where it does not.
 #include <algorithm>
-#include <map>
 #include <random>
 
 #include "gtest/gtest.h"
@@ -11,8 +10,8 @@
 #include "runtime/compile/dump.h"
 #include "runtime/exec/executor.h"
 #include "runtime/ir/from_proto.h"
-#include "runtime/util/sha256.h"
 #include "tests/testing/proto_graph.h"
+#include "tests/testing/constant_table.h"
 
 namespace kiln::runtime {
 namespace {
@@ -33,19 +32,7 @@ std::vector<float> Random(size_t n, float lo, float hi, int seed) {
   return v;
 }
 
-struct Constants {
-  std::map<std::string, std::vector<float>> data;
-  void Add(const std::vector<float>& v) { data[Sha256Hex(v.data(), v.size() * 4)] = v; }
-  ConstantResolver Resolver() {
-    return [this](const std::string& h) -> absl::StatusOr<ConstantData> {
-      auto it = data.find(h);
-      if (it == data.end()) return absl::NotFoundError(h);
-      return ConstantData{std::shared_ptr<const uint8_t>(
-                              reinterpret_cast<const uint8_t*>(it->second.data()), [](const uint8_t*) {}),
-                          static_cast<int64_t>(it->second.size() * 4)};
-    };
-  }
-};
+using Constants = kiln::testing::ConstantTable;
 
 // Direct NCHW convolution in double (square kernel, symmetric padding),
 // then clamp to [0, 6] when `relu6`.
