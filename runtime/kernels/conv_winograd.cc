@@ -93,7 +93,6 @@ class WinogradConvKernel final : public Kernel {
   size_t ScratchBytes() const override { return c_.scratch_bytes; }
 
   absl::Status Run(const KernelContext& ctx) const override {
-    const WinogradConvShape& s = c_.s;
     char* scratch = static_cast<char*>(ctx.scratch);
     const float* in = ctx.inputs[c_.input_index].as<const float>();
     const float* bias = !c_.bias.empty() ? c_.bias.data() : ctx.OptionalF32(c_.bias_index);

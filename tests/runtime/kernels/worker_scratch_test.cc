@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -23,12 +24,32 @@ void InArena(int concurrency, Fn&& fn) {
   arena.execute(fn);
 }
 
-TEST(WorkerScratch, OneAlignedSlicePerWorkerAfterTheOffset) {
+TEST(WorkerScratch, AlignedDisjointSlicesWithinTheKernelsScratch) {
   InArena(3, [&] {
-    const WorkerScratch ws(128, 100);
-    EXPECT_EQ(ws.offset(), 128u);
-    EXPECT_EQ(ws.Bytes(), 3u * 128u);  // 100 bytes rounded up to 64's multiple
-    EXPECT_EQ(ws.End(), 128u + 3u * 128u);
+    constexpr size_t kOffset = 128, kBytes = 100;
+    const WorkerScratch ws(kOffset, kBytes);
+    EXPECT_EQ(ws.End(), kOffset + ws.Bytes());
+    std::vector<unsigned char> run(ws.End());
+    std::vector<std::atomic<int64_t>> start(3);
+    for (auto& s : start) s = -1;
+    ParallelFor(3000, 1, [&](int64_t, int64_t) {
+      start[WorkerIndex()] = ws.Mine<unsigned char>(run.data()) - run.data();
+    });
+    int seen = 0;
+    for (int slot = 0; slot < 3; ++slot) {
+      const int64_t at = start[slot];
+      if (at < 0) continue;  // no chunk ran on this thread
+      ++seen;
+      EXPECT_GE(at, static_cast<int64_t>(kOffset)) << slot;
+      EXPECT_EQ(at % 64, 0) << slot;
+      EXPECT_LE(static_cast<size_t>(at) + kBytes, ws.End()) << slot;
+      for (int other = 0; other < slot; ++other) {
+        if (start[other] >= 0) {
+          EXPECT_GE(std::llabs(at - start[other]), int64_t{kBytes});
+        }
+      }
+    }
+    EXPECT_GE(seen, 1);
   });
 }
 
@@ -49,7 +70,7 @@ TEST(WorkerScratch, EachThreadWritesOnlyItsOwnSlice) {
     });
     EXPECT_EQ(torn.load(), 0);
     // The bytes before the slices (the kernel's own scratch) are untouched.
-    for (size_t b = 0; b < ws.offset(); ++b) ASSERT_EQ(run_scratch[b], 0xAB) << b;
+    for (size_t b = 0; b < 64; ++b) ASSERT_EQ(run_scratch[b], 0xAB) << b;
   });
 }
 
@@ -71,6 +92,7 @@ TEST(WorkerScratch, NoBytesNeedNoCheck) {
   InArena(3, [&] { status = none.CheckArena(); });
   EXPECT_TRUE(status.ok()) << status;
   EXPECT_EQ(none.Bytes(), 0u);
+  EXPECT_EQ(none.End(), 0u);
 }
 
 }  // namespace

@@ -120,7 +120,7 @@ std::string OpsDoc() {
       "Every op the daemon runs, from `runtime/ops/ops.def` (what each trait\n"
       "means: `runtime/ops/op_traits.h`; how to add an op:\n"
       "[adding-an-op.md](adding-an-op.md)). Generated: after changing the\n"
-      "schema run `KILN_UPDATE_OPS_DOC=1 build/tests/kiln_cc_tests\n"
+      "schema run `KILN_UPDATE_OPS_DOC=1 build/tests/kiln_runtime_ops_tests\n"
       "--gtest_filter=OpSchema.*`; `OpSchema.DocsListEveryOp` fails while this\n"
       "file is out of step.\n\n"
       "## ATen ops (offered to clients by `GetCapabilities`)\n\n"

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
-#include <random>
 
 #include "gtest/gtest.h"
 #include "runtime/compile/compiler.h"
@@ -24,14 +23,7 @@ using kiln::testing::Int;
 using kiln::testing::IntList;
 using kiln::testing::None;
 using kiln::testing::Ref;
-
-std::vector<float> Random(size_t n, float lo, float hi, int seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
+using kiln::testing::UniformFloats;
 
 using Constants = kiln::testing::ConstantTable;
 
@@ -116,7 +108,7 @@ class ConvActivation : public ::testing::TestWithParam<Case> {};
 TEST_P(ConvActivation, FusesIntoTheConvolutionWhenItIsOne) {
   const Case& c = GetParam();
   constexpr int C = 8, O = 16, H = 5, W = 7;
-  std::vector<float> w = Random(O * C, -0.5f, 0.5f, 1), bias = Random(O, -1.f, 1.f, 2);
+  std::vector<float> w = UniformFloats(O * C, -0.5f, 0.5f, 1), bias = UniformFloats(O, -1.f, 1.f, 2);
   Constants consts;
   consts.Add(w);
   consts.Add(bias);
@@ -141,7 +133,7 @@ TEST_P(ConvActivation, FusesIntoTheConvolutionWhenItIsOne) {
   } else {
     EXPECT_GT((*cg)->steps.size(), 1u) << dump;
   }
-  std::vector<float> in = Random(C * H * W, -2.f, 2.f, 3), out(O * H * W);
+  std::vector<float> in = UniformFloats(C * H * W, -2.f, 2.f, 3), out(O * H * W);
   const void* ins[] = {in.data()};
   void* outs[] = {out.data()};
   ASSERT_TRUE(Execute(**cg, ins, outs).ok());
@@ -160,7 +152,7 @@ INSTANTIATE_TEST_SUITE_P(Patterns, ConvActivation, ::testing::ValuesIn(kCases),
 
 TEST(ConvActivationUses, ConvOutputReadElsewhereIsNotFused) {
   constexpr int C = 4, H = 3, W = 3;
-  std::vector<float> w = Random(C * C, -0.5f, 0.5f, 4);
+  std::vector<float> w = UniformFloats(C * C, -0.5f, 0.5f, 4);
   Constants consts;
   consts.Add(w);
   GraphBuilder b;
@@ -178,7 +170,7 @@ TEST(ConvActivationUses, ConvOutputReadElsewhereIsNotFused) {
   const std::string dump = DumpCompiledGraph(**cg);
   ASSERT_EQ((*cg)->steps.size(), 2u) << dump;
   EXPECT_TRUE((*cg)->graph.nodes[(*cg)->steps[0].node].args[8].list.empty()) << dump;
-  std::vector<float> in = Random(C * H * W, -2.f, 2.f, 5), silu(C * H * W), raw(C * H * W);
+  std::vector<float> in = UniformFloats(C * H * W, -2.f, 2.f, 5), silu(C * H * W), raw(C * H * W);
   const void* ins[] = {in.data()};
   void* outs[] = {silu.data(), raw.data()};
   ASSERT_TRUE(Execute(**cg, ins, outs).ok());
@@ -193,7 +185,7 @@ TEST(ConvActivationUses, ConvOutputReadElsewhereIsNotFused) {
 
 TEST(MatmulActivation, DecomposedHardswishFusesIntoTheMatmul) {
   constexpr int M = 3, K = 5, N = 4;
-  std::vector<float> w = Random(K * N, -1.f, 1.f, 6), bias = Random(N, -1.f, 1.f, 7);
+  std::vector<float> w = UniformFloats(K * N, -1.f, 1.f, 6), bias = UniformFloats(N, -1.f, 1.f, 7);
   Constants consts;
   consts.Add(w);
   consts.Add(bias);
@@ -211,7 +203,7 @@ TEST(MatmulActivation, DecomposedHardswishFusesIntoTheMatmul) {
   ASSERT_TRUE(cg.ok()) << cg.status();
   ASSERT_EQ((*cg)->steps.size(), 1u) << DumpCompiledGraph(**cg);
   EXPECT_EQ((*cg)->graph.nodes[(*cg)->steps[0].node].target, "kiln.addmm");
-  std::vector<float> in = Random(M * K, -2.f, 2.f, 8), out(M * N);
+  std::vector<float> in = UniformFloats(M * K, -2.f, 2.f, 8), out(M * N);
   const void* ins[] = {in.data()};
   void* outs[] = {out.data()};
   ASSERT_TRUE(Execute(**cg, ins, outs).ok());

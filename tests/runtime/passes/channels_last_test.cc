@@ -16,6 +16,7 @@
 #include "runtime/kernels/onednn_util.h"
 #include "runtime/util/sha256.h"
 #include "tests/testing/proto_graph.h"
+#include "tests/testing/constant_table.h"
 
 namespace kiln::runtime {
 namespace {
@@ -27,6 +28,7 @@ using kiln::testing::None;
 using kiln::testing::Int;
 using kiln::testing::IntList;
 using kiln::testing::Ref;
+using kiln::testing::UniformFloats;
 
 kiln::v1::Argument Tensors(const std::vector<int>& nodes) {
   kiln::v1::Argument a;
@@ -34,20 +36,12 @@ kiln::v1::Argument Tensors(const std::vector<int>& nodes) {
   return a;
 }
 
-std::vector<float> Random(size_t n, float lo, float hi, int seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
-
 class SmallCnn : public ::testing::Test {
  protected:
   int Const(GraphBuilder& b, std::vector<int64_t> shape, float lo, float hi) {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
-    data_.push_back(Random(n, lo, hi, static_cast<int>(data_.size()) + 1));
+    data_.push_back(UniformFloats(n, lo, hi, static_cast<int>(data_.size()) + 1));
     return b.Constant(data_.back(), shape);
   }
   int Conv(GraphBuilder& b, int x, int64_t ic, int64_t oc, int64_t k, const std::string& name) {
@@ -156,7 +150,7 @@ TEST_F(SmallCnn, RunsChannelsLastWithoutReorderSteps) {
   ASSERT_TRUE(plain.ok()) << plain.status();
   EXPECT_EQ(CountSteps(**plain, "kiln.max_pool2d_nhwc"), 0);
 
-  const std::vector<float> x = Random(2 * 4 * 9 * 9, -1.f, 1.f, 99);
+  const std::vector<float> x = UniformFloats(2 * 4 * 9 * 9, -1.f, 1.f, 99);
   const std::vector<float> a = Run(**cl, x), b = Run(**plain, x);
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5 * (1 + std::abs(b[i]))) << i;
 }
@@ -217,7 +211,7 @@ TEST_F(SmallCnn, ChannelShuffleAndSplitStayChannelsLast) {
 
     auto plain = CompileAs(proto, LayoutOption::kNchw);
     ASSERT_TRUE(plain.ok()) << plain.status();
-    const std::vector<float> x = Random(2 * 3 * 8 * 8, -1.f, 1.f, 7);
+    const std::vector<float> x = UniformFloats(2 * 3 * 8 * 8, -1.f, 1.f, 7);
     std::vector<float> a(2 * 8), b(2 * 8);
     const void* in[] = {x.data()};
     void* out_a[] = {a.data()};
@@ -318,8 +312,8 @@ TEST_F(BlockedCnn, MatchesNchwWithReordersOnlyWhereNoBlockedFormExists) {
   auto plain = CompileAs(proto, LayoutOption::kNchw);
   ASSERT_TRUE(plain.ok()) << plain.status();
 
-  const std::vector<float> x = Random(2 * 3 * 16 * 16, -1.f, 1.f, 99);
-  const std::vector<float> mask = Random(2 * 8 * 8, 0.f, 1.f, 98);
+  const std::vector<float> x = UniformFloats(2 * 3 * 16 * 16, -1.f, 1.f, 99);
+  const std::vector<float> mask = UniformFloats(2 * 8 * 8, 0.f, 1.f, 98);
   const std::vector<float> a = RunBoth(**blocked, x, mask), b = RunBoth(**plain, x, mask);
   // Both compute in f32 with different summation orders (oneDNN's blocked
   // and NHWC kernels): agreement to about 1e-5 relative.
@@ -332,8 +326,8 @@ TEST_F(BlockedCnn, ForcedChannelsLastMatchesNchwToo) {
   ASSERT_TRUE(nhwc.ok()) << nhwc.status();
   auto plain = CompileAs(proto, LayoutOption::kNchw);
   ASSERT_TRUE(plain.ok()) << plain.status();
-  const std::vector<float> x = Random(2 * 3 * 16 * 16, -1.f, 1.f, 97);
-  const std::vector<float> mask = Random(2 * 8 * 8, 0.f, 1.f, 96);
+  const std::vector<float> x = UniformFloats(2 * 3 * 16 * 16, -1.f, 1.f, 97);
+  const std::vector<float> mask = UniformFloats(2 * 8 * 8, 0.f, 1.f, 96);
   const std::vector<float> a = RunBoth(**nhwc, x, mask), b = RunBoth(**plain, x, mask);
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-4 * (1 + std::abs(b[i]))) << i;
 }

@@ -3,7 +3,6 @@
 // step where that pays, with results equal to a double-precision
 // reference of the ATen graph, and stay apart where it does not.
 #include <algorithm>
-#include <random>
 
 #include "gtest/gtest.h"
 #include "runtime/compile/compiler.h"
@@ -23,14 +22,7 @@ using kiln::testing::Int;
 using kiln::testing::IntList;
 using kiln::testing::None;
 using kiln::testing::Ref;
-
-std::vector<float> Random(size_t n, float lo, float hi, int seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
+using kiln::testing::UniformFloats;
 
 using Constants = kiln::testing::ConstantTable;
 
@@ -66,14 +58,14 @@ class InvertedResidual : public ::testing::Test {
  protected:
   static constexpr int C = 16, M = 96, P = 8;
   void SetUp() override {
-    stem_w = Random(C * 3 * 9, -0.5f, 0.5f, 1);
-    stem_b = Random(C, -0.5f, 0.5f, 2);
-    exp_w = Random(M * C, -0.3f, 0.3f, 3);
-    exp_b = Random(M, -0.5f, 0.5f, 4);
-    dw_w = Random(M * 9, -0.5f, 0.5f, 5);
-    dw_b = Random(M, -0.5f, 0.5f, 6);
-    proj_w = Random(P * M, -0.2f, 0.2f, 7);
-    proj_b = Random(P, -0.5f, 0.5f, 8);
+    stem_w = UniformFloats(C * 3 * 9, -0.5f, 0.5f, 1);
+    stem_b = UniformFloats(C, -0.5f, 0.5f, 2);
+    exp_w = UniformFloats(M * C, -0.3f, 0.3f, 3);
+    exp_b = UniformFloats(M, -0.5f, 0.5f, 4);
+    dw_w = UniformFloats(M * 9, -0.5f, 0.5f, 5);
+    dw_b = UniformFloats(M, -0.5f, 0.5f, 6);
+    proj_w = UniformFloats(P * M, -0.2f, 0.2f, 7);
+    proj_b = UniformFloats(P, -0.5f, 0.5f, 8);
     for (const auto* v : {&stem_w, &stem_b, &exp_w, &exp_b, &dw_w, &dw_b, &proj_w, &proj_b}) {
       consts.Add(*v);
     }
@@ -124,7 +116,7 @@ TEST_F(InvertedResidual, ExpandAndDepthwiseFuseWhenTheExpandedTensorIsLarge) {
   const std::string dump = DumpCompiledGraph(**cg);
   EXPECT_EQ(CountSteps(**cg, "kiln.conv2d_dw"), 1) << dump;
   EXPECT_EQ(CountSteps(**cg, "kiln.conv2d"), 2) << dump;  // stem, project
-  std::vector<float> x = Random(3 * HW * HW, -1.f, 1.f, 9), y(P * (HW / 2) * (HW / 2));
+  std::vector<float> x = UniformFloats(3 * HW * HW, -1.f, 1.f, 9), y(P * (HW / 2) * (HW / 2));
   const void* in[] = {x.data()};
   void* out[] = {y.data()};
   ASSERT_TRUE(Execute(**cg, in, out).ok());

@@ -5,7 +5,6 @@
 // returned as a graph output, which keeps every op a step of its own.
 #include <cmath>
 #include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -15,6 +14,7 @@
 #include "runtime/exec/executor.h"
 #include "runtime/ir/from_proto.h"
 #include "tests/testing/proto_graph.h"
+#include "tests/testing/constant_table.h"
 
 namespace kiln::runtime {
 namespace {
@@ -24,6 +24,7 @@ using kiln::testing::Float;
 using kiln::testing::GraphBuilder;
 using kiln::testing::None;
 using kiln::testing::Ref;
+using kiln::testing::UniformFloats;
 
 kiln::v1::Argument String(const std::string& s) {
   kiln::v1::Argument a;
@@ -34,14 +35,6 @@ void Kwarg(GraphBuilder& b, int node, const std::string& name, const kiln::v1::A
   auto* kw = b.graph().mutable_nodes(node)->mutable_call()->add_kwargs();
   kw->set_name(name);
   *kw->mutable_value() = value;
-}
-
-std::vector<float> Random(size_t n, float lo, float hi, int seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
 }
 
 absl::StatusOr<ConstantData> NoConstants(const std::string& hash) {
@@ -127,7 +120,7 @@ TEST(FuseElementwise, ChainBecomesOneStep) {
   ASSERT_TRUE(cg);
   ASSERT_EQ(cg->steps.size(), 1u) << DumpCompiledGraph(*cg);
   EXPECT_EQ(cg->graph.nodes[cg->steps[0].node].target, "kiln.elementwise");
-  const std::vector<float> x = Random(148, -3.f, 3.f, 1), y = Random(148, -3.f, 3.f, 2);
+  const std::vector<float> x = UniformFloats(148, -3.f, 3.f, 1), y = UniformFloats(148, -3.f, 3.f, 2);
   const std::vector<float> out = RunGraph(*cg, {x, y})[0];
   for (size_t i = 0; i < out.size(); ++i) {
     const double ref = 1.0 / (1.0 + std::exp(-(static_cast<double>(x[i]) * y[i] + 1.5)));
@@ -151,7 +144,7 @@ TEST(FuseElementwise, ChainMatchesUnfusedAtEveryBlockBoundary) {
   for (int64_t n : {1, 7, 63, 64, 65, 200, 4099, 100003}) {
     SCOPED_TRACE(n);
     ExpectSameAsUnfused(MulAddSigmoid({n}),
-                        {Random(n, -4.f, 4.f, 3), Random(n, -4.f, 4.f, 4)});
+                        {UniformFloats(n, -4.f, 4.f, 3), UniformFloats(n, -4.f, 4.f, 4)});
   }
 }
 
@@ -168,7 +161,7 @@ TEST(FuseElementwise, TreeWithASharedIntermediateBecomesOneStep) {
   auto cg = CompileOrDie(b.graph());
   ASSERT_TRUE(cg);
   ASSERT_EQ(cg->steps.size(), 1u) << DumpCompiledGraph(*cg);
-  const std::vector<float> xs = Random(95, -5.f, 5.f, 5), ys = Random(95, -5.f, 5.f, 6);
+  const std::vector<float> xs = UniformFloats(95, -5.f, 5.f, 5), ys = UniformFloats(95, -5.f, 5.f, 6);
   const std::vector<float> out = RunGraph(*cg, {xs, ys})[0];
   for (size_t i = 0; i < out.size(); ++i) {
     const double tv = static_cast<double>(xs[i]) + ys[i];
@@ -220,7 +213,7 @@ TEST(FuseElementwise, EveryFusibleOpMatchesUnfused) {
   ASSERT_TRUE(cg);
   EXPECT_EQ(cg->steps.size(), 1u) << DumpCompiledGraph(*cg);
   const int64_t n = 3 * 7 * 11;
-  ExpectSameAsUnfused(b.graph(), {Random(n, -3.f, 3.f, 7), Random(n, -3.f, 3.f, 8)});
+  ExpectSameAsUnfused(b.graph(), {UniformFloats(n, -3.f, 3.f, 7), UniformFloats(n, -3.f, 3.f, 8)});
 }
 
 TEST(FuseElementwise, NaNAndInfinitiesMatchUnfused) {
@@ -229,7 +222,7 @@ TEST(FuseElementwise, NaNAndInfinitiesMatchUnfused) {
   int g = b.Call("aten.gelu.default", {Ref(x)}, "gelu");
   int c = b.Call("aten.clamp.default", {Ref(g), Float(-1.0), Float(5.0)}, "clamp");
   b.Output(b.Call("aten.silu.default", {Ref(c)}, "silu"));
-  std::vector<float> xs = Random(16, -9.f, 9.f, 9);
+  std::vector<float> xs = UniformFloats(16, -9.f, 9.f, 9);
   xs[0] = NAN;
   xs[1] = INFINITY;
   xs[2] = -INFINITY;
@@ -263,7 +256,7 @@ TEST(FuseElementwise, IntermediateWithAUserOutsideTheGroupIsNotFused) {
   EXPECT_EQ(cg->steps.size(), 3u) << DumpCompiledGraph(*cg);
   EXPECT_EQ(CountTarget(*cg, "aten.mul.Tensor"), 1) << DumpCompiledGraph(*cg);
   EXPECT_EQ(CountTarget(*cg, "kiln.elementwise"), 1) << DumpCompiledGraph(*cg);
-  const std::vector<float> xs = Random(24, -2.f, 2.f, 10), ys = Random(24, -2.f, 2.f, 11);
+  const std::vector<float> xs = UniformFloats(24, -2.f, 2.f, 10), ys = UniformFloats(24, -2.f, 2.f, 11);
   const auto outs = RunGraph(*cg, {xs, ys});
   for (int i = 0; i < 4; ++i)
     for (int j = 0; j < 6; ++j) {
@@ -302,7 +295,7 @@ TEST(FuseElementwise, BroadcastingOperandSplitsTheChain) {
   EXPECT_EQ(cg->steps.size(), 3u) << DumpCompiledGraph(*cg);
   EXPECT_EQ(CountTarget(*cg, "kiln.elementwise"), 2) << DumpCompiledGraph(*cg);
   EXPECT_EQ(CountTarget(*cg, "aten.mul.Tensor"), 1) << DumpCompiledGraph(*cg);
-  ExpectSameAsUnfused(b.graph(), {Random(32, -2.f, 2.f, 12), Random(8, -2.f, 2.f, 13)});
+  ExpectSameAsUnfused(b.graph(), {UniformFloats(32, -2.f, 2.f, 12), UniformFloats(8, -2.f, 2.f, 13)});
 }
 
 TEST(FuseElementwise, SingleElementTensorBroadcastsAsAScalar) {
@@ -314,7 +307,7 @@ TEST(FuseElementwise, SingleElementTensorBroadcastsAsAScalar) {
   auto cg = CompileOrDie(b.graph());
   ASSERT_TRUE(cg);
   ASSERT_EQ(cg->steps.size(), 1u) << DumpCompiledGraph(*cg);
-  const std::vector<float> xs = Random(150, -2.f, 2.f, 14), ss = {0.75f};
+  const std::vector<float> xs = UniformFloats(150, -2.f, 2.f, 14), ss = {0.75f};
   const std::vector<float> out = RunGraph(*cg, {xs, ss})[0];
   for (size_t i = 0; i < out.size(); ++i) {
     const double ref = std::exp(0.75 + 0.75 * static_cast<double>(xs[i]));
@@ -362,7 +355,7 @@ TEST(FuseElementwise, LongChainsSplitAtTheProgramLimit) {
   auto cg = CompileOrDie(b.graph());
   ASSERT_TRUE(cg);
   EXPECT_EQ(cg->steps.size(), 2u) << DumpCompiledGraph(*cg);
-  ExpectSameAsUnfused(b.graph(), {Random(300, -2.f, 2.f, 15)});
+  ExpectSameAsUnfused(b.graph(), {UniformFloats(300, -2.f, 2.f, 15)});
 }
 
 TEST(FuseElementwise, WideTreesStayWithinTheKernelLimits) {
@@ -380,7 +373,7 @@ TEST(FuseElementwise, WideTreesStayWithinTheKernelLimits) {
   auto cg = CompileOrDie(b.graph());  // each program prepared: within limits
   ASSERT_TRUE(cg);
   EXPECT_LT(cg->steps.size(), 48u) << DumpCompiledGraph(*cg);
-  ExpectSameAsUnfused(b.graph(), {Random(100, -0.1f, 0.1f, 16)});
+  ExpectSameAsUnfused(b.graph(), {UniformFloats(100, -0.1f, 0.1f, 16)});
 }
 
 TEST(FuseElementwise, NonF32ValuesAreNotFused) {

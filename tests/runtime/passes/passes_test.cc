@@ -3,7 +3,6 @@
 // compiled steps as intended and leave results equal to a double-precision
 // reference computed here.
 #include <cmath>
-#include <random>
 
 #include "gtest/gtest.h"
 #include "runtime/compile/compiler.h"
@@ -22,15 +21,7 @@ using kiln::testing::GraphBuilder;
 using kiln::testing::None;
 using kiln::testing::IntList;
 using kiln::testing::Ref;
-
-
-std::vector<float> Random(size_t n, float lo, float hi, int seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
+using kiln::testing::UniformFloats;
 
 using Constants = kiln::testing::ConstantTable;
 
@@ -58,11 +49,11 @@ class ResidualBlock : public ::testing::Test {
  protected:
   static constexpr int C = 8, H = 6, W = 5;
   void SetUp() override {
-    w = Random(C * C * 9, -0.3f, 0.3f, 1);
-    gamma = Random(C, 0.5f, 1.5f, 2);
-    beta = Random(C, -0.5f, 0.5f, 3);
-    mean = Random(C, -0.2f, 0.2f, 4);
-    var = Random(C, 0.5f, 2.f, 5);
+    w = UniformFloats(C * C * 9, -0.3f, 0.3f, 1);
+    gamma = UniformFloats(C, 0.5f, 1.5f, 2);
+    beta = UniformFloats(C, -0.5f, 0.5f, 3);
+    mean = UniformFloats(C, -0.2f, 0.2f, 4);
+    var = UniformFloats(C, 0.5f, 2.f, 5);
     for (const auto* v : {&w, &gamma, &beta, &mean, &var}) consts.Add(*v);
   }
   // relu(bn(conv(x)) + x), the resnet basic-block tail.
@@ -101,7 +92,7 @@ TEST_F(ResidualBlock, FoldsBatchNormAndFusesAddReluIntoOneStep) {
   ASSERT_TRUE(cg.ok()) << cg.status();
   ASSERT_EQ((*cg)->steps.size(), 1u) << DumpCompiledGraph(**cg);
   EXPECT_EQ((*cg)->graph.nodes[(*cg)->steps[0].node].target, "kiln.conv2d");
-  std::vector<float> x = Random(C * H * W, -1.f, 1.f, 9), y(C * H * W);
+  std::vector<float> x = UniformFloats(C * H * W, -1.f, 1.f, 9), y(C * H * W);
   const void* in[] = {x.data()};
   void* out[] = {y.data()};
   ASSERT_TRUE(Execute(**cg, in, out).ok());
@@ -122,7 +113,7 @@ TEST_F(ResidualBlock, ConvOutputWithTwoUsersIsNotFused) {
   ASSERT_EQ((*cg)->steps.size(), 2u) << DumpCompiledGraph(**cg);
   EXPECT_EQ((*cg)->graph.nodes[(*cg)->steps[0].node].target, "kiln.conv2d");
   EXPECT_EQ((*cg)->graph.nodes[(*cg)->steps[1].node].target, "kiln.elementwise");
-  std::vector<float> x = Random(C * H * W, -1.f, 1.f, 10), y(C * H * W), bn(C * H * W);
+  std::vector<float> x = UniformFloats(C * H * W, -1.f, 1.f, 10), y(C * H * W), bn(C * H * W);
   const void* in[] = {x.data()};
   void* out[] = {y.data(), bn.data()};
   ASSERT_TRUE(Execute(**cg, in, out).ok());
@@ -135,7 +126,7 @@ TEST_F(ResidualBlock, ConvOutputWithTwoUsersIsNotFused) {
 
 TEST(ConstantFolding, PermuteOfAConstantBecomesAConstant) {
   GraphBuilder b;
-  std::vector<float> w = Random(6, -1.f, 1.f, 3);
+  std::vector<float> w = UniformFloats(6, -1.f, 1.f, 3);
   Constants consts;
   consts.Add(w);
   int x = b.Input({3, 2});
@@ -145,7 +136,7 @@ TEST(ConstantFolding, PermuteOfAConstantBecomesAConstant) {
   auto cg = Compile(*GraphFromProto(b.graph()), consts.Resolver());
   ASSERT_TRUE(cg.ok()) << cg.status();
   EXPECT_EQ((*cg)->steps.size(), 1u) << DumpCompiledGraph(**cg);
-  std::vector<float> in = Random(6, -1.f, 1.f, 4), out(6);
+  std::vector<float> in = UniformFloats(6, -1.f, 1.f, 4), out(6);
   const void* ins[] = {in.data()};
   void* outs[] = {out.data()};
   ASSERT_TRUE(Execute(**cg, ins, outs).ok());
@@ -155,7 +146,7 @@ TEST(ConstantFolding, PermuteOfAConstantBecomesAConstant) {
 
 TEST(MatmulFusion, ActivationAfterAViewMovesIntoTheMatmul) {
   GraphBuilder b;
-  std::vector<float> w = Random(12, -1.f, 1.f, 6), bias = Random(4, -1.f, 1.f, 7);
+  std::vector<float> w = UniformFloats(12, -1.f, 1.f, 6), bias = UniformFloats(4, -1.f, 1.f, 7);
   Constants consts;
   consts.Add(w);
   consts.Add(bias);
@@ -170,7 +161,7 @@ TEST(MatmulFusion, ActivationAfterAViewMovesIntoTheMatmul) {
   ASSERT_EQ((*cg)->steps.size(), 1u) << DumpCompiledGraph(**cg);
   EXPECT_EQ((*cg)->graph.nodes[(*cg)->steps[0].node].target, "kiln.addmm");
   EXPECT_EQ((*cg)->output_metas[0].shape, (std::vector<int64_t>{2, 2, 2}));
-  std::vector<float> in = Random(6, -1.f, 1.f, 8), out(8);
+  std::vector<float> in = UniformFloats(6, -1.f, 1.f, 8), out(8);
   const void* ins[] = {in.data()};
   void* outs[] = {out.data()};
   ASSERT_TRUE(Execute(**cg, ins, outs).ok());
@@ -194,7 +185,7 @@ TEST(Aliasing, ViewsRunNoKernelAndShareTheirSourceBytes) {
   auto cg = Compile(*GraphFromProto(b.graph()), none.Resolver());
   ASSERT_TRUE(cg.ok()) << cg.status();
   EXPECT_EQ((*cg)->steps.size(), 2u) << DumpCompiledGraph(**cg);
-  std::vector<float> in = Random(24, -1.f, 1.f, 5), sum(24), flat(24);
+  std::vector<float> in = UniformFloats(24, -1.f, 1.f, 5), sum(24), flat(24);
   const void* ins[] = {in.data()};
   void* outs[] = {sum.data(), flat.data()};
   ASSERT_TRUE(Execute(**cg, ins, outs).ok());
