@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 export KILN_VENV := $(VENV)
 export KILN_BUILD_DIR := $(BUILD)
 
-.PHONY: setup demo test test-cc test-py test-hostile bench clean
+.PHONY: setup demo test test-cc test-py test-hostile bench bench-suites clean
 
 setup:
 	@bash deploy/setup.sh
@@ -45,6 +45,20 @@ $(BENCH_STAMP): deploy/requirements-bench.txt deploy/requirements.txt
 bench: setup $(BENCH_STAMP)
 	@KILN_BENCH_MAKE_COMMAND="make bench$(if $(BENCH_ARGS), BENCH_ARGS='$(BENCH_ARGS)')" \
 	  $(PY) bench/models/run.py --results-file bench/RESULTS.md $(BENCH_ARGS)
+
+# PyTorch's CPU benchmark suites (bench/suites/): every model of its TIMM
+# and Hugging Face lists, built with random weights, through the same
+# harness and backends as `make bench`. Writes bench/suites/RESULTS-timm.md
+# and RESULTS-huggingface.md. SUITE_ARGS go to run.py of both, e.g.
+# SUITE_ARGS='--batch 1 --backends eager,kiln' for a coverage run.
+SUITE_ARGS ?=
+
+bench-suites: setup $(BENCH_STAMP)
+	@for suite in timm huggingface; do \
+	  KILN_BENCH_MAKE_COMMAND="make bench-suites$(if $(SUITE_ARGS), SUITE_ARGS='$(SUITE_ARGS)')" \
+	    $(PY) bench/models/run.py --suite $$suite \
+	      --results-file bench/suites/RESULTS-$$suite.md $(SUITE_ARGS) || exit 1; \
+	done
 
 clean:
 	rm -rf $(BUILD)

@@ -43,6 +43,12 @@ class Backend:
         """Backend-specific facts for the results (after the runs)."""
         return {}
 
+    def eager_ops(self, model: nn.Module, inputs: tuple[torch.Tensor, ...]) -> dict[str, int]:
+        """{"<op>: <why>": nodes} of what this backend left in eager; {} when
+        it does not say (only Kiln does). Called after extra(): it may
+        compile again."""
+        return {}
+
     def diagnose(self) -> str:
         """After a failure: anything the backend knows that the error may not say."""
         return ""
@@ -240,6 +246,21 @@ class Kiln(Backend):
         import kiln.backend
         kiln.backend.reset_stats()
         return torch.compile(model, backend="kiln")
+
+    def eager_ops(self, model, inputs):
+        import kiln
+        # kiln.explain compiles the model again from a reset Dynamo (the
+        # daemon still holds its graphs) and gives every eager node its reason.
+        report = kiln.explain(model, *inputs)
+        ops: dict[str, int] = {}
+        for graph in report.graphs:
+            if graph.eager_reason:
+                key = f"(whole graph): {graph.eager_reason}"
+                ops[key] = ops.get(key, 0) + graph.nodes
+            for f in graph.fallbacks:
+                key = f"{f.target}: {f.reason}"
+                ops[key] = ops.get(key, 0) + 1
+        return dict(sorted(ops.items(), key=lambda kv: -kv[1]))
 
     def extra(self):
         import kiln.backend

@@ -73,6 +73,37 @@ def geomeans(results: dict[str, Any]) -> dict[int, dict[str, tuple[float, int]]]
     return out
 
 
+def _geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def summary(results: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    """Per batch size, over the models eager ran: how many Kiln got right,
+    how many ran with no node in eager, and each backend's geomean speedup
+    over eager (eager ms / backend ms, over its correct models)."""
+    cells = _index(results)
+    out: dict[int, dict[str, Any]] = {}
+    for batch in _batches(results):
+        ran = [m for m in _models(results) if _usable(cells.get((m, batch, "eager")))]
+        kiln = [cells.get((m, batch, TARGET)) for m in ran]
+        speedups: dict[str, tuple[float, int]] = {}
+        for b in _backends(results):
+            if b == "eager":
+                continue
+            ratios = [cells[(m, batch, "eager")]["latency_ms"] / cells[(m, batch, b)]["latency_ms"]
+                      for m in ran if _usable(cells.get((m, batch, b)))]
+            if ratios:
+                speedups[b] = (_geomean(ratios), len(ratios))
+        out[batch] = {
+            "models": len(ran),
+            "kiln_correct": sum(1 for c in kiln if _usable(c)),
+            "kiln_no_eager_nodes": sum(1 for c in kiln if _usable(c)
+                                       and c.get("extra", {}).get("nodes_in_eager") == 0),
+            "speedup_over_eager": speedups,
+        }
+    return out
+
+
 def geomean_text(results: dict[str, Any]) -> str:
     """The geomean ratios as plain lines, for the terminal."""
     lines = [f"geomean speedup of {TARGET} (reference ms / {TARGET} ms; >1: {TARGET} faster)"]
@@ -81,6 +112,12 @@ def geomean_text(results: dict[str, Any]) -> str:
             lines.append(f"  batch {batch:<3} vs {reference:<12} {g:6.2f}x  over {n} models")
     if len(lines) == 1:
         lines.append("  (no model where kiln and a reference both ran correctly)")
+    if TARGET in _backends(results):
+        for batch, sm in summary(results).items():
+            over = ", ".join(f"{b} {g:.2f}x" for b, (g, _) in sm["speedup_over_eager"].items())
+            lines.append(f"  batch {batch:<3} of {sm['models']} models: {TARGET} correct on "
+                         f"{sm['kiln_correct']}, no eager node on {sm['kiln_no_eager_nodes']}; "
+                         f"over eager: {over}")
     return "\n".join(lines)
 
 
@@ -185,8 +222,12 @@ def markdown(results: dict[str, Any], chart: str | None = None) -> str:
     refs = [b for b in backends if b != TARGET] if TARGET in backends else []
     env = results.get("environment", {})
     settings = results.get("settings", {})
-    lines = ["# Whole-model benchmark", "",
-             "Written by `bench/models/run.py` (`make bench`); run it again rather "
+    suite = settings.get("suite", "models")
+    title = {"timm": "TIMM suite", "huggingface": "Hugging Face suite"}.get(suite,
+                                                                          "Whole-model benchmark")
+    lines = [f"# {title}", "",
+             "Written by `bench/models/run.py` "
+             f"(`{'make bench' if suite == 'models' else 'make bench-suites'}`); run it again rather "
              "than edit this file. Every model runs with random weights under each "
              "backend, in a child process of its own; see bench/README.md for what is "
              "measured and how."]
@@ -231,6 +272,30 @@ def markdown(results: dict[str, Any], chart: str | None = None) -> str:
                                       for r in refs]
                 for batch, g in all_geomeans.items()]
         lines += _table([""] + [f"{TARGET} vs {r}" for r in refs], rows)
+    summaries = summary(results)
+    if TARGET in backends and summaries:
+        lines += ["", "## Summary", "",
+                  "Over the models eager runs: how many Kiln runs correctly, how many with "
+                  "no node left in eager, and each backend's geomean speedup over eager "
+                  "(eager ms / backend ms, over the models it ran correctly).", ""]
+        others = [b for b in backends if b != "eager"]
+        rows = []
+        for batch, sm in summaries.items():
+            row = [f"batch {batch}", f"{sm['kiln_correct']} / {sm['models']}",
+                   f"{sm['kiln_no_eager_nodes']} / {sm['models']}"]
+            row += [f"{sm['speedup_over_eager'][b][0]:.2f}x (n={sm['speedup_over_eager'][b][1]})"
+                    if b in sm["speedup_over_eager"] else "-" for b in others]
+            rows.append(row)
+        lines += _table(["", "kiln correct", "kiln with no eager node"]
+                        + [f"{b} over eager" for b in others], rows)
+        eager_lists = [(c["model"], c["batch"], c["extra"]["eager_ops"]) for c in results["cells"]
+                       if c["backend"] == TARGET and c.get("extra", {}).get("eager_ops")]
+        if eager_lists:
+            lines += ["", "Nodes Kiln left in eager, by op and reason:", ""]
+            for model, batch, ops in eager_lists:
+                listed = "; ".join(f"`{op}` x{n}" for op, n in list(ops.items())[:8])
+                more = f"; and {len(ops) - 8} more" if len(ops) > 8 else ""
+                lines.append(f"- {model} (batch {batch}): {listed}{more}")
     if chart:
         lines += ["", f"![Speedup of each backend over eager, per model]({chart})"]
     for batch in _batches(results):

@@ -114,7 +114,7 @@ def run_cell(spec: dict[str, Any], control: _Control) -> dict[str, Any]:
     failure); the timed calls are made when the parent asks (`control`)."""
     import torch
     import backends
-    import models
+    import workloads
 
     threads = spec["threads"]
     torch.set_num_threads(threads)
@@ -124,7 +124,7 @@ def run_cell(spec: dict[str, Any], control: _Control) -> dict[str, Any]:
     backend = backends.make(spec["backend"], threads)
     try:
         with torch.no_grad():
-            workload = models.build(spec["model"], spec["batch"])
+            workload = workloads.build(spec.get("suite", "models"), spec["model"], spec["batch"])
             inputs = workload.inputs
             reference = workload.model(*inputs)
 
@@ -159,11 +159,15 @@ def run_cell(spec: dict[str, Any], control: _Control) -> dict[str, Any]:
             times = [t for block in blocks for t in block]
             if not times:
                 raise RuntimeError("no timed calls (the parent stopped the cell)")
+            extra = backend.extra()
+            # After the timing: what stayed in eager, op by op (Kiln only).
+            if extra.get("nodes_in_eager"):
+                extra["eager_ops"] = backend.eager_ops(workload.model, inputs)
         record.update(
             status="ok", latency_ms=statistics.median(times), min_ms=min(times),
             max_ms=max(times), runs=len(times), blocks_ms=blocks,
             description=workload.description,
-            extra=backend.extra())
+            extra=extra)
     except Exception as e:
         note = backend.diagnose()
         if note:  # first, so the cell's one-line error shows it
@@ -390,10 +394,15 @@ def _command(argv: list[str]) -> str:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line (see the module docstring)."""
-    import models  # names only; importing it does not build anything
+    import workloads  # names only; importing it does not build anything
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--suite", choices=workloads.SUITES, default="models",
+                   help="the models to run: 'models' (default), the list Kiln is tuned and "
+                        "tracked on (bench/models/models.py), or one of PyTorch's CPU "
+                        "benchmark suites (bench/suites/)")
     p.add_argument("--models", default=None,
-                   help=f"comma-separated subset of: {', '.join(models.MODELS)} (default all)")
+                   help="comma-separated subset of the suite's models (default all; "
+                        "for 'models': " + ", ".join(workloads.names("models")) + ")")
     p.add_argument("--batch", type=int, nargs="+", default=None,
                    help="batch sizes (default 1 8)")
     p.add_argument("--backends", default=",".join(ALL_BACKENDS),
@@ -436,13 +445,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.models = args.models or ",".join(QUICK_MODELS)
         args.batch = args.batch or [1]
         args.runs = args.runs or 20
-    args.models = args.models.split(",") if args.models else list(models.MODELS)
+    suite_models = workloads.names(args.suite)
+    args.models = args.models.split(",") if args.models else suite_models
     args.batch = args.batch or [1, 8]
     args.runs = args.runs or 30
     args.backends = args.backends.split(",")
     for name in args.models:
-        if name not in models.MODELS:
-            p.error(f"unknown model {name!r}; valid: {', '.join(models.MODELS)}")
+        if name not in suite_models:
+            p.error(f"unknown model {name!r} in suite {args.suite}; valid: "
+                    f"{', '.join(suite_models)}")
     if args.rounds < 1:
         p.error("--rounds must be at least 1")
     valid = ALL_BACKENDS + (("baseline",) if args.baseline else ())
@@ -518,7 +529,7 @@ def main(argv: list[str] | None = None) -> int:
         # The make command that ran this one, when it did (Makefile, bench).
         "make_command": os.environ.get("KILN_BENCH_MAKE_COMMAND"),
         "settings": {k: getattr(args, k) for k in (
-            "models", "batch", "backends", "runs", "min_runs", "max_seconds", "warmup",
+            "suite", "models", "batch", "backends", "runs", "min_runs", "max_seconds", "warmup",
             "rounds", "threads", "timeout", "dynamo_dict_tags", "quick")}
         | {"rel_tolerance": REL_TOLERANCE},
         "environment": host.environment(args.threads),
@@ -537,7 +548,7 @@ def main(argv: list[str] | None = None) -> int:
         specs = [{"model": model, "batch": batch, "backend": backend, "threads": args.threads,
                   "runs": args.runs, "min_runs": args.min_runs,
                   "max_seconds": args.max_seconds, "warmup": args.warmup,
-                  "dynamo_dict_tags": args.dynamo_dict_tags,
+                  "dynamo_dict_tags": args.dynamo_dict_tags, "suite": args.suite,
                   "baseline": _baseline_paths(args) if backend == "baseline" else None}
                  for backend in args.backends]
         log_paths = [os.path.join(args.out, "logs", f"{model}-b{batch}-{backend}.log")
