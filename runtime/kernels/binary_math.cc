@@ -1,9 +1,11 @@
 // Integer and bool arithmetic with broadcasting and type promotion
-// (typed_elementwise.h): aten.bitwise_and.Tensor, and the uses of
+// (typed_elementwise.h): aten.bitwise_and.Tensor, aten.maximum and
+// aten.minimum (every dtype; NaN wins, as in ATen), and the uses of
 // aten.add.Tensor and aten.sub.Tensor that involve i64 (position ids, cache
 // offsets, mask arithmetic); f32 tensor +/- f32 tensor/number keeps
 // elementwise.cc's kernels, which compile passes know how to fuse.
 #include <memory>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/kernels/kernel_util.h"
@@ -21,7 +23,23 @@ absl::StatusOr<PreparedOp> PrepareSub(const NodeArgs& args);
 
 namespace {
 
-enum class Arith { kAdd, kSub, kBitAnd };
+enum class Arith { kAdd, kSub, kBitAnd, kMax, kMin };
+
+// ATen's maximum/minimum: a NaN operand gives NaN.
+template <typename C>
+C MaxOf(C x, C y) {
+  if constexpr (std::is_floating_point_v<C>) {
+    if (x != x || y != y) return x + y;  // NaN
+  }
+  return x > y ? x : y;
+}
+template <typename C>
+C MinOf(C x, C y) {
+  if constexpr (std::is_floating_point_v<C>) {
+    if (x != x || y != y) return x + y;
+  }
+  return x < y ? x : y;
+}
 
 template <typename C>
 std::unique_ptr<Kernel> ArithKernel(Arith kind, const Operand& a,
@@ -43,6 +61,10 @@ std::unique_ptr<Kernel> ArithKernel(Arith kind, const Operand& a,
         return MakeBinaryKernel<C, C>(
             a, b, out, compute, [alpha](C x, C y) { return C(x - alpha * y); });
       }
+    case Arith::kMax:
+      return MakeBinaryKernel<C, C>(a, b, out, compute, [](C x, C y) { return MaxOf(x, y); });
+    case Arith::kMin:
+      return MakeBinaryKernel<C, C>(a, b, out, compute, [](C x, C y) { return MinOf(x, y); });
     case Arith::kBitAnd:
       if constexpr (std::is_floating_point_v<C>) {
         return nullptr;  // refused at prepare time
@@ -58,6 +80,9 @@ absl::StatusOr<PreparedOp> PrepareArith(const NodeArgs& args, Arith kind) {
   KILN_ASSIGN_OR_RETURN(Operand a, ReadOperand(args, 0, "self"));
   if (!a.is_tensor) return args.Error("self must be a tensor");
   KILN_ASSIGN_OR_RETURN(Operand b, ReadOperand(args, 1, "other"));
+  if ((kind == Arith::kMax || kind == Arith::kMin) && !b.is_tensor) {
+    return args.Error("other must be a tensor");
+  }
   DType compute = PromoteTypes(a.dtype, b.dtype);
   double alpha = 1.0;
   if (kind == Arith::kAdd || kind == Arith::kSub) {
@@ -125,6 +150,14 @@ absl::StatusOr<PreparedOp> PrepareSubTensor(const NodeArgs& args) {
 
 absl::StatusOr<PreparedOp> PrepareBitwiseAnd(const NodeArgs& args) {
   return PrepareArith(args, Arith::kBitAnd);
+}
+
+absl::StatusOr<PreparedOp> PrepareMaximum(const NodeArgs& args) {
+  return PrepareArith(args, Arith::kMax);
+}
+
+absl::StatusOr<PreparedOp> PrepareMinimum(const NodeArgs& args) {
+  return PrepareArith(args, Arith::kMin);
 }
 
 }  // namespace kiln::runtime

@@ -210,9 +210,9 @@ PreparedOp PermuteOp(const TensorMeta& in, const std::vector<int>& dims) {
 }  // namespace
 
 absl::StatusOr<PreparedOp> PrepareView(const NodeArgs& args) {
-  // (self, size) for view, reshape and _unsafe_view.
+  // (self, size) for view, reshape and _unsafe_view, of any element type:
+  // the bytes are the same.
   KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
-  KILN_RETURN_IF_ERROR(RequireDType(args, self, "self"));
   KILN_ASSIGN_OR_RETURN(std::vector<int64_t> size, args.IntList(1, "size"));
   int infer = -1;
   int64_t known = 1;

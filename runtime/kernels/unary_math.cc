@@ -1,5 +1,6 @@
-// Elementwise math on f32 tensors: aten.neg, aten.exp, aten.sqrt,
-// aten.rsqrt, aten.sin, aten.cos, aten.tanh and aten.pow.Tensor_Scalar
+// Elementwise math on f32 tensors: aten.neg, aten.abs, aten.exp, aten.log,
+// aten.sqrt, aten.rsqrt, aten.sin, aten.cos, aten.tanh and
+// aten.pow.Tensor_Scalar
 // (activations such as sigmoid, silu and gelu are in activations.cc).
 //
 // Each is one pass of a stateless functor over the flat tensor, in
@@ -83,6 +84,14 @@ absl::StatusOr<PreparedOp> Unary(const NodeArgs& args, F f) {
 
 absl::StatusOr<PreparedOp> PrepareNeg(const NodeArgs& args) {
   return Unary(args, [](float x) { return -x; });
+}
+
+absl::StatusOr<PreparedOp> PrepareAbs(const NodeArgs& args) {
+  return Unary(args, [](float x) { return std::fabs(x); });
+}
+
+absl::StatusOr<PreparedOp> PrepareLog(const NodeArgs& args) {
+  return Unary(args, [](float x) { return std::log(x); });
 }
 
 absl::StatusOr<PreparedOp> PrepareExp(const NodeArgs& args) {

@@ -1,6 +1,6 @@
 // Tests the shape ops (view/reshape/_unsafe_view, flatten, permute, t,
 // clone): output shapes and values against index arithmetic done here.
-#include "tests/runtime/kernels/kernel_test_util.h"
+#include "tests/runtime/kernels/typed_test_util.h"
 
 namespace kiln::runtime::testing {
 namespace {
@@ -31,6 +31,30 @@ TEST(ViewTest, ViewReshapeAndUnsafeViewCopyInOrder) {
     EXPECT_EQ(r.t->output_metas()[0], F32({4, 3, 2}));
     ASSERT_TRUE(r.t->Run().ok());
     EXPECT_TRUE(AllClose(r.t->OutputF32(0), ToDouble(r.x), 0, 0)) << target;
+  }
+}
+
+// Integer and bool tensors (positions, masks) are viewed byte for byte.
+TEST(ViewTest, I64AndBoolKeepTheirElementsInOrder) {
+  for (const char* target : {"aten.view.default", "aten.reshape.default",
+                             "aten._unsafe_view.default"}) {
+    OpTester t(target);
+    t.AddArg(I64Input(t, {2, 3}, {-3, 0, 7, 1 << 20, -(int64_t{1} << 40), 5}));
+    t.AddArg(IntListArg({3, -1}));
+    ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+    EXPECT_EQ(t.output_metas()[0], (TensorMeta{DType::kI64, {3, 2}}));
+    ASSERT_TRUE(t.Run().ok());
+    EXPECT_EQ(t.OutputI64(0),
+              (std::vector<int64_t>{-3, 0, 7, 1 << 20, -(int64_t{1} << 40), 5})) << target;
+
+    OpTester b(target);
+    b.AddArg(BoolInput(b, {1, 5}, {1, 0, 0, 1, 1}));
+    b.AddArg(IntListArg({5, 1, 1}));
+    ASSERT_TRUE(b.Prepare().ok()) << b.Prepare();
+    EXPECT_EQ(b.output_metas()[0], Bool({5, 1, 1}));
+    Outputs out(b);
+    ASSERT_TRUE(out.Run(b).ok());
+    EXPECT_EQ(out.Bools(0), (std::vector<int>{1, 0, 0, 1, 1})) << target;
   }
 }
 

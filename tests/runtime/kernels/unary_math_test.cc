@@ -35,6 +35,8 @@ INSTANTIATE_TEST_SUITE_P(
     Ops, UnaryMathTest,
     ::testing::Values(
         UnaryCase{"aten.neg.default", [](double x) { return -x; }, -5, 5},
+        UnaryCase{"aten.abs.default", [](double x) { return std::fabs(x); }, -5, 5},
+        UnaryCase{"aten.log.default", [](double x) { return std::log(x); }, 1e-3, 100},
         UnaryCase{"aten.exp.default", [](double x) { return std::exp(x); }, -10, 10},
         UnaryCase{"aten.sqrt.default", [](double x) { return std::sqrt(x); }, 0, 100},
         UnaryCase{"aten.rsqrt.default", [](double x) { return 1 / std::sqrt(x); }, 1e-3, 100},
