@@ -12,28 +12,15 @@ same plain signature.
 """
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
 from torch import nn
 
+import suite_list
 from models import SEED, Workload
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def _listed() -> dict[str, int]:
-    out: dict[str, int] = {}
-    with open(os.path.join(HERE, "huggingface_models.txt")) as f:
-        for line in f:
-            if line.strip():
-                name, batch = line.strip().split(",")
-                out[name] = int(batch)
-    return out
-
-
-LISTED = _listed()
+LISTED = suite_list.read("huggingface_models.txt")
 
 
 def _checkpoint(name: str) -> tuple[Any, str]:

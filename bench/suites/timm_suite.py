@@ -3,27 +3,12 @@
 (`pretrained=False`: nothing is downloaded) at its own input size."""
 from __future__ import annotations
 
-import os
-
 import torch
 
+import suite_list
 from models import SEED, Workload
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def _listed() -> dict[str, int]:
-    """name -> the batch size PyTorch's training harness uses for it."""
-    out: dict[str, int] = {}
-    with open(os.path.join(HERE, "timm_models.txt")) as f:
-        for line in f:
-            if line.strip():
-                name, batch = line.strip().split(",")
-                out[name] = int(batch)
-    return out
-
-
-LISTED = _listed()
+LISTED = suite_list.read("timm_models.txt")
 
 
 def build(name: str, batch: int) -> Workload:

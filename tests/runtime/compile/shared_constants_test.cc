@@ -5,7 +5,6 @@
 #include "runtime/compile/shared_constants.h"
 
 #include <cstring>
-#include <random>
 
 #include "gtest/gtest.h"
 #include "runtime/compile/compiler.h"
@@ -13,10 +12,13 @@
 #include "runtime/ir/from_proto.h"
 #include "runtime/kernels/onednn_util.h"
 #include "runtime/util/sha256.h"
+#include "tests/testing/constant_table.h"
 #include "tests/testing/proto_graph.h"
 
 namespace kiln::runtime {
 namespace {
+
+using kiln::testing::UniformFloats;
 
 using kiln::testing::GraphBuilder;
 using kiln::testing::Ref;
@@ -42,14 +44,6 @@ struct Weight {
   }
 };
 
-std::vector<float> Random(size_t n, unsigned seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(-1.f, 1.f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(gen);
-  return v;
-}
-
 // x [batch, kIn] @ t(w [kOut, kIn]): the transpose folds at compile time
 // and the matmul packs the folded weight.
 std::unique_ptr<CompiledGraph> CompileLinear(const Weight& w, int64_t batch,
@@ -68,7 +62,7 @@ std::unique_ptr<CompiledGraph> CompileLinear(const Weight& w, int64_t batch,
 
 // Max |compiled - reference| for one random input.
 double LinearError(const CompiledGraph& cg, const std::vector<float>& w, int64_t batch) {
-  std::vector<float> x = Random(batch * kIn, 7), y(batch * kOut, 0.f);
+  std::vector<float> x = UniformFloats(batch * kIn, -1.f, 1.f, 7), y(batch * kOut, 0.f);
   const void* in[] = {x.data()};
   void* out[] = {y.data()};
   EXPECT_TRUE(Execute(cg, in, out).ok());
@@ -85,7 +79,7 @@ double LinearError(const CompiledGraph& cg, const std::vector<float>& w, int64_t
 
 TEST(SharedConstants, ShapeVariantsShareOnePackedWeightAndKeepNoOther) {
   Weight w{std::vector<float>(kOut * kIn), ""};
-  const std::vector<float> values = Random(kOut * kIn, 1);
+  const std::vector<float> values = UniformFloats(kOut * kIn, -1.f, 1.f, 1);
   w.Set(values);
   const int64_t before = PackedConstantBytes();
   auto one = CompileLinear(w, 1, w.Resolver());
@@ -110,7 +104,7 @@ TEST(SharedConstants, ShapeVariantsShareOnePackedWeightAndKeepNoOther) {
 TEST(SharedConstants, EqualBytesElsewhereShareByKey) {
   // The same weight uploaded again lives at another address: what was
   // derived from it is found by what it is, not where it is.
-  const std::vector<float> values = Random(kOut * kIn, 4);
+  const std::vector<float> values = UniformFloats(kOut * kIn, -1.f, 1.f, 4);
   Weight a{std::vector<float>(kOut * kIn), ""}, b{std::vector<float>(kOut * kIn), ""};
   a.Set(values);
   b.Set(values);
@@ -127,7 +121,8 @@ TEST(SharedConstants, NewBytesAtAnOldAddressAreNotServedStale) {
   // The second weight lives at the first one's address, as freed and
   // reallocated memory would: nothing derived from the first may be reused.
   Weight w{std::vector<float>(kOut * kIn), ""};
-  const std::vector<float> first = Random(kOut * kIn, 2), second = Random(kOut * kIn, 3);
+  const std::vector<float> first = UniformFloats(kOut * kIn, -1.f, 1.f, 2);
+  const std::vector<float> second = UniformFloats(kOut * kIn, -1.f, 1.f, 3);
   w.Set(first);
   auto cg = CompileLinear(w, 3, w.Resolver());
   ASSERT_NE(cg, nullptr);

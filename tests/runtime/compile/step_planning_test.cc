@@ -11,7 +11,6 @@
 #include <atomic>
 #include <map>
 #include <optional>
-#include <random>
 #include <thread>
 #include <utility>
 
@@ -27,6 +26,8 @@
 namespace kiln::runtime {
 namespace {
 
+using kiln::testing::UniformFloats;
+
 using kiln::testing::Bool;
 using kiln::testing::GraphBuilder;
 using kiln::testing::Int;
@@ -39,16 +40,7 @@ constexpr ArgSlot kConvResidual = KILN_ARG("kiln.conv2d", "residual");
 // Constant bytes by hash, as the daemon's constant store holds them.
 using Constants = kiln::testing::ConstantTable;
 
-
 // ---- Branches: waves of independent steps and their memory ---------------
-
-std::vector<float> RandomData(size_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(-1.f, 1.f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(gen);
-  return v;
-}
 
 // A test graph and the constants it refers to.
 struct BuiltGraph {
@@ -60,8 +52,8 @@ struct BuiltGraph {
 // bias from `seed` added to f's constants.
 int AddConvRelu(GraphBuilder& b, BuiltGraph& f, int in, int64_t cin, int64_t cout, int64_t k,
                 int seed) {
-  std::vector<float> w = RandomData(cout * cin * k * k, 2 * seed);
-  std::vector<float> bias = RandomData(cout, 2 * seed + 1);
+  std::vector<float> w = UniformFloats(cout * cin * k * k, -1.f, 1.f, 2 * seed);
+  std::vector<float> bias = UniformFloats(cout, -1.f, 1.f, 2 * seed + 1);
   f.constants.Add(w);
   f.constants.Add(bias);
   int wn = b.Constant(w, {cout, cin, k, k});
@@ -283,7 +275,7 @@ TEST(StepPlanning, BranchesGiveTheSameResultsAsGraphOrder) {
   auto serial = CompileWith(f, BranchMode::kOff);
   auto waves = CompileWith(f, BranchMode::kOn);
   ASSERT_TRUE(serial.ok() && waves.ok());
-  const std::vector<float> x = RandomData(8 * 12 * 12, 99);
+  const std::vector<float> x = UniformFloats(8 * 12 * 12, -1.f, 1.f, 99);
   auto run = [&](const CompiledGraph& g) {
     std::vector<float> out0(g.output_metas[0].NumElements()), out1(g.output_metas[1].NumElements());
     const void* inputs[] = {x.data()};
@@ -312,8 +304,8 @@ BuiltGraph BuildResidualGraph(bool stem_read_late) {
   int x = b.Input({2, 8, 10, 10});
   int seed = 11;
   auto conv = [&](int in) {
-    std::vector<float> w = RandomData(8 * 8 * 9, seed++);
-    std::vector<float> bias = RandomData(8, seed++);
+    std::vector<float> w = UniformFloats(8 * 8 * 9, -1.f, 1.f, seed++);
+    std::vector<float> bias = UniformFloats(8, -1.f, 1.f, seed++);
     for (float& v : w) v *= 0.2f;
     f.constants.Add(w);
     f.constants.Add(bias);
@@ -368,7 +360,7 @@ TEST(StepPlanning, ConvolutionWritesOverAResidualNothingReadsAfterIt) {
 
     // The same answer either way, run after run (a residual overwritten
     // too early would change the second block's result).
-    const std::vector<float> x = RandomData(2 * 8 * 10 * 10, 5);
+    const std::vector<float> x = UniformFloats(2 * 8 * 10 * 10, -1.f, 1.f, 5);
     std::vector<float> a(x.size()), b(x.size()), late(x.size());
     const void* inputs[] = {x.data()};
     void* out_a[] = {a.data()};
@@ -434,7 +426,7 @@ std::vector<std::vector<float>> RunOutputs(const CompiledGraph& g, const std::ve
 }
 
 TEST(StepPlanning, CatInputsAreComputedInTheCatsBytesAtBatchOne) {
-  const std::vector<float> x = RandomData(8 * 12 * 12, 7);
+  const std::vector<float> x = UniformFloats(8 * 12 * 12, -1.f, 1.f, 7);
   auto cat_steps = [](const CompiledGraph& g) {
     int n = 0;
     for (const CompiledStep& step : g.steps) n += g.graph.nodes[step.node].target == "aten.cat.default";
