@@ -182,6 +182,21 @@ def constant_positions(gm: fx.GraphModule, example_inputs: Sequence[object],
                      if isinstance(e, torch.Tensor) and is_param_or_buffer(n, e))
 
 
+def _mutating_nodes(gm: fx.GraphModule) -> list[fx.Node]:
+    """Calls of ATen ops that write into a value of the graph (copy_, add_,
+    ...). Writes into an input itself are not counted: functionalization
+    ends a graph that mutates its inputs with copy_ into them, which runs in
+    eager after everything that reads them."""
+    found = []
+    for n in gm.graph.nodes:
+        if (n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
+                and n.target._schema.is_mutable):
+            first = n.args[0] if n.args else None
+            if not (isinstance(first, fx.Node) and first.op == "placeholder"):
+                found.append(n)
+    return found
+
+
 def lower(gm: fx.GraphModule, example_inputs: Sequence[object],
           extra_decompositions: Sequence[str] = (),
           constant_inputs: frozenset[int] | None = None) -> LoweredGraph:
@@ -223,6 +238,19 @@ def lower(gm: fx.GraphModule, example_inputs: Sequence[object],
         aten = make_fx(torch.func.functionalize(gm, remove="mutations"),
                        decomposition_table=table,
                        tracing_mode="real")(*fake_inputs)
+        if _mutating_nodes(aten):
+            # A decomposition that writes in place (circular padding's
+            # copy_ into slices of an empty tensor) runs below the
+            # functionalization it was traced under; functionalizing the
+            # decomposed graph again turns its writes into values. Nodes
+            # that write through views must never be split from the views
+            # (the daemon's views are copies).
+            aten = make_fx(torch.func.functionalize(aten, remove="mutations"),
+                           decomposition_table=table,
+                           tracing_mode="real")(*fake_inputs)
+    mutating = _mutating_nodes(aten)
+    if mutating:
+        raise LoweringError(f"the lowered graph writes in place ({mutating[0].target})")
     aten.graph.eliminate_dead_code()
     aten.recompile()
 

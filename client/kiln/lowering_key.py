@@ -26,7 +26,8 @@ def _torch_owned(target: Any) -> bool:
     if isinstance(target, str):  # call_method: a tensor method by name
         return True
     if isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
-        return target.namespace in ("aten", "prims")
+        # "aten.add.Tensor", "aten.add" (a packet has no .namespace)
+        return str(target).split(".", 1)[0] in ("aten", "prims")
     module = getattr(target, "__module__", None)
     if module is None:
         module = getattr(getattr(target, "__objclass__", None), "__module__", None)

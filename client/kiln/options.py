@@ -237,9 +237,10 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "what happens to nodes the daemon cannot run: 'eager' runs them in "
                "PyTorch (logged), 'error' raises instead",
                env="KILN_FALLBACK"),
-    OptionSpec("min_partition_size", Number(int, 1), 1,
+    OptionSpec("min_partition_size", Number(int, 0), 1,
                "smallest partition (in compute nodes) worth sending to the daemon; "
-               "smaller ones run in eager",
+               "smaller ones run in eager (0 sends partitions of views alone too, "
+               "which eager runs without copying)",
                env="KILN_MIN_PARTITION_SIZE"),
     OptionSpec("dict_tag_guards", bool, True,
                "compile Kiln's frames with Dynamo's use_recursive_dict_tags_for_guards "

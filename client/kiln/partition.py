@@ -105,14 +105,15 @@ def partition(gm: fx.GraphModule, capabilities: Capabilities,
 
     Nodes outside every partition, those named in `excluded`, those whose
     target `disabled` accepts, and partitions of fewer than `min_size`
-    compute nodes (is_compute_node with `views`) stay in gm and run in
-    eager.
+    compute nodes (is_compute_node with `views`; 0 keeps partitions of
+    views alone) stay in gm and run in eager.
     """
     partitioner = CapabilityBasedPartitioner(
         gm, KilnOperatorSupport(capabilities, excluded, disabled),
         allows_single_node_partition=True)
     partitions = [p for p in partitioner.propose_partitions()
-                  if sum(is_compute_node(n, views) for n in p.nodes) >= max(min_size, 1)]
+                  if (sum(is_compute_node(n, views) for n in p.nodes) >= min_size
+                      and any(n.target is not operator.getitem for n in p.nodes))]
     return partitioner.fuse_partitions(partitions)
 
 

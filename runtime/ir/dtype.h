@@ -25,6 +25,9 @@ enum class DType : int {
 constexpr uint32_t DTypeBit(DType dtype) { return 1u << static_cast<int>(dtype); }
 using DTypeMask = uint32_t;
 constexpr DTypeMask kF32Only = DTypeBit(DType::kF32);
+constexpr DTypeMask kF32I64 = kF32Only | DTypeBit(DType::kI64);
+constexpr DTypeMask kF32I64Bool = kF32I64 | DTypeBit(DType::kBool);
+constexpr DTypeMask kI64Bool = DTypeBit(DType::kI64) | DTypeBit(DType::kBool);
 
 // Bytes per element; 0 for kInvalid or values outside the enum.
 size_t ElementSize(DType dtype);

@@ -1,7 +1,8 @@
 // Pointwise f32 activations: aten.clamp.default, aten.hardtanh.default,
 // aten.sigmoid.default, aten.gelu.default (exact erf and approximate
-// "tanh"), aten.hardswish.default, aten.hardsigmoid.default and
-// aten.silu.default, with ATen's formulas and NaN behaviour.
+// "tanh"), aten.hardswish.default, aten.hardsigmoid.default,
+// aten.silu.default, aten.leaky_relu.default and aten.elu.default, with
+// ATen's formulas and NaN behaviour.
 //
 // One kernel class; the op is picked once per Run and each op's loop is a
 // plain loop over a contiguous chunk. The transcendental ones use the
@@ -37,21 +38,24 @@ enum class Activation {
   kHardswish,
   kHardsigmoid,
   kSilu,
+  kLeakyRelu,  // lo: the negative slope
+  kElu,        // lo: alpha * scale, hi: scale, in_scale: input_scale
 };
 
 class ActivationKernel final : public Kernel {
  public:
-  ActivationKernel(Activation act, int64_t n, float lo = 0.0f, float hi = 0.0f)
-      : act_(act), n_(n), lo_(lo), hi_(hi) {}
+  ActivationKernel(Activation act, int64_t n, float lo = 0.0f, float hi = 0.0f,
+                   float in_scale = 1.0f)
+      : act_(act), n_(n), lo_(lo), hi_(hi), in_scale_(in_scale) {}
 
   absl::Status Run(const KernelContext& ctx) const override {
     const float* in = ctx.inputs[0].as<const float>();
     float* out = ctx.outputs[0].as<float>();
-    const float lo = lo_, hi = hi_;
+    const float lo = lo_, hi = hi_, in_scale = in_scale_;
     const Activation act = act_;
     const int64_t grain =
         act == Activation::kClamp || act == Activation::kHardswish ||
-                act == Activation::kHardsigmoid
+                act == Activation::kHardsigmoid || act == Activation::kLeakyRelu
             ? kCheapGrain
             : kCostlyGrain;
     ParallelFor(n_, grain, [&](int64_t b, int64_t e) {
@@ -86,6 +90,18 @@ class ActivationKernel final : public Kernel {
         case Activation::kSilu:
           vmath::Map(in + b, out + b, e - b, [](__m256 v) { return vmath::Silu(v); });
           break;
+        case Activation::kLeakyRelu:
+          for (int64_t i = b; i < e; ++i) {
+            const float x = in[i];
+            out[i] = x > 0.0f ? x : x * lo;
+          }
+          break;
+        case Activation::kElu:
+          for (int64_t i = b; i < e; ++i) {
+            const float x = in[i];
+            out[i] = x <= 0.0f ? std::expm1(x * in_scale) * lo : x * hi;
+          }
+          break;
       }
     });
     return absl::OkStatus();
@@ -94,7 +110,7 @@ class ActivationKernel final : public Kernel {
  private:
   Activation act_;
   int64_t n_;
-  float lo_, hi_;
+  float lo_, hi_, in_scale_;
 };
 
 absl::StatusOr<TensorMeta> F32Self(const NodeArgs& args) {
@@ -149,6 +165,27 @@ absl::StatusOr<PreparedOp> PrepareHardtanh(const NodeArgs& args) {
   KILN_ASSIGN_OR_RETURN(double hi, args.Float(2, "max_val", 1.0));
   return MakeOp(self, Activation::kClamp, static_cast<float>(lo),
                 static_cast<float>(hi));
+}
+
+absl::StatusOr<PreparedOp> PrepareLeakyRelu(const NodeArgs& args) {
+  // (self, negative_slope=0.01)
+  KILN_ASSIGN_OR_RETURN(TensorMeta self, F32Self(args));
+  KILN_ASSIGN_OR_RETURN(double slope, args.Float(1, "negative_slope", 0.01));
+  return MakeOp(self, Activation::kLeakyRelu, static_cast<float>(slope));
+}
+
+absl::StatusOr<PreparedOp> PrepareElu(const NodeArgs& args) {
+  // (self, alpha=1, scale=1, input_scale=1)
+  KILN_ASSIGN_OR_RETURN(TensorMeta self, F32Self(args));
+  KILN_ASSIGN_OR_RETURN(double alpha, args.Float(1, "alpha", 1.0));
+  KILN_ASSIGN_OR_RETURN(double scale, args.Float(2, "scale", 1.0));
+  KILN_ASSIGN_OR_RETURN(double input_scale, args.Float(3, "input_scale", 1.0));
+  PreparedOp op;
+  op.outputs.push_back(self);
+  op.kernel = std::make_unique<ActivationKernel>(
+      Activation::kElu, self.NumElements(), static_cast<float>(alpha * scale),
+      static_cast<float>(scale), static_cast<float>(input_scale));
+  return op;
 }
 
 absl::StatusOr<PreparedOp> PrepareSigmoid(const NodeArgs& args) {

@@ -1,9 +1,16 @@
-// Integer and bool arithmetic with broadcasting and type promotion
-// (typed_elementwise.h): aten.bitwise_and.Tensor, aten.maximum and
-// aten.minimum (every dtype; NaN wins, as in ATen), and the uses of
-// aten.add.Tensor and aten.sub.Tensor that involve i64 (position ids, cache
-// offsets, mask arithmetic); f32 tensor +/- f32 tensor/number keeps
-// elementwise.cc's kernels, which compile passes know how to fuse.
+// Arithmetic over f32, i64 and bool with broadcasting and type promotion
+// (typed_elementwise.h), by ATen's semantics per dtype: the bitwise ops,
+// aten.maximum/minimum (NaN wins) and fmax/fmin (NaN loses), division with
+// a rounding mode, remainder (the divisor's sign) and fmod (the
+// dividend's), pow with a tensor exponent, atan2, hypot, copysign; and the
+// uses of aten.add, sub, mul and div that involve integers (position ids,
+// cache offsets, mask arithmetic). f32 tensor with f32 tensor or number
+// keeps elementwise.cc's kernels, which compile passes know how to fuse.
+//
+// Integer division or remainder by zero raises in ATen; here it gives 0
+// (a kernel cannot raise per element), so such graphs are not exact.
+#include <cmath>
+#include <cstdint>
 #include <memory>
 #include <type_traits>
 
@@ -15,15 +22,77 @@
 
 namespace kiln::runtime {
 
-// elementwise.cc: the f32 add and sub kernels (not in ops.def themselves:
-// aten.add.Tensor and aten.sub.Tensor are registered to PrepareAddTensor
-// and PrepareSubTensor below, which forward f32 to them).
+// elementwise.cc: the f32 add, sub, mul and div kernels (not in ops.def
+// themselves: the aten ops are registered to the Prepare*Tensor functions
+// below, which forward f32 to them).
 absl::StatusOr<PreparedOp> PrepareAdd(const NodeArgs& args);
 absl::StatusOr<PreparedOp> PrepareSub(const NodeArgs& args);
+absl::StatusOr<PreparedOp> PrepareMul(const NodeArgs& args);
+absl::StatusOr<PreparedOp> PrepareDiv(const NodeArgs& args);
 
 namespace {
 
-enum class Arith { kAdd, kSub, kBitAnd, kMax, kMin };
+enum class Arith {
+  kAdd, kSub, kMul, kDiv, kDivTrunc, kDivFloor, kRemainder, kFmod, kPow, kAtan2, kHypot,
+  kCopysign, kBitAnd, kBitOr, kBitXor, kMax, kMin, kFmax, kFmin,
+};
+
+// Ops whose result is floating point whatever the operands' types.
+bool FloatResult(Arith k) {
+  return k == Arith::kDiv || k == Arith::kAtan2 || k == Arith::kHypot || k == Arith::kCopysign;
+}
+bool Bitwise(Arith k) { return k == Arith::kBitAnd || k == Arith::kBitOr || k == Arith::kBitXor; }
+
+// ATen's floor division of floats (div_floor_floating): exact where the
+// quotient is an integer, and the sign of zero follows a / b.
+inline float FloorDivF(float a, float b) {
+  if (b == 0.f) return a / b;
+  float mod = std::fmod(a, b);
+  float div = (a - mod) / b;
+  if (mod != 0.f && ((b < 0.f) != (mod < 0.f))) div -= 1.f;
+  if (div == 0.f) return std::copysign(0.f, a / b);
+  float floordiv = std::floor(div);
+  if (div - floordiv > 0.5f) floordiv += 1.f;
+  return floordiv;
+}
+
+inline int64_t FloorDivI(int64_t a, int64_t b) {
+  if (b == 0) return 0;
+  if (b == -1) return static_cast<int64_t>(0ull - static_cast<uint64_t>(a));  // no overflow trap
+  int64_t q = a / b;
+  if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
+  return q;
+}
+
+inline float RemainderF(float a, float b) {
+  float mod = std::fmod(a, b);
+  if (mod != 0.f && ((b < 0.f) != (mod < 0.f))) mod += b;
+  return mod;
+}
+
+inline int64_t RemainderI(int64_t a, int64_t b) {
+  if (b == 0 || b == -1) return 0;
+  int64_t mod = a % b;
+  if (mod != 0 && ((b < 0) != (mod < 0))) mod += b;
+  return mod;
+}
+
+// Integer power by squaring; negative exponents as ATen: 1 and -1 keep
+// their powers, every other base gives 0.
+inline int64_t PowI(int64_t base, int64_t exp) {
+  if (exp < 0) {
+    if (base == 1) return 1;
+    if (base == -1) return (exp & 1) ? -1 : 1;
+    return 0;
+  }
+  uint64_t result = 1, b = static_cast<uint64_t>(base);
+  while (exp) {
+    if (exp & 1) result *= b;
+    b *= b;
+    exp >>= 1;
+  }
+  return static_cast<int64_t>(result);
+}
 
 // ATen's maximum/minimum: a NaN operand gives NaN.
 template <typename C>
@@ -32,6 +101,14 @@ C MaxOf(C x, C y) {
     if (x != x || y != y) return x + y;  // NaN
   }
   return x > y ? x : y;
+}
+template <typename C>
+bool IsNanOf(C x) {
+  if constexpr (std::is_floating_point_v<C>) {
+    return x != x;
+  } else {
+    return false;
+  }
 }
 template <typename C>
 C MinOf(C x, C y) {
@@ -61,6 +138,89 @@ std::unique_ptr<Kernel> ArithKernel(Arith kind, const Operand& a,
         return MakeBinaryKernel<C, C>(
             a, b, out, compute, [alpha](C x, C y) { return C(x - alpha * y); });
       }
+    case Arith::kMul:
+      if constexpr (std::is_same_v<C, bool>) {
+        return MakeBinaryKernel<C, C>(a, b, out, compute, [](C x, C y) { return C(x && y); });
+      } else if constexpr (std::is_integral_v<C>) {
+        return MakeBinaryKernel<C, C>(a, b, out, compute, [](C x, C y) {
+          return static_cast<C>(static_cast<uint64_t>(x) * static_cast<uint64_t>(y));
+        });
+      } else {
+        return MakeBinaryKernel<C, C>(a, b, out, compute, [](C x, C y) { return C(x * y); });
+      }
+    case Arith::kDiv:
+    case Arith::kAtan2:
+    case Arith::kHypot:
+    case Arith::kCopysign:
+      if constexpr (std::is_floating_point_v<C>) {
+        switch (kind) {
+          case Arith::kDiv:
+            return MakeBinaryKernel<C, C>(a, b, out, compute, [](C x, C y) { return x / y; });
+          case Arith::kAtan2:
+            return MakeBinaryKernel<C, C>(a, b, out, compute,
+                                          [](C x, C y) { return std::atan2(x, y); });
+          case Arith::kHypot:
+            return MakeBinaryKernel<C, C>(a, b, out, compute,
+                                          [](C x, C y) { return std::hypot(x, y); });
+          default:
+            return MakeBinaryKernel<C, C>(a, b, out, compute,
+                                          [](C x, C y) { return std::copysign(x, y); });
+        }
+      }
+      return nullptr;  // computed in f32 (FloatResult)
+    case Arith::kDivTrunc:
+      if constexpr (std::is_floating_point_v<C>) {
+        return MakeBinaryKernel<C, C>(a, b, out, compute, [](C x, C y) { return std::trunc(x / y); });
+      } else if constexpr (std::is_same_v<C, int64_t>) {
+        return MakeBinaryKernel<C, C>(a, b, out, compute, [](C x, C y) {
+          return y == 0 ? C(0) : y == -1 ? static_cast<C>(0ull - static_cast<uint64_t>(x)) : C(x / y);
+        });
+      }
+      return nullptr;
+    case Arith::kDivFloor:
+      if constexpr (std::is_floating_point_v<C>) {
+        return MakeBinaryKernel<C, C>(a, b, out, compute, [](C x, C y) { return FloorDivF(x, y); });
+      } else if constexpr (std::is_same_v<C, int64_t>) {
+        return MakeBinaryKernel<C, C>(a, b, out, compute, [](C x, C y) { return FloorDivI(x, y); });
+      }
+      return nullptr;
+    case Arith::kRemainder:
+      if constexpr (std::is_floating_point_v<C>) {
+        return MakeBinaryKernel<C, C>(a, b, out, compute, [](C x, C y) { return RemainderF(x, y); });
+      } else if constexpr (std::is_same_v<C, int64_t>) {
+        return MakeBinaryKernel<C, C>(a, b, out, compute, [](C x, C y) { return RemainderI(x, y); });
+      }
+      return nullptr;
+    case Arith::kFmod:
+      if constexpr (std::is_floating_point_v<C>) {
+        return MakeBinaryKernel<C, C>(a, b, out, compute, [](C x, C y) { return std::fmod(x, y); });
+      } else if constexpr (std::is_same_v<C, int64_t>) {
+        return MakeBinaryKernel<C, C>(a, b, out, compute,
+                                      [](C x, C y) { return (y == 0 || y == -1) ? C(0) : C(x % y); });
+      }
+      return nullptr;
+    case Arith::kPow:
+      if constexpr (std::is_floating_point_v<C>) {
+        return MakeBinaryKernel<C, C>(a, b, out, compute, [](C x, C y) { return std::pow(x, y); });
+      } else if constexpr (std::is_same_v<C, int64_t>) {
+        return MakeBinaryKernel<C, C>(a, b, out, compute, [](C x, C y) { return PowI(x, y); });
+      }
+      return nullptr;
+    case Arith::kBitOr:
+    case Arith::kBitXor:
+      if constexpr (std::is_floating_point_v<C>) {
+        return nullptr;  // refused at prepare time
+      } else if (kind == Arith::kBitOr) {
+        return MakeBinaryKernel<C, C>(a, b, out, compute, [](C x, C y) { return C(x | y); });
+      } else {
+        return MakeBinaryKernel<C, C>(a, b, out, compute, [](C x, C y) { return C(x ^ y); });
+      }
+    case Arith::kFmax:
+      return MakeBinaryKernel<C, C>(a, b, out, compute,
+                                    [](C x, C y) { return IsNanOf(x) ? y : IsNanOf(y) ? x : MaxOf(x, y); });
+    case Arith::kFmin:
+      return MakeBinaryKernel<C, C>(a, b, out, compute,
+                                    [](C x, C y) { return IsNanOf(x) ? y : IsNanOf(y) ? x : MinOf(x, y); });
     case Arith::kMax:
       return MakeBinaryKernel<C, C>(a, b, out, compute, [](C x, C y) { return MaxOf(x, y); });
     case Arith::kMin:
@@ -76,14 +236,25 @@ std::unique_ptr<Kernel> ArithKernel(Arith kind, const Operand& a,
   return nullptr;
 }
 
-absl::StatusOr<PreparedOp> PrepareArith(const NodeArgs& args, Arith kind) {
+absl::StatusOr<PreparedOp> PrepareArith(const NodeArgs& args, Arith kind,
+                                        const char* other = "other") {
   KILN_ASSIGN_OR_RETURN(Operand a, ReadOperand(args, 0, "self"));
-  if (!a.is_tensor) return args.Error("self must be a tensor");
-  KILN_ASSIGN_OR_RETURN(Operand b, ReadOperand(args, 1, "other"));
-  if ((kind == Arith::kMax || kind == Arith::kMin) && !b.is_tensor) {
+  KILN_ASSIGN_OR_RETURN(Operand b, ReadOperand(args, 1, other));
+  if (!a.is_tensor && !b.is_tensor) return args.Error("one of self and other must be a tensor");
+  if (!b.is_tensor && (kind == Arith::kMax || kind == Arith::kMin || kind == Arith::kFmax ||
+                       kind == Arith::kFmin)) {
     return args.Error("other must be a tensor");
   }
   DType compute = PromoteTypes(a.dtype, b.dtype);
+  if (FloatResult(kind)) compute = DType::kF32;
+  if (Bitwise(kind) && compute == DType::kF32) {
+    return args.Error("bitwise ops are not defined for floating-point operands");
+  }
+  if (compute == DType::kBool &&
+      (kind == Arith::kDivTrunc || kind == Arith::kDivFloor || kind == Arith::kRemainder ||
+       kind == Arith::kFmod || kind == Arith::kPow)) {
+    return args.Unimplemented("this op on two bool operands is not supported");
+  }
   double alpha = 1.0;
   if (kind == Arith::kAdd || kind == Arith::kSub) {
     const Arg* alpha_arg = args.Find(2, "alpha");
@@ -99,9 +270,6 @@ absl::StatusOr<PreparedOp> PrepareArith(const NodeArgs& args, Arith kind) {
       return args.Unimplemented(kind == Arith::kAdd ? "add of two bool operands is not supported"
                                                     : "subtraction of two bool operands is not supported");
     }
-  }
-  if (kind == Arith::kBitAnd && compute == DType::kF32) {
-    return args.Error("bitwise_and is not defined for floating-point operands");
   }
   KILN_ASSIGN_OR_RETURN(std::vector<int64_t> shape,
                         BroadcastOperands(args, {&a, &b}));
@@ -121,7 +289,15 @@ absl::StatusOr<PreparedOp> PrepareArith(const NodeArgs& args, Arith kind) {
       op.kernel = ArithKernel<bool>(kind, a, b, shape, compute, true);
       break;
   }
+  if (op.kernel == nullptr) return args.Unimplemented("no kernel for these operand types");
   return op;
+}
+
+// A tensor of f32 with an f32 tensor or a number: elementwise.cc's kernel.
+absl::StatusOr<bool> BothFloat(const NodeArgs& args) {
+  KILN_ASSIGN_OR_RETURN(Operand a, ReadOperand(args, 0, "self"));
+  KILN_ASSIGN_OR_RETURN(Operand b, ReadOperand(args, 1, "other"));
+  return a.is_tensor && a.dtype == DType::kF32 && (!b.is_tensor || b.dtype == DType::kF32);
 }
 
 }  // namespace
@@ -148,8 +324,91 @@ absl::StatusOr<PreparedOp> PrepareSubTensor(const NodeArgs& args) {
   return PrepareArith(args, Arith::kSub);
 }
 
+absl::StatusOr<PreparedOp> PrepareMulTensor(const NodeArgs& args) {
+  KILN_ASSIGN_OR_RETURN(bool f32, BothFloat(args));
+  return f32 ? PrepareMul(args) : PrepareArith(args, Arith::kMul);
+}
+
+absl::StatusOr<PreparedOp> PrepareDivTensor(const NodeArgs& args) {
+  // True division: integers divide as floats.
+  KILN_ASSIGN_OR_RETURN(bool f32, BothFloat(args));
+  return f32 ? PrepareDiv(args) : PrepareArith(args, Arith::kDiv);
+}
+
+absl::StatusOr<PreparedOp> PrepareDivTensorMode(const NodeArgs& args) {
+  // (self, other, *, rounding_mode: str?): None is true division.
+  const Arg* mode = args.Find(2, "rounding_mode");
+  if (mode == nullptr) return PrepareDivTensor(args);
+  if (mode->kind != Arg::Kind::kString) return args.Error("rounding_mode must be a string");
+  if (mode->s == "trunc") return PrepareArith(args, Arith::kDivTrunc);
+  if (mode->s == "floor") return PrepareArith(args, Arith::kDivFloor);
+  return args.Error(absl::StrCat("rounding_mode must be 'trunc', 'floor' or None, got '",
+                                 mode->s, "'"));
+}
+
+absl::StatusOr<PreparedOp> PrepareRemainder(const NodeArgs& args) {
+  return PrepareArith(args, Arith::kRemainder);
+}
+
+absl::StatusOr<PreparedOp> PrepareFmod(const NodeArgs& args) {
+  return PrepareArith(args, Arith::kFmod);
+}
+
+absl::StatusOr<PreparedOp> PreparePowTensorTensor(const NodeArgs& args) {
+  return PrepareArith(args, Arith::kPow, "exponent");
+}
+
+absl::StatusOr<PreparedOp> PreparePowScalar(const NodeArgs& args) {
+  // (self: Scalar, exponent: Tensor)
+  return PrepareArith(args, Arith::kPow, "exponent");
+}
+
+absl::StatusOr<PreparedOp> PrepareAtan2(const NodeArgs& args) {
+  return PrepareArith(args, Arith::kAtan2);
+}
+
+absl::StatusOr<PreparedOp> PrepareHypot(const NodeArgs& args) {
+  return PrepareArith(args, Arith::kHypot);
+}
+
+absl::StatusOr<PreparedOp> PrepareCopysign(const NodeArgs& args) {
+  return PrepareArith(args, Arith::kCopysign);
+}
+
 absl::StatusOr<PreparedOp> PrepareBitwiseAnd(const NodeArgs& args) {
   return PrepareArith(args, Arith::kBitAnd);
+}
+
+absl::StatusOr<PreparedOp> PrepareBitwiseNot(const NodeArgs& args) {
+  // ~x is x ^ all-ones (for bool: x ^ true).
+  KILN_ASSIGN_OR_RETURN(Operand a, ReadOperand(args, 0, "self"));
+  if (!a.is_tensor) return args.Error("self must be a tensor");
+  if (a.dtype == DType::kF32) return args.Error("bitwise_not is not defined for floating point");
+  Operand ones;
+  ones.dtype = a.dtype;
+  ones.i = -1;
+  PreparedOp op;
+  op.outputs.push_back(a.meta);
+  op.kernel = a.dtype == DType::kI64
+                  ? ArithKernel<int64_t>(Arith::kBitXor, a, ones, a.meta.shape, a.dtype, 1)
+                  : ArithKernel<bool>(Arith::kBitXor, a, ones, a.meta.shape, a.dtype, true);
+  return op;
+}
+
+absl::StatusOr<PreparedOp> PrepareBitwiseOr(const NodeArgs& args) {
+  return PrepareArith(args, Arith::kBitOr);
+}
+
+absl::StatusOr<PreparedOp> PrepareBitwiseXor(const NodeArgs& args) {
+  return PrepareArith(args, Arith::kBitXor);
+}
+
+absl::StatusOr<PreparedOp> PrepareFmax(const NodeArgs& args) {
+  return PrepareArith(args, Arith::kFmax);
+}
+
+absl::StatusOr<PreparedOp> PrepareFmin(const NodeArgs& args) {
+  return PrepareArith(args, Arith::kFmin);
 }
 
 absl::StatusOr<PreparedOp> PrepareMaximum(const NodeArgs& args) {

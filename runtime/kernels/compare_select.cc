@@ -1,8 +1,11 @@
 // Comparisons, logical ops and selection over f32, i64 and bool with
 // broadcasting and type promotion (typed_elementwise.h):
-// aten.{eq,ne,lt,le,gt,ge}.Scalar, aten.eq.Tensor, aten.logical_not,
-// aten.where.self. Comparisons run in the promoted type and give bool.
+// aten.{eq,ne,lt,le,gt,ge}.{Scalar,Tensor}, aten.logical_{not,and,or,xor},
+// aten.isnan, aten.isinf, aten.where.self. Comparisons run in the promoted
+// type and give bool.
+#include <cmath>
 #include <memory>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/kernels/kernel_util.h"
@@ -13,7 +16,16 @@
 namespace kiln::runtime {
 namespace {
 
-enum class Cmp { kEq, kNe, kLt, kLe, kGt, kGe };
+enum class Cmp { kEq, kNe, kLt, kLe, kGt, kGe, kAnd, kOr, kXor, kIsNan, kIsInf };
+
+template <typename C>
+bool IsInfOf(C x) {
+  if constexpr (std::is_floating_point_v<C>) {
+    return std::isinf(x);
+  } else {
+    return false;
+  }
+}
 
 template <typename C>
 std::unique_ptr<Kernel> CompareKernel(Cmp cmp, const Operand& a,
@@ -39,6 +51,19 @@ std::unique_ptr<Kernel> CompareKernel(Cmp cmp, const Operand& a,
     case Cmp::kGe:
       return MakeBinaryKernel<C, bool>(a, b, out, compute,
                                        [](C x, C y) { return x >= y; });
+    case Cmp::kAnd:
+      return MakeBinaryKernel<C, bool>(a, b, out, compute,
+                                       [](C x, C y) { return x != C(0) && y != C(0); });
+    case Cmp::kOr:
+      return MakeBinaryKernel<C, bool>(a, b, out, compute,
+                                       [](C x, C y) { return x != C(0) || y != C(0); });
+    case Cmp::kXor:
+      return MakeBinaryKernel<C, bool>(a, b, out, compute,
+                                       [](C x, C y) { return (x != C(0)) != (y != C(0)); });
+    case Cmp::kIsNan:  // b is a dummy scalar
+      return MakeBinaryKernel<C, bool>(a, b, out, compute, [](C x, C) { return x != x; });
+    case Cmp::kIsInf:
+      return MakeBinaryKernel<C, bool>(a, b, out, compute, [](C x, C) { return IsInfOf(x); });
   }
   return nullptr;
 }
@@ -173,26 +198,47 @@ absl::StatusOr<PreparedOp> PrepareGeTensor(const NodeArgs& args) {
   return PrepareCompare(args, Cmp::kGe);
 }
 
-absl::StatusOr<PreparedOp> PrepareLogicalNot(const NodeArgs& args) {
+absl::StatusOr<PreparedOp> PrepareLogicalAnd(const NodeArgs& args) {
+  return PrepareCompare(args, Cmp::kAnd);
+}
+absl::StatusOr<PreparedOp> PrepareLogicalOr(const NodeArgs& args) {
+  return PrepareCompare(args, Cmp::kOr);
+}
+absl::StatusOr<PreparedOp> PrepareLogicalXor(const NodeArgs& args) {
+  return PrepareCompare(args, Cmp::kXor);
+}
+
+// A predicate of one tensor, as a comparison with a dummy zero in its type:
+// logical_not(x) == (x == 0); isnan and isinf ignore the zero.
+absl::StatusOr<PreparedOp> PrepareUnaryPredicate(const NodeArgs& args, Cmp cmp) {
   KILN_ASSIGN_OR_RETURN(Operand a, ReadOperand(args, 0, "self"));
   if (!a.is_tensor) return args.Error("self must be a tensor");
-  // logical_not(x) == (x == 0), computed in x's own type.
   Operand zero;
   zero.dtype = a.dtype;
   PreparedOp op;
   op.outputs.push_back(TensorMeta{DType::kBool, a.meta.shape});
   switch (a.dtype) {
     case DType::kF32:
-      op.kernel = CompareKernel<float>(Cmp::kEq, a, zero, a.meta.shape, a.dtype);
+      op.kernel = CompareKernel<float>(cmp, a, zero, a.meta.shape, a.dtype);
       break;
     case DType::kI64:
-      op.kernel = CompareKernel<int64_t>(Cmp::kEq, a, zero, a.meta.shape, a.dtype);
+      op.kernel = CompareKernel<int64_t>(cmp, a, zero, a.meta.shape, a.dtype);
       break;
     default:
-      op.kernel = CompareKernel<bool>(Cmp::kEq, a, zero, a.meta.shape, a.dtype);
+      op.kernel = CompareKernel<bool>(cmp, a, zero, a.meta.shape, a.dtype);
       break;
   }
   return op;
+}
+
+absl::StatusOr<PreparedOp> PrepareLogicalNot(const NodeArgs& args) {
+  return PrepareUnaryPredicate(args, Cmp::kEq);
+}
+absl::StatusOr<PreparedOp> PrepareIsnan(const NodeArgs& args) {
+  return PrepareUnaryPredicate(args, Cmp::kIsNan);
+}
+absl::StatusOr<PreparedOp> PrepareIsinf(const NodeArgs& args) {
+  return PrepareUnaryPredicate(args, Cmp::kIsInf);
 }
 
 absl::StatusOr<PreparedOp> PrepareWhere(const NodeArgs& args) {

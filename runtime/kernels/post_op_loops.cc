@@ -16,7 +16,10 @@ using vmath::StdMin;
 inline __m256 Apply(const PostOp& op, __m256 x) {
   switch (op.algorithm) {
     case alg::eltwise_relu:
-      return StdMax(x, _mm256_setzero_ps());
+      if (op.alpha == 0.f) return StdMax(x, _mm256_setzero_ps());
+      // leaky: x > 0 ? x : x * alpha (NaN compares false: NaN * alpha).
+      return _mm256_blendv_ps(_mm256_mul_ps(x, _mm256_set1_ps(op.alpha)), x,
+                              _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GT_OQ));
     case alg::eltwise_logistic:
       return vmath::Sigmoid(x);
     case alg::eltwise_swish:
@@ -42,12 +45,10 @@ bool LoopsImplement(const std::vector<PostOp>& ops) {
   for (const PostOp& op : ops) {
     if (op.kind != PostOp::Kind::kEltwise) return false;
     switch (op.algorithm) {
-      case alg::eltwise_relu:
-        if (op.alpha != 0.f) return false;
-        break;
       case alg::eltwise_swish:
         if (op.alpha != 1.f) return false;
         break;
+      case alg::eltwise_relu:
       case alg::eltwise_logistic:
       case alg::eltwise_hardswish:
       case alg::eltwise_hardsigmoid:

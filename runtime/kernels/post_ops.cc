@@ -47,6 +47,15 @@ absl::StatusOr<PostOp> ParsePostOp(const std::string& text) {
       return op;
     }
   }
+  if (text.rfind("leaky_relu:", 0) == 0) {
+    double slope = 0;
+    if (!absl::SimpleAtod(text.substr(11), &slope)) {
+      return absl::InvalidArgumentError(absl::StrCat("bad post-op '", text, "'"));
+    }
+    op.algorithm = dnnl::algorithm::eltwise_relu;  // alpha: the negative slope
+    op.alpha = static_cast<float>(slope);
+    return op;
+  }
   if (text.rfind("clip:", 0) == 0) {
     std::vector<std::string> parts = absl::StrSplit(text, ':');
     double lo = 0, hi = 0;

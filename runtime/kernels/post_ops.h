@@ -8,6 +8,7 @@
 //                         output)
 //   "relu" "sigmoid" "silu" "hardswish" "hardsigmoid" "gelu_erf" "gelu_tanh"
 //   "clip:<lo>:<hi>"      clamp (relu6 is clip:0:6)
+//   "leaky_relu:<slope>"  leaky_relu (oneDNN eltwise_relu with alpha = slope)
 #pragma once
 
 #include <string>

@@ -1,5 +1,6 @@
-// Reductions: aten.mean.dim over f32 tensors (any set of dims, negative
-// dims, keepdim; dim None or [] reduces everything) and aten.any.dim over
+// Reductions: aten.mean.dim and aten.sum.dim_IntList over f32 tensors (any
+// set of dims, negative dims, keepdim; dim None or [] reduces everything;
+// integer sums are reduce_general.cc's) and aten.any.dim over
 // one dim of a bool or f32 tensor (NaN counts as true), giving bool.
 //
 // The input's dims are grouped into runs of kept and reduced dims. The two
@@ -73,20 +74,21 @@ struct ReducePlan {
   std::vector<bool> reduced;
 };
 
+// The mean (or, with average false, the sum) over the reduced dims.
 class MeanKernel final : public Kernel {
  public:
-  explicit MeanKernel(ReducePlan p) : p_(std::move(p)) {}
+  MeanKernel(ReducePlan p, bool average) : p_(std::move(p)), average_(average) {}
 
   absl::Status Run(const KernelContext& ctx) const override {
     const float* in = ctx.inputs[0].as<const float>();
     float* out = ctx.outputs[0].as<float>();
     const int64_t n_out = p_.out_numel;
     if (n_out == 0) return absl::OkStatus();
-    if (p_.count == 0) {  // mean of nothing, as in ATen
-      std::fill(out, out + n_out, std::numeric_limits<float>::quiet_NaN());
+    if (p_.count == 0) {  // mean of nothing is NaN, sum 0, as in ATen
+      std::fill(out, out + n_out, average_ ? std::numeric_limits<float>::quiet_NaN() : 0.f);
       return absl::OkStatus();
     }
-    const double inv = 1.0 / static_cast<double>(p_.count);
+    const double inv = average_ ? 1.0 / static_cast<double>(p_.count) : 1.0;
     const int nd = static_cast<int>(p_.sizes.size());
     const int64_t work_grain =
         std::max<int64_t>(1, (int64_t{1} << 15) / p_.count);
@@ -171,6 +173,7 @@ class MeanKernel final : public Kernel {
 
  private:
   ReducePlan p_;
+  bool average_;
 };
 
 // out[o, k] = any(in[o, :, k] != 0) for the input seen as [outer, n, inner].
@@ -213,9 +216,7 @@ class AnyDimKernel final : public Kernel {
   int64_t outer_, n_, inner_;
 };
 
-}  // namespace
-
-absl::StatusOr<PreparedOp> PrepareMeanDim(const NodeArgs& args) {
+absl::StatusOr<PreparedOp> PrepareMeanOrSum(const NodeArgs& args, bool average) {
   // (self, dim: int[1]?, keepdim=False, *, dtype=None)
   KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
   KILN_RETURN_IF_ERROR(RequireDType(args, self, "self"));
@@ -269,8 +270,23 @@ absl::StatusOr<PreparedOp> PrepareMeanDim(const NodeArgs& args) {
   p.out_numel = Product(out_shape, 0, static_cast<int>(out_shape.size()));
   PreparedOp op;
   op.outputs.push_back(TensorMeta{DType::kF32, out_shape});
-  op.kernel = std::make_unique<MeanKernel>(std::move(p));
+  op.kernel = std::make_unique<MeanKernel>(std::move(p), average);
   return op;
+}
+
+}  // namespace
+
+absl::StatusOr<PreparedOp> PrepareMeanDim(const NodeArgs& args) {
+  return PrepareMeanOrSum(args, /*average=*/true);
+}
+
+// reduce_general.cc: sums of i64 and bool tensors (and f32 results of them).
+absl::StatusOr<PreparedOp> PrepareIntegerSumDim(const NodeArgs& args);
+
+absl::StatusOr<PreparedOp> PrepareSumDimIntList(const NodeArgs& args) {
+  KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
+  if (self.dtype != DType::kF32) return PrepareIntegerSumDim(args);
+  return PrepareMeanOrSum(args, /*average=*/false);
 }
 
 }  // namespace kiln::runtime

@@ -161,6 +161,17 @@ bool PowTensorScalarRecipe(const NodeArgs& args, EwOperand x, EwRecipe* r) {
   return true;
 }
 
+bool LeakyReluRecipe(const NodeArgs& args, EwOperand x, EwRecipe* r) {
+  // x > 0 ? x : x * slope, as relu(x) + (x - relu(x)) * slope: exact on
+  // both sides (x - relu(x) is 0 or x, the product rounds once).
+  const std::optional<float> slope = Bound(args, 1, "negative_slope", 0.01f);
+  if (!slope) return false;
+  r->steps = {Instr(EwOp::kRelu, {x}), Instr(EwOp::kSub, {x, EwOperand::Temp(0)}),
+              Instr(EwOp::kFma, {EwOperand::Temp(1), EwOperand::Literal(*slope),
+                                 EwOperand::Temp(0)})};
+  return true;
+}
+
 std::string GeluPostOp(const Node& node) {
   std::string approximate = "none";
   for (const NamedArg& kw : node.kwargs) {
@@ -180,5 +191,14 @@ std::string GeluPostOp(const Node& node) {
 std::string ClampPostOp(const Node& node) { return ClipPostOp(node, -INFINITY, INFINITY); }
 
 std::string HardtanhPostOp(const Node& node) { return ClipPostOp(node, -1.0, 1.0); }
+
+std::string LeakyReluPostOp(const Node& node) {
+  // "leaky_relu:<slope>" for a literal slope (positional or absent).
+  double slope = 0.01;
+  if (!node.kwargs.empty() || node.args.size() > 2) return "";
+  if (node.args.size() == 2 && !LiteralNumber(node, 1, &slope)) return "";
+  if (!std::isfinite(slope)) return "";
+  return absl::StrCat("leaky_relu:", slope);
+}
 
 }  // namespace kiln::runtime

@@ -44,10 +44,12 @@ bool GeluRecipe(const NodeArgs& args, EwOperand self, EwRecipe* r);
 bool ClampRecipe(const NodeArgs& args, EwOperand self, EwRecipe* r);
 bool HardtanhRecipe(const NodeArgs& args, EwOperand self, EwRecipe* r);
 bool PowTensorScalarRecipe(const NodeArgs& args, EwOperand self, EwRecipe* r);
+bool LeakyReluRecipe(const NodeArgs& args, EwOperand self, EwRecipe* r);
 
 // Post-op readers of activations with arguments.
 std::string GeluPostOp(const Node& node);
 std::string ClampPostOp(const Node& node);
 std::string HardtanhPostOp(const Node& node);
+std::string LeakyReluPostOp(const Node& node);
 
 }  // namespace kiln::runtime

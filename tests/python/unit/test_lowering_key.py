@@ -95,3 +95,14 @@ def test_an_input_that_is_neither_tensor_nor_int_has_no_key():
     graph.output(graph.placeholder("x"))
     with pytest.raises(Uncacheable, match="input 0"):
         key(["text"], fx.GraphModule(torch.nn.Module(), graph), frozenset())
+
+
+def test_a_graph_calling_an_op_packet_has_a_key():
+    # Dynamo may call an op packet (torch.ops.aten.x, no overload chosen),
+    # which has no .namespace; the key must still read its name.
+    graph = fx.Graph()
+    x = graph.placeholder("x")
+    graph.output(graph.call_function(torch.ops.aten.relu, (x,)))
+    gm = fx.GraphModule(torch.nn.Module(), graph)
+    inputs = [torch.randn(3)]
+    assert key(inputs, gm, constants=frozenset()) == key(inputs, gm, constants=frozenset())

@@ -110,3 +110,18 @@ def test_capabilities_keep_the_dtypes_the_client_knows():
     op.dtypes.extend([kiln_pb2.FLOAT32, kiln_pb2.INT64, 999])
     assert partition.capabilities_from_proto(response) == {
         "aten.relu.default": frozenset({torch.float32, torch.int64})}
+
+
+def _transpose_view(x: torch.Tensor) -> torch.Tensor:
+    return x.t().unsqueeze(0)
+
+
+def test_a_partition_of_views_alone_stays_in_eager_unless_the_minimum_is_zero():
+    lowered = unit_graphs.lowered(_transpose_view, [torch.randn(3, 4)], frozenset())
+    caps = unit_graphs.capabilities(lowered.gm)
+    views = frozenset(unit_graphs.call_targets(lowered.gm))
+    assert fused_modules(partition.partition(lowered.gm, caps, views=views)) == []
+    lowered = unit_graphs.lowered(_transpose_view, [torch.randn(3, 4)], frozenset())
+    split = partition.partition(lowered.gm, caps, min_size=0, views=views)
+    assert fused_modules(split) == ["fused_0"]
+    assert eager_calls(split) == []

@@ -92,7 +92,15 @@ INSTANTIATE_TEST_SUITE_P(
                   // x * sigmoid(x), with silu(-inf) = -inf * 0 = NaN as in
                   // ATen's x / (1 + exp(-x)).
                   return std::isinf(x) && x < 0 ? NAN : x * Sigmoid(x);
-                }}));
+                }},
+        ActCase{"aten.leaky_relu.default", {},
+                [](double x) { return x > 0 ? x : x * static_cast<double>(0.01f); }},
+        ActCase{"aten.leaky_relu.default", {FloatArg(0.2)},
+                [](double x) { return x > 0 ? x : x * static_cast<double>(0.2f); }},
+        ActCase{"aten.elu.default", {},
+                [](double x) { return x > 0 ? x : std::expm1(x); }},
+        ActCase{"aten.elu.default", {FloatArg(1.5), FloatArg(2.0), FloatArg(0.5)},
+                [](double x) { return x > 0 ? 2 * x : 3 * std::expm1(0.5 * x); }}));
 
 TEST(ActivationTest, GeluTakesApproximateAsKwarg) {
   const auto x = Inputs(16);

@@ -207,6 +207,9 @@ TEST(FuseElementwise, EveryFusibleOpMatchesUnfused) {
   v = b.Call("aten.tanh.default", {Ref(v)}, "tanh");
   v = b.Call("aten.div.Tensor", {Ref(v), Ref(x)}, "div");
   v = b.Call("aten.relu.default", {Ref(v)}, "relu");
+  v = b.Call("aten.sub.Tensor", {Ref(v), Float(0.5)}, "shift");
+  v = b.Call("aten.leaky_relu.default", {Ref(v), Float(0.2)}, "leaky_relu");
+  v = b.Call("aten.leaky_relu.default", {Ref(v)}, "leaky_relu_default");
   v = b.Call("aten.sigmoid.default", {Ref(v)}, "sigmoid");
   b.Output(v);
   auto cg = CompileOrDie(b.graph());
@@ -221,7 +224,8 @@ TEST(FuseElementwise, NaNAndInfinitiesMatchUnfused) {
   int x = b.Input({16}, "x");
   int g = b.Call("aten.gelu.default", {Ref(x)}, "gelu");
   int c = b.Call("aten.clamp.default", {Ref(g), Float(-1.0), Float(5.0)}, "clamp");
-  b.Output(b.Call("aten.silu.default", {Ref(c)}, "silu"));
+  int s = b.Call("aten.silu.default", {Ref(c)}, "silu");
+  b.Output(b.Call("aten.leaky_relu.default", {Ref(s), Float(0.3)}, "leaky_relu"));
   std::vector<float> xs = UniformFloats(16, -9.f, 9.f, 9);
   xs[0] = NAN;
   xs[1] = INFINITY;

@@ -124,6 +124,38 @@ TEST_F(ResidualBlock, ConvOutputWithTwoUsersIsNotFused) {
   }
 }
 
+// leaky_relu(conv(x), 0.1): the activation becomes the convolution's
+// post-op (oneDNN's relu with a negative slope), one step, same answer.
+TEST(PostOpFusion, LeakyReluAfterAConvolutionBecomesItsPostOp) {
+  constexpr int C = 4, OC = 8, H = 5, W = 6;
+  const std::vector<float> w = UniformFloats(OC * C * 9, -0.4f, 0.4f, 11);
+  Constants consts;
+  consts.Add(w);
+  GraphBuilder b;
+  int x = b.Input({1, C, H, W}, "x");
+  int cw = b.Constant(w, {OC, C, 3, 3}, "w");
+  int conv = b.Call("aten.convolution.default",
+                    {Ref(x), Ref(cw), None(), IntList({1, 1}), IntList({1, 1}), IntList({1, 1}),
+                     Bool(false), IntList({0, 0}), kiln::testing::Int(1)},
+                    "conv");
+  b.Output(b.Call("aten.leaky_relu.default", {Ref(conv), Float(0.1)}, "leaky"));
+  auto cg = Compile(*GraphFromProto(b.graph()), consts.Resolver());
+  ASSERT_TRUE(cg.ok()) << cg.status();
+  ASSERT_EQ((*cg)->steps.size(), 1u) << DumpCompiledGraph(**cg);
+  EXPECT_EQ((*cg)->graph.nodes[(*cg)->steps[0].node].target, "kiln.conv2d");
+  EXPECT_NE(DumpCompiledGraph(**cg).find("leaky_relu:0.1"), std::string::npos)
+      << DumpCompiledGraph(**cg);
+  std::vector<float> in_x = UniformFloats(C * H * W, -1.f, 1.f, 12), y(OC * H * W);
+  const void* in[] = {in_x.data()};
+  void* out[] = {y.data()};
+  ASSERT_TRUE(Execute(**cg, in, out).ok());
+  std::vector<double> ref = Conv3x3(in_x, w, C, OC, H, W);
+  for (size_t i = 0; i < y.size(); ++i) {
+    const double want = ref[i] > 0 ? ref[i] : 0.1 * ref[i];
+    EXPECT_NEAR(y[i], want, 1e-4) << i;
+  }
+}
+
 TEST(ConstantFolding, PermuteOfAConstantBecomesAConstant) {
   GraphBuilder b;
   std::vector<float> w = UniformFloats(6, -1.f, 1.f, 3);
