@@ -103,6 +103,9 @@ def main() -> int:
     ap.add_argument("--out", default=None, help="directory for results.json "
                     "(default: bench/results/opinfo-<time>)")
     ap.add_argument("--results-file", default=str(REPO / "bench" / "opinfo" / "RESULTS.md"))
+    ap.add_argument("--in-daemon-list", default=None,
+                    help="also write the ops found wholly in the daemon, one per line, to this "
+                    "file (tests/python/opinfo_in_daemon.txt is what the CI test holds Kiln to)")
     args = ap.parse_args()
 
     warnings.filterwarnings("ignore")
@@ -141,6 +144,11 @@ def main() -> int:
         {"summary": summary, "ops": [dataclasses.asdict(r) for r in results]}, indent=1))
     command = "bench/opinfo/run.py" + "".join(f" {a}" for a in sys.argv[1:])
     _write_report(Path(args.results_file), results, summary, command, seconds, args.limit)
+    if args.in_daemon_list:
+        Path(args.in_daemon_list).write_text(
+            f"# OpInfo ops whose fp32 samples ran wholly in the daemon ({command}).\n"
+            + "".join(f"{r.op}\n" for r in sorted(results, key=lambda r: r.op)
+                      if r.wholly_in_daemon))
     print(json.dumps(summary, indent=1))
     print(f"wrote {args.results_file} and {out / 'results.json'}")
     return 1 if summary["ops_wrong"] else 0

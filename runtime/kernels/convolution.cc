@@ -1,5 +1,6 @@
 // aten.convolution.default and its fused form kiln.conv2d (bias, residual
-// add and activations as oneDNN post-ops; see post_ops.h): 2-D,
+// add and activations as oneDNN post-ops; see post_ops.h): 2-D (and 1-D
+// as 2-D of height 1),
 // non-transposed, f32, on oneDNN.
 //
 // The input and output are plain NCHW, or in one of the activation layouts
@@ -259,10 +260,31 @@ static absl::StatusOr<PreparedOp> PrepareConv(const NodeArgs& args, bool fused) 
   if (transposed) {
     return args.Unimplemented("transposed convolution is not supported");
   }
+  // A 1-D convolution ([N, C, L] input, [O, I, K] weight) is the 2-D one
+  // of height 1 over the same bytes; its output drops the height again.
+  const bool one_d = input.rank() == 3 && layout_in == ActivationLayout::kPlain &&
+                     layout_out == ActivationLayout::kPlain;
+  if (one_d) {
+    if (weight.rank() != 3) {
+      return args.Error(absl::StrCat("weight must be 3-D (OIK) for a 3-D input, got ",
+                                     weight.ToString()));
+    }
+    for (auto* list : {&stride_list, &padding_list, &dilation_list}) {
+      if (list->size() != 1) {
+        return args.Error(absl::StrCat("stride, padding and dilation of a 1-D convolution "
+                                       "take one value each, got ", ShapeString(*list)));
+      }
+    }
+    input.shape.insert(input.shape.begin() + 2, 1);
+    weight.shape.insert(weight.shape.begin() + 2, 1);
+    stride_list = {1, stride_list[0]};
+    padding_list = {0, padding_list[0]};
+    dilation_list = {1, dilation_list[0]};
+  }
   const std::vector<int64_t> in_nchw = LogicalShape(input.shape, layout_in);
   if (in_nchw.empty()) {
     return args.Unimplemented(absl::StrCat(
-        "only 2-D convolution with a 4-D (NCHW) input is supported, got ",
+        "only 1-D and 2-D convolution (a 3-D or 4-D input) is supported, got ",
         input.ToString(), " in layout ", static_cast<int64_t>(layout_in)));
   }
   if (weight.rank() != 4) {
@@ -347,6 +369,7 @@ static absl::StatusOr<PreparedOp> PrepareConv(const NodeArgs& args, bool fused) 
   }
   PreparedOp op;
   op.outputs.push_back(TensorMeta{DType::kF32, LayoutShape(out_nchw, layout_out)});
+  if (one_d) op.outputs[0].shape.erase(op.outputs[0].shape.begin() + 2);
   int adds = 0;
   for (const PostOp& p : post_ops) adds += p.kind == PostOp::Kind::kAdd;
   if (adds != (residual ? 1 : 0)) {

@@ -1,5 +1,5 @@
-// Tensors made from literals: aten.arange.start_step, aten.full.default and
-// aten.scalar_tensor.default (f32, i64, bool). Their values are computed
+// Tensors made from literals: aten.arange.start_step, aten.full.default,
+// aten.scalar_tensor.default and aten.empty.memory_format (f32, i64, bool). Their values are computed
 // at prepare time; Run() copies (or, for large fills, broadcasts) them.
 #include <cmath>
 #include <cstring>
@@ -171,6 +171,20 @@ absl::StatusOr<PreparedOp> PrepareFull(const NodeArgs& args) {
   TensorMeta meta{dtype, size};
   KILN_RETURN_IF_ERROR(ValidateMeta(meta));
   return Fill(dtype, std::move(size), v);
+}
+
+absl::StatusOr<PreparedOp> PrepareEmpty(const NodeArgs& args) {
+  // (size, *, dtype=None, layout, device, pin_memory, memory_format): the
+  // values are undefined in ATen; here they are zeros, so a graph that
+  // reads one it never wrote still gives the same answer every run.
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> size, args.IntList(0, "size"));
+  KILN_ASSIGN_OR_RETURN(DType dtype, DTypeArgOr(args, -1, "dtype", DType::kF32));
+  for (int64_t s : size) {
+    if (s < 0) return args.Error(absl::StrCat("negative size in ", ShapeString(size)));
+  }
+  TensorMeta meta{dtype, size};
+  KILN_RETURN_IF_ERROR(ValidateMeta(meta));
+  return Fill(dtype, std::move(size), Number{});
 }
 
 absl::StatusOr<PreparedOp> PrepareScalarTensor(const NodeArgs& args) {

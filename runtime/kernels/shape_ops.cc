@@ -1,4 +1,4 @@
-// Shape ops on f32 tensors: aten.view / aten.reshape / aten._unsafe_view,
+// Shape ops on f32, i64 and bool tensors: aten.view / aten.reshape / aten._unsafe_view,
 // aten.flatten.using_ints, aten.permute, aten.t, aten.clone,
 // aten.squeeze.dim / aten.squeeze.dims, aten.copy.default (src broadcast
 // into self's shape) and aten.as_strided(_) when it only restrides.
@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/exec/parallel.h"
@@ -34,9 +35,11 @@ constexpr int64_t kCopyGrainBytes = int64_t{1} << 18;
 constexpr int64_t kInterleaveMaxCols = 8;
 
 // dst[r * cols + c] = src[c * cs + r] for r < rows, c < cols.
-void Interleave(const float* src, int64_t cs, int64_t rows, int64_t cols, float* dst) {
+template <typename T>
+void Interleave(const T* src, int64_t cs, int64_t rows, int64_t cols, T* dst) {
   int64_t r = 0;
-  if (cols == 2) {
+  if constexpr (std::is_same_v<T, float>) {
+   if (cols == 2) {
     const float* a = src;
     const float* b = src + cs;
     for (; r + 8 <= rows; r += 8) {
@@ -46,6 +49,7 @@ void Interleave(const float* src, int64_t cs, int64_t rows, int64_t cols, float*
       _mm256_storeu_ps(dst + 2 * r, _mm256_permute2f128_ps(lo, hi, 0x20));
       _mm256_storeu_ps(dst + 2 * r + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
     }
+   }
   }
   for (; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] = src[c * cs + r];
@@ -71,7 +75,8 @@ class CopyKernel final : public Kernel {
 };
 
 // out (contiguous, shape `shape`) [i] = in[sum idx_d * in_strides[d]], with
-// dims coalesced at construction.
+// dims coalesced at construction; T is any type of the element's size.
+template <typename T>
 class PermuteKernel final : public Kernel {
  public:
   PermuteKernel(const std::vector<int64_t>& out_shape,
@@ -93,8 +98,8 @@ class PermuteKernel final : public Kernel {
   }
 
   absl::Status Run(const KernelContext& ctx) const override {
-    const float* in = ctx.inputs[0].as<const float>();
-    float* out = ctx.outputs[0].as<float>();
+    const T* in = ctx.inputs[0].as<const T>();
+    T* out = ctx.outputs[0].as<T>();
     if (numel_ == 0) return absl::OkStatus();
     const int nd = static_cast<int>(shape_.size());
     if (nd == 0 || strides_.back() == 1) {
@@ -106,7 +111,7 @@ class PermuteKernel final : public Kernel {
                     for (int64_t row = b; row < e; ++row) {
                       std::memcpy(out + row * inner,
                                   in + RowOffset(row, nd - 1),
-                                  inner * sizeof(float));
+                                  inner * sizeof(T));
                     }
                   });
       return absl::OkStatus();
@@ -139,8 +144,8 @@ class PermuteKernel final : public Kernel {
         const int64_t o = t / row_tiles;
         const int64_t r0 = (t % row_tiles) * kTile;
         const int64_t r1 = std::min(r0 + kTile, rows);
-        const float* src = in + RowOffset(o, nd - 2);
-        float* dst = out + o * rows * cols;
+        const T* src = in + RowOffset(o, nd - 2);
+        T* dst = out + o * rows * cols;
         for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
           const int64_t c1 = std::min(c0 + kTile, cols);
           for (int64_t r = r0; r < r1; ++r) {
@@ -203,8 +208,26 @@ PreparedOp PermuteOp(const TensorMeta& in, const std::vector<int>& dims) {
   }
   PreparedOp op;
   op.outputs.push_back(TensorMeta{in.dtype, out_shape});
-  op.kernel = std::make_unique<PermuteKernel>(out_shape, in_strides);
+  switch (ElementSize(in.dtype)) {
+    case 1:
+      op.kernel = std::make_unique<PermuteKernel<uint8_t>>(out_shape, in_strides);
+      break;
+    case 8:
+      op.kernel = std::make_unique<PermuteKernel<uint64_t>>(out_shape, in_strides);
+      break;
+    default:
+      op.kernel = std::make_unique<PermuteKernel<float>>(out_shape, in_strides);
+      break;
+  }
   return op;
+}
+
+// f32, i64 or bool: the types the shape ops move.
+absl::Status RequireDenseType(const NodeArgs& args, const TensorMeta& self) {
+  if (self.dtype == DType::kF32 || self.dtype == DType::kI64 || self.dtype == DType::kBool) {
+    return absl::OkStatus();
+  }
+  return args.Error(absl::StrCat("self must be f32, i64 or bool, got ", self.ToString()));
 }
 
 }  // namespace
@@ -257,7 +280,7 @@ absl::StatusOr<PreparedOp> PrepareView(const NodeArgs& args) {
 absl::StatusOr<PreparedOp> PrepareFlatten(const NodeArgs& args) {
   // (self, start_dim=0, end_dim=-1)
   KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
-  KILN_RETURN_IF_ERROR(RequireDType(args, self, "self"));
+  KILN_RETURN_IF_ERROR(RequireDenseType(args, self));
   KILN_ASSIGN_OR_RETURN(int64_t start_arg, args.Int(1, "start_dim", 0));
   KILN_ASSIGN_OR_RETURN(int64_t end_arg, args.Int(2, "end_dim", -1));
   KILN_ASSIGN_OR_RETURN(int start, WrapDim(args, start_arg, self.rank()));
@@ -277,7 +300,7 @@ absl::StatusOr<PreparedOp> PrepareFlatten(const NodeArgs& args) {
 absl::StatusOr<PreparedOp> PreparePermute(const NodeArgs& args) {
   // (self, dims)
   KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
-  KILN_RETURN_IF_ERROR(RequireDType(args, self, "self"));
+  KILN_RETURN_IF_ERROR(RequireDenseType(args, self));
   KILN_ASSIGN_OR_RETURN(std::vector<int64_t> dims_arg, args.IntList(1, "dims"));
   if (static_cast<int>(dims_arg.size()) != self.rank()) {
     return args.Error(absl::StrCat("dims ", ShapeString(dims_arg),
@@ -300,7 +323,7 @@ absl::StatusOr<PreparedOp> PreparePermute(const NodeArgs& args) {
 
 absl::StatusOr<PreparedOp> PrepareT(const NodeArgs& args) {
   KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
-  KILN_RETURN_IF_ERROR(RequireDType(args, self, "self"));
+  KILN_RETURN_IF_ERROR(RequireDenseType(args, self));
   if (self.rank() > 2) {
     return args.Error(absl::StrCat("t() expects a tensor with <= 2 dims, got ",
                                    self.ToString()));
@@ -312,7 +335,7 @@ absl::StatusOr<PreparedOp> PrepareT(const NodeArgs& args) {
 absl::StatusOr<PreparedOp> PrepareClone(const NodeArgs& args) {
   // (self, *, memory_format=None)
   KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
-  KILN_RETURN_IF_ERROR(RequireDType(args, self, "self"));
+  KILN_RETURN_IF_ERROR(RequireDenseType(args, self));
   if (const Arg* mf = args.Find(1, "memory_format")) {
     if (mf->kind != Arg::Kind::kMemoryFormat) {
       return args.Error("memory_format must be a memory format");
@@ -331,7 +354,7 @@ absl::StatusOr<PreparedOp> PrepareSqueezeDims(const NodeArgs& args) {
   // squeeze.dims (self, dim: int[]) and squeeze.dim (self, dim: int): drops
   // the listed dims that have size 1; others are left alone, as in ATen.
   KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
-  KILN_RETURN_IF_ERROR(RequireDType(args, self, "self"));
+  KILN_RETURN_IF_ERROR(RequireDenseType(args, self));
   KILN_ASSIGN_OR_RETURN(std::vector<int64_t> dims, args.IntList(1, "dim"));
   std::vector<bool> drop(self.rank(), false);
   for (int64_t d : dims) {
@@ -349,9 +372,12 @@ absl::StatusOr<PreparedOp> PrepareCopy(const NodeArgs& args) {
   // (self, src, non_blocking=False): self's shape filled from src, which
   // must broadcast to it.
   KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
-  KILN_RETURN_IF_ERROR(RequireDType(args, self, "self"));
+  KILN_RETURN_IF_ERROR(RequireDenseType(args, self));
   KILN_ASSIGN_OR_RETURN(TensorMeta src, args.Tensor(1, "src"));
-  KILN_RETURN_IF_ERROR(RequireDType(args, src, "src"));
+  if (src.dtype != self.dtype) {
+    return args.Unimplemented(absl::StrCat("copy from ", src.ToString(), " into ",
+                                           self.ToString(), " (a conversion) is not supported"));
+  }
   bool ok = src.rank() <= self.rank();
   for (int i = 1; ok && i <= src.rank(); ++i) {
     const int64_t s = src.shape[src.rank() - i];
@@ -377,7 +403,7 @@ absl::StatusOr<PreparedOp> PrepareAsStrided(const NodeArgs& args) {
   // 0, and strides that walk the elements in row-major order (a no-op on
   // the values whatever the input's layout). Anything else is refused.
   KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
-  KILN_RETURN_IF_ERROR(RequireDType(args, self, "self"));
+  KILN_RETURN_IF_ERROR(RequireDenseType(args, self));
   KILN_ASSIGN_OR_RETURN(std::vector<int64_t> size, args.IntList(1, "size"));
   KILN_ASSIGN_OR_RETURN(std::vector<int64_t> stride, args.IntList(2, "stride"));
   KILN_ASSIGN_OR_RETURN(int64_t offset, args.Int(3, "storage_offset", 0));

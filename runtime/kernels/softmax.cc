@@ -1,5 +1,6 @@
-// aten._softmax.default over any dim of an f32 tensor (half_to_float must
-// be false), computed like ATen: exp(x - max) / sum, so large inputs do not
+// aten._softmax.default and aten._log_softmax.default over any dim of an
+// f32 tensor (half_to_float must be false), computed like ATen:
+// exp(x - max) / sum and x - max - log(sum), so large inputs do not
 // overflow and rows of -inf give NaN.
 //
 // The tensor is seen as [outer, size(dim), inner]. With inner == 1 (softmax
@@ -23,13 +24,14 @@ namespace {
 
 class SoftmaxKernel final : public Kernel {
  public:
-  SoftmaxKernel(int64_t outer, int64_t size, int64_t inner)
-      : outer_(outer), size_(size), inner_(inner) {}
+  SoftmaxKernel(int64_t outer, int64_t size, int64_t inner, bool log)
+      : outer_(outer), size_(size), inner_(inner), log_(log) {}
 
   absl::Status Run(const KernelContext& ctx) const override {
     const float* in = ctx.inputs[0].as<const float>();
     float* out = ctx.outputs[0].as<float>();
     const int64_t n = size_, inner = inner_;
+    const bool log = log_;
     if (outer_ == 0 || n == 0 || inner == 0) return absl::OkStatus();
     if (inner == 1) {
       const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 13) / n);
@@ -38,8 +40,14 @@ class SoftmaxKernel final : public Kernel {
           const float* x = in + r * n;
           float* y = out + r * n;
           const float m = vmath::Max(x, n);
-          const float inv = 1.0f / vmath::ExpShiftedSum(x, m, y, n);
-          for (int64_t i = 0; i < n; ++i) y[i] *= inv;
+          const float sum = vmath::ExpShiftedSum(x, m, y, n);
+          if (log) {
+            const float shift = m + std::log(sum);
+            for (int64_t i = 0; i < n; ++i) y[i] = x[i] - shift;
+          } else {
+            const float inv = 1.0f / sum;
+            for (int64_t i = 0; i < n; ++i) y[i] *= inv;
+          }
         }
       });
       return absl::OkStatus();
@@ -82,6 +90,15 @@ class SoftmaxKernel final : public Kernel {
             _mm256_storeu_ps(sum + j, _mm256_add_ps(_mm256_loadu_ps(sum + j), e));
           }
         }
+        if (log) {
+          for (int64_t j = 0; j < len; ++j) sum[j] = m[j] + std::log(sum[j]);
+          for (int64_t i = 0; i < n; ++i) {
+            const float* xr = x + i * inner;
+            float* yr = y + i * inner;
+            for (int64_t j = 0; j < len; ++j) yr[j] = xr[j] - sum[j];
+          }
+          continue;
+        }
         for (int64_t j = 0; j < len; ++j) sum[j] = 1.0f / sum[j];
         for (int64_t i = 0; i < n; ++i) {
           float* yr = y + i * inner;
@@ -94,11 +111,11 @@ class SoftmaxKernel final : public Kernel {
 
  private:
   int64_t outer_, size_, inner_;
+  bool log_;
 };
 
-}  // namespace
 
-absl::StatusOr<PreparedOp> PrepareSoftmax(const NodeArgs& args) {
+absl::StatusOr<PreparedOp> PrepareSoftmaxOf(const NodeArgs& args, bool log) {
   // (self, dim, half_to_float)
   KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
   KILN_RETURN_IF_ERROR(RequireDType(args, self, "self"));
@@ -116,8 +133,18 @@ absl::StatusOr<PreparedOp> PrepareSoftmax(const NodeArgs& args) {
   }
   PreparedOp op;
   op.outputs.push_back(self);
-  op.kernel = std::make_unique<SoftmaxKernel>(outer, size, inner);
+  op.kernel = std::make_unique<SoftmaxKernel>(outer, size, inner, log);
   return op;
+}
+
+}  // namespace
+
+absl::StatusOr<PreparedOp> PrepareSoftmax(const NodeArgs& args) {
+  return PrepareSoftmaxOf(args, /*log=*/false);
+}
+
+absl::StatusOr<PreparedOp> PrepareLogSoftmax(const NodeArgs& args) {
+  return PrepareSoftmaxOf(args, /*log=*/true);
 }
 
 }  // namespace kiln::runtime

@@ -121,6 +121,28 @@ TEST(FullTest, InfersDTypeFromFillValue) {
   EXPECT_TRUE(AllClose(u.OutputF32(0), {-0.5, -0.5, -0.5, -0.5}, 0, 0));
 }
 
+// empty's values are undefined in ATen; the daemon's are zeros of the
+// dtype asked for (f32 by default).
+TEST(EmptyTest, GivesZerosOfTheDType) {
+  OpTester t("aten.empty.memory_format");
+  t.SetArgs({IntListArg({2, 3})});
+  ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+  EXPECT_EQ(t.output_metas()[0], F32({2, 3}));
+  ASSERT_TRUE(t.Run().ok());
+  EXPECT_TRUE(AllClose(t.OutputF32(0), std::vector<double>(6, 0.0), 0, 0));
+
+  OpTester u("aten.empty.memory_format");
+  u.SetArgs({IntListArg({2})});
+  u.AddKwarg("dtype", DTypeArg(DType::kI64));
+  ASSERT_TRUE(u.Prepare().ok()) << u.Prepare();
+  ASSERT_TRUE(u.Run().ok());
+  EXPECT_EQ(u.OutputI64(0), (std::vector<int64_t>{0, 0}));
+
+  OpTester n("aten.empty.memory_format");
+  n.SetArgs({IntListArg({-2})});
+  EXPECT_TRUE(IsInvalidArgument(n.Prepare(), "negative size"));
+}
+
 TEST(FullTest, ExplicitDTypeConverts) {
   OpTester t("aten.full.default");
   t.SetArgs({IntListArg({3}), FloatArg(2.7)});

@@ -182,6 +182,42 @@ TEST(ConvolutionTest, AcceptsSingleIntListsAndKwargs) {
                        1e-4, 1e-4));
 }
 
+// A 1-D convolution ([N, C, L]) equals the 2-D one of height 1, with
+// grouping, stride, padding, dilation and bias, constant weights or not.
+TEST(ConvolutionTest, OneDimensionalMatchesReference) {
+  for (bool constant : {false, true}) {
+    const ConvCase c{{2, 6, 1, 19}, {4, 3, 1, 5}, true, {1, 2}, {0, 3}, {1, 2}, 2, constant};
+    const auto x = RandomFloats(NumElements(c.input), 21);
+    const auto w = RandomFloats(NumElements(c.weight), 22);
+    const auto b = RandomFloats(4, 23);
+    OpTester t("aten.convolution.default");
+    t.AddArg(t.Input(F32({2, 6, 19}), x));
+    t.AddArg(constant ? t.Constant(F32({4, 3, 5}), w) : t.Input(F32({4, 3, 5}), w));
+    t.AddArg(constant ? t.Constant(F32({4}), b) : t.Input(F32({4}), b));
+    t.AddArg(IntListArg({2}));
+    t.AddArg(IntListArg({3}));
+    t.AddArg(IntListArg({2}));
+    t.AddArg(BoolArg(false));
+    t.AddArg(IntListArg({0}));
+    t.AddArg(IntArg(2));
+    ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+    std::vector<int64_t> shape;
+    const auto expected = ReferenceConv(c, x, w, &b, &shape);
+    EXPECT_EQ(t.output_metas()[0], F32({shape[0], shape[1], shape[3]}));
+    ASSERT_TRUE(t.Run().ok());
+    EXPECT_TRUE(AllClose(t.OutputF32(0), expected, 1e-4, 1e-4));
+  }
+  OpTester bad("aten.convolution.default");
+  bad.AddArg(bad.Input(F32({1, 2, 8}), RandomFloats(16, 24)));
+  bad.AddArg(bad.Input(F32({3, 2, 1, 3}), RandomFloats(18, 25)));
+  bad.AddArg(NoneArg());
+  for (int i = 0; i < 3; ++i) bad.AddArg(IntListArg({1}));
+  bad.AddArg(BoolArg(false));
+  bad.AddArg(IntListArg({0}));
+  bad.AddArg(IntArg(1));
+  EXPECT_TRUE(IsInvalidArgument(bad.Prepare(), "weight must be 3-D"));
+}
+
 TEST(ConvolutionTest, RunsConcurrentlyFromSeveralThreads) {
   const ConvCase c{{1, 32, 14, 14}, {32, 32, 3, 3}, true, {1, 1}, {1, 1},
                    {1, 1}, 1, true};
@@ -433,16 +469,16 @@ TEST(ConvolutionTest, ConvolutionReportsTransposedAsUnimplemented) {
   EXPECT_EQ(t.Prepare().code(), absl::StatusCode::kUnimplemented);
 }
 
-TEST(ConvolutionTest, ConvolutionReportsOneDimensionalAsUnimplemented) {
+TEST(ConvolutionTest, ConvolutionReportsThreeDimensionalAsUnimplemented) {
   OpTester t("aten.convolution.default");
-  t.AddArg(t.Input(F32({1, 3, 8}), RandomFloats(24, 1)));
-  t.AddArg(t.Constant(F32({4, 3, 3}), RandomFloats(36, 2)));
+  t.AddArg(t.Input(F32({1, 3, 4, 4, 4}), RandomFloats(192, 1)));
+  t.AddArg(t.Constant(F32({4, 3, 3, 3, 3}), RandomFloats(324, 2)));
   t.AddArg(NoneArg());
-  t.AddArg(IntListArg({1}));
-  t.AddArg(IntListArg({1}));
-  t.AddArg(IntListArg({1}));
+  t.AddArg(IntListArg({1, 1, 1}));
+  t.AddArg(IntListArg({1, 1, 1}));
+  t.AddArg(IntListArg({1, 1, 1}));
   t.AddArg(BoolArg(false));
-  t.AddArg(IntListArg({0}));
+  t.AddArg(IntListArg({0, 0, 0}));
   t.AddArg(IntArg(1));
   EXPECT_EQ(t.Prepare().code(), absl::StatusCode::kUnimplemented);
 }

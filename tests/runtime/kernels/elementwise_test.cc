@@ -206,6 +206,8 @@ TEST(ArithTest, ScalarOtherForSubMulDivAndMulScalar) {
       {"aten.mul.Tensor", FloatArg(0.25), [](double x, double y) { return x * y; }},
       {"aten.mul.Scalar", FloatArg(0.125), [](double x, double y) { return x * y; }},
       {"aten.div.Tensor", IntArg(6), [](double x, double y) { return x / y; }},
+      {"aten.div.Scalar", FloatArg(-2.5), [](double x, double y) { return x / y; }},
+      {"aten.add.Scalar", FloatArg(1.5), [](double x, double y) { return x + y; }},
   };
   for (const Case& c : cases) {
     OpTester t(c.target);

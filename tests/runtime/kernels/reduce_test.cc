@@ -122,6 +122,30 @@ TEST(MeanTest, LongReductionsKeepFloatPrecision) {
   }
 }
 
+// aten.mean.default: every element, with the dtype only as a keyword.
+TEST(MeanTest, MeanOfEverything) {
+  const std::vector<float> x = RandomFloats(60, 24);
+  OpTester t("aten.mean.default");
+  t.AddArg(t.Input(F32({3, 4, 5}), x));
+  t.AddKwarg("dtype", DTypeArg(DType::kF32));
+  ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+  EXPECT_EQ(t.output_metas()[0], F32({}));
+  ASSERT_TRUE(t.Run().ok());
+  double sum = 0;
+  for (float v : x) sum += v;
+  EXPECT_TRUE(AllClose(t.OutputF32(0), {sum / 60}, 1e-6, 1e-7));
+}
+
+// The sum of nothing is 0 (the mean of nothing is NaN, below).
+TEST(MeanTest, SumOfEmptyDimIsZero) {
+  OpTester t("aten.sum.dim_IntList");
+  t.AddArg(t.Input(F32({3, 0}), {}));
+  t.AddArg(IntListArg({1}));
+  ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+  ASSERT_TRUE(t.Run().ok());
+  EXPECT_TRUE(AllClose(t.OutputF32(0), {0, 0, 0}, 0, 0));
+}
+
 TEST(MeanTest, MeanOfEmptyDimIsNaN) {
   OpTester t("aten.mean.dim");
   t.AddArg(t.Input(F32({3, 0}), {}));

@@ -335,3 +335,72 @@ TEST(AsStridedTest, AsStridedRejectsSizeAndStrideOfDifferentLength) {
 
 }  // namespace
 }  // namespace kiln::runtime::testing
+
+namespace kiln::runtime::testing {
+namespace {
+
+// permute, t, clone, flatten, squeeze and copy move i64 and bool elements
+// (8 and 1 bytes) as they move f32 ones.
+TEST(ShapeOpsTest, PermuteAndCopiesOfI64AndBool) {
+  std::vector<int64_t> xi(2 * 3 * 4);
+  std::vector<int> xb(2 * 3 * 4);
+  for (int i = 0; i < 24; ++i) {
+    xi[i] = 1000000000000LL * i - 7;
+    xb[i] = (i * 7) % 3 == 0;
+  }
+  // permute [2, 3, 4] by (2, 0, 1): out[k, i, j] = x[i, j, k].
+  std::vector<int64_t> want_i;
+  std::vector<int> want_b;
+  for (int k = 0; k < 4; ++k)
+    for (int i = 0; i < 2; ++i)
+      for (int j = 0; j < 3; ++j) {
+        want_i.push_back(xi[(i * 3 + j) * 4 + k]);
+        want_b.push_back(xb[(i * 3 + j) * 4 + k]);
+      }
+  OpTester pi("aten.permute.default");
+  pi.AddArg(I64Input(pi, {2, 3, 4}, xi));
+  pi.AddArg(IntListArg({2, 0, 1}));
+  ASSERT_TRUE(pi.Prepare().ok()) << pi.Prepare();
+  EXPECT_EQ(pi.output_metas()[0], I64({4, 2, 3}));
+  ASSERT_TRUE(pi.Run().ok());
+  EXPECT_EQ(pi.OutputI64(0), want_i);
+
+  OpTester pb("aten.permute.default");
+  pb.AddArg(BoolInput(pb, {2, 3, 4}, xb));
+  pb.AddArg(IntListArg({2, 0, 1}));
+  ASSERT_TRUE(pb.Prepare().ok()) << pb.Prepare();
+  Outputs out(pb);
+  ASSERT_TRUE(out.Run(pb).ok());
+  EXPECT_EQ(out.Bools(0), want_b);
+
+  for (const char* target : {"aten.clone.default", "aten.flatten.using_ints",
+                             "aten.squeeze.dims"}) {
+    OpTester c(target);
+    c.AddArg(I64Input(c, {2, 3, 4}, xi));
+    if (std::string(target) == "aten.squeeze.dims") c.AddArg(IntListArg({0}));
+    ASSERT_TRUE(c.Prepare().ok()) << target << ": " << c.Prepare();
+    ASSERT_TRUE(c.Run().ok());
+    EXPECT_EQ(c.OutputI64(0), xi) << target;
+  }
+  // t of a [3, 2] i64 matrix, checked against a float reference too.
+  OpTester t("aten.t.default");
+  t.AddArg(I64Input(t, {3, 2}, {1, 2, 3, 4, 5, 6}));
+  ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+  ASSERT_TRUE(t.Run().ok());
+  const std::vector<int64_t> got = t.OutputI64(0);
+  EXPECT_TRUE(AllClose(std::vector<float>(got.begin(), got.end()), {1, 3, 5, 2, 4, 6}, 0, 0));
+
+  OpTester copy("aten.copy.default");
+  copy.AddArg(I64Input(copy, {2, 2}, {0, 0, 0, 0}));
+  copy.AddArg(I64Input(copy, {2}, {5, -6}));
+  ASSERT_TRUE(copy.Prepare().ok()) << copy.Prepare();
+  ASSERT_TRUE(copy.Run().ok());
+  EXPECT_EQ(copy.OutputI64(0), (std::vector<int64_t>{5, -6, 5, -6}));
+  OpTester mixed("aten.copy.default");
+  mixed.AddArg(I64Input(mixed, {2}, {0, 0}));
+  mixed.AddArg(mixed.Input(F32({2}), {1, 2}));
+  EXPECT_EQ(mixed.Prepare().code(), absl::StatusCode::kUnimplemented);
+}
+
+}  // namespace
+}  // namespace kiln::runtime::testing
