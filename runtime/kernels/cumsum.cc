@@ -1,14 +1,16 @@
-// aten.cumsum.default: running sums along one dim. The result type is the
+// aten.cumsum.default and aten.cumprod.default: running sums and products
+// along one dim. The result type is the
 // dtype argument if given, else i64 for integer and bool inputs (as in
 // ATen: position ids from masks), else the input's; each element is
 // converted to it before it is added.
 //
 // Lines along the dim are independent: split across threads by (outer,
 // inner) pairs, each summed sequentially so the order of additions (and so
-// f32 rounding) is ATen's.
+// f32 rounding) is ATen's. Integer products wrap on overflow, as ATen's do.
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <type_traits>
 
 #include "runtime/exec/parallel.h"
 #include "runtime/kernels/kernel_util.h"
@@ -19,10 +21,20 @@
 namespace kiln::runtime {
 namespace {
 
-template <typename In, typename Out>
+template <typename In, typename Out, bool kProduct>
 class CumsumKernel final : public Kernel {
  public:
   CumsumKernel(int64_t outer, int64_t n, int64_t inner) : outer_(outer), n_(n), inner_(inner) {}
+
+  static Out Step(Out acc, Out x) {
+    if constexpr (!kProduct) {
+      return Out(acc + x);
+    } else if constexpr (std::is_integral_v<Out>) {
+      return static_cast<Out>(static_cast<uint64_t>(acc) * static_cast<uint64_t>(x));
+    } else {
+      return acc * x;
+    }
+  }
 
   absl::Status Run(const KernelContext& ctx) const override {
     const In* x = ctx.inputs[0].as<const In>();
@@ -33,10 +45,10 @@ class CumsumKernel final : public Kernel {
                   for (int64_t line = begin; line < end; ++line) {
                     const int64_t o = line / inner_, i = line % inner_;
                     const int64_t base = o * n_ * inner_ + i;
-                    Out sum = Out(0);
+                    Out acc = Out(kProduct ? 1 : 0);
                     for (int64_t k = 0; k < n_; ++k) {
-                      sum = Out(sum + static_cast<Out>(x[base + k * inner_]));
-                      y[base + k * inner_] = sum;
+                      acc = Step(acc, static_cast<Out>(x[base + k * inner_]));
+                      y[base + k * inner_] = acc;
                     }
                   }
                 });
@@ -47,31 +59,30 @@ class CumsumKernel final : public Kernel {
   int64_t outer_, n_, inner_;
 };
 
-template <typename Out>
+template <typename Out, bool kProduct>
 std::unique_ptr<Kernel> MakeCumsum(DType in, int64_t outer, int64_t n, int64_t inner) {
   switch (in) {
     case DType::kF32:
-      return std::make_unique<CumsumKernel<float, Out>>(outer, n, inner);
+      return std::make_unique<CumsumKernel<float, Out, kProduct>>(outer, n, inner);
     case DType::kI64:
-      return std::make_unique<CumsumKernel<int64_t, Out>>(outer, n, inner);
+      return std::make_unique<CumsumKernel<int64_t, Out, kProduct>>(outer, n, inner);
     case DType::kBool:
-      return std::make_unique<CumsumKernel<bool, Out>>(outer, n, inner);
+      return std::make_unique<CumsumKernel<bool, Out, kProduct>>(outer, n, inner);
     default:
       return nullptr;
   }
 }
 
-}  // namespace
-
-absl::StatusOr<PreparedOp> PrepareCumsum(const NodeArgs& args) {
+template <bool kProduct>
+absl::StatusOr<PreparedOp> PrepareRunning(const NodeArgs& args) {
   // (self, dim, *, dtype=None)
   KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
   KILN_ASSIGN_OR_RETURN(int64_t dim_arg, args.Int(1, "dim"));
   const DType natural = self.dtype == DType::kF32 ? DType::kF32 : DType::kI64;
   KILN_ASSIGN_OR_RETURN(DType out_dtype, DTypeArgOr(args, 2, "dtype", natural));
-  if (out_dtype == DType::kBool) return args.Unimplemented("cumsum into bool is not supported");
+  if (out_dtype == DType::kBool) return args.Unimplemented("a bool result is not supported");
   if (self.dtype != DType::kF32 && self.dtype != DType::kI64 && self.dtype != DType::kBool) {
-    return args.Unimplemented("cumsum of this dtype is not supported");
+    return args.Unimplemented("this dtype is not supported");
   }
   // A 0-dim tensor is its own running sum, along dim 0 or -1.
   const int rank = std::max(self.rank(), 1);
@@ -83,9 +94,19 @@ absl::StatusOr<PreparedOp> PrepareCumsum(const NodeArgs& args) {
   PreparedOp op;
   op.outputs.push_back(TensorMeta{out_dtype, self.shape});
   KILN_RETURN_IF_ERROR(ValidateMeta(op.outputs[0]));
-  op.kernel = out_dtype == DType::kF32 ? MakeCumsum<float>(self.dtype, outer, n, inner)
-                                       : MakeCumsum<int64_t>(self.dtype, outer, n, inner);
+  op.kernel = out_dtype == DType::kF32 ? MakeCumsum<float, kProduct>(self.dtype, outer, n, inner)
+                                       : MakeCumsum<int64_t, kProduct>(self.dtype, outer, n, inner);
   return op;
+}
+
+}  // namespace
+
+absl::StatusOr<PreparedOp> PrepareCumsum(const NodeArgs& args) {
+  return PrepareRunning</*kProduct=*/false>(args);
+}
+
+absl::StatusOr<PreparedOp> PrepareCumprod(const NodeArgs& args) {
+  return PrepareRunning</*kProduct=*/true>(args);
 }
 
 }  // namespace kiln::runtime

@@ -2,8 +2,8 @@
 // semantics: aten.sum.dim_IntList of i64 and bool tensors (f32 sums are
 // reduce.cc's, with the mean's vectorized loops), aten.prod (whole tensor
 // and one dim), aten.amax and aten.amin, aten.max/min (whole tensor, and
-// one dim with indices), aten.argmax and aten.argmin, aten.var.correction,
-// aten.any (whole tensor and dims).
+// one dim with indices), aten.argmax and aten.argmin, aten.var.correction
+// and aten.var_mean.correction, aten.any (whole tensor and dims).
 //
 // NaN: max, min, amax and amin give NaN when any element is NaN, and the
 // index ops point at the first NaN, as ATen's CPU kernels do; ties give
@@ -217,6 +217,33 @@ struct VarR {
   }
 };
 
+// var_mean: both results of one Welford pass.
+class VarMeanKernel final : public Kernel {
+ public:
+  VarMeanKernel(ReductionPlan p, VarR r) : p_(std::move(p)), r_(r) {}
+
+  absl::Status Run(const KernelContext& ctx) const override {
+    const float* in = ctx.inputs[0].as<const float>();
+    float* var = ctx.outputs[0].as<float>();
+    float* mean = ctx.outputs[1].as<float>();
+    const int64_t grain = std::max<int64_t>(1, kWork / std::max<int64_t>(1, p_.count));
+    ParallelFor(p_.out_numel, grain, [&](int64_t b, int64_t e) {
+      for (int64_t o = b; o < e; ++o) {
+        VarR::Acc acc = r_.Init();
+        p_.ForEachReduced(p_.Base(o), [&](int64_t r, int64_t off) { r_.Step(acc, in[off], r); });
+        var[o] = r_.Finish(acc, p_.count);
+        mean[o] = p_.count == 0 ? std::numeric_limits<float>::quiet_NaN()
+                                : static_cast<float>(acc.mean);
+      }
+    });
+    return absl::OkStatus();
+  }
+
+ private:
+  ReductionPlan p_;
+  VarR r_;
+};
+
 template <typename In, typename Out, typename R>
 PreparedOp Fold(ReductionPlan p, DType out_dtype, R r) {
   PreparedOp op;
@@ -387,6 +414,22 @@ absl::StatusOr<PreparedOp> PrepareVarCorrection(const NodeArgs& args) {
   KILN_ASSIGN_OR_RETURN(bool keepdim, args.Bool(3, "keepdim", false));
   KILN_ASSIGN_OR_RETURN(ReductionPlan p, PlanReduction(args, self, dims, keepdim));
   return Fold<float, float>(std::move(p), DType::kF32, VarR{correction});
+}
+
+absl::StatusOr<PreparedOp> PrepareVarMeanCorrection(const NodeArgs& args) {
+  // (self, dim: int[1]? = None, *, correction: Scalar? = None, keepdim=False)
+  // -> (var, mean)
+  KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
+  KILN_RETURN_IF_ERROR(RequireDType(args, self, "self"));
+  KILN_ASSIGN_OR_RETURN(std::optional<std::vector<int64_t>> dims, args.OptionalIntList(1, "dim"));
+  KILN_ASSIGN_OR_RETURN(double correction, args.Float(2, "correction", 1.0));
+  KILN_ASSIGN_OR_RETURN(bool keepdim, args.Bool(3, "keepdim", false));
+  KILN_ASSIGN_OR_RETURN(ReductionPlan p, PlanReduction(args, self, dims, keepdim));
+  PreparedOp op;
+  op.outputs.push_back(TensorMeta{DType::kF32, p.out_shape});
+  op.outputs.push_back(TensorMeta{DType::kF32, p.out_shape});
+  op.kernel = std::make_unique<VarMeanKernel>(std::move(p), VarR{correction});
+  return op;
 }
 
 absl::StatusOr<PreparedOp> PrepareAny(const NodeArgs& args) {

@@ -74,5 +74,29 @@ TEST(CumsumTest, RejectsABadDimAndBoolResults) {
   EXPECT_EQ(u.Prepare().code(), absl::StatusCode::kUnimplemented);
 }
 
+// cumprod: running products along a dim, f32 against a double reference
+// and i64 exactly.
+TEST(CumprodTest, RunningProductsAlongADim) {
+  const auto x = RandomFloats(12, 41, 0.5, 1.5);
+  OpTester t("aten.cumprod.default");
+  t.AddArg(t.Input(F32({3, 4}), x));
+  t.AddArg(IntArg(0));
+  ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+  ASSERT_TRUE(t.Run().ok());
+  std::vector<double> want(12);
+  for (int j = 0; j < 4; ++j) {
+    double p = 1;
+    for (int i = 0; i < 3; ++i) want[i * 4 + j] = p *= x[i * 4 + j];
+  }
+  EXPECT_TRUE(AllClose(t.OutputF32(0), want, 1e-6, 0));
+
+  OpTester i("aten.cumprod.default");
+  i.AddArg(I64Input(i, {4}, {2, -3, 4, 0}));
+  i.AddArg(IntArg(-1));
+  ASSERT_TRUE(i.Prepare().ok()) << i.Prepare();
+  ASSERT_TRUE(i.Run().ok());
+  EXPECT_EQ(i.OutputI64(0), (std::vector<int64_t>{2, -6, -24, 0}));
+}
+
 }  // namespace
 }  // namespace kiln::runtime::testing

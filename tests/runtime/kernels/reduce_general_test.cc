@@ -251,6 +251,21 @@ TEST(ReduceGeneral, VarWithCorrection) {
   EXPECT_TRUE(AllClose(p.OutputF32(0), {1.25}, 1e-6, 0));
 }
 
+TEST(ReduceGeneral, VarMeanGivesBoth) {
+  const auto x = RandomFloats(24, 11, -3, 3);
+  OpTester t("aten.var_mean.correction");
+  t.AddArg(t.Input(F32({2, 3, 4}), x));
+  t.AddArg(IntListArg({1}));
+  ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+  EXPECT_EQ(t.output_metas()[0], F32({2, 4}));
+  EXPECT_EQ(t.output_metas()[1], F32({2, 4}));
+  ASSERT_TRUE(t.Run().ok());
+  EXPECT_TRUE(AllClose(t.OutputF32(0), Reduce234(x, {1}, Var), 1e-5, 1e-6));
+  EXPECT_TRUE(AllClose(t.OutputF32(1), Reduce234(x, {1}, [](const std::vector<double>& g) {
+                         return Sum(g) / g.size();
+                       }), 1e-6, 1e-6));
+}
+
 TEST(ReduceGeneral, AnyOfEverythingAndOfDims) {
   OpTester t("aten.any.default");
   t.AddArg(t.Input(F32({3}), {0, 0, std::numeric_limits<float>::quiet_NaN()}));

@@ -1,0 +1,82 @@
+// flip, repeat and index_select (movement.cc) against index arithmetic
+// done here, for f32, i64 and bool.
+#include "tests/runtime/kernels/typed_test_util.h"
+
+namespace kiln::runtime::testing {
+namespace {
+
+TEST(MovementTest, FlipReversesTheListedDims) {
+  const auto x = RandomFloats(24, 31);
+  OpTester t("aten.flip.default");
+  t.AddArg(t.Input(F32({2, 3, 4}), x));
+  t.AddArg(IntListArg({0, -1}));
+  ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+  ASSERT_TRUE(t.Run().ok());
+  std::vector<double> want;
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j)
+      for (int k = 0; k < 4; ++k) want.push_back(x[((1 - i) * 3 + j) * 4 + (3 - k)]);
+  EXPECT_TRUE(AllClose(t.OutputF32(0), want, 0, 0));
+
+  OpTester b("aten.flip.default");
+  b.AddArg(BoolInput(b, {3}, {1, 0, 0}));
+  b.AddArg(IntListArg({0}));
+  ASSERT_TRUE(b.Prepare().ok()) << b.Prepare();
+  Outputs out(b);
+  ASSERT_TRUE(out.Run(b).ok());
+  EXPECT_EQ(out.Bools(0), (std::vector<int>{0, 0, 1}));
+}
+
+TEST(MovementTest, RepeatTilesAndAddsLeadingDims) {
+  const auto x = RandomFloats(6, 32);
+  OpTester t("aten.repeat.default");
+  t.AddArg(t.Input(F32({2, 3}), x));
+  t.AddArg(IntListArg({2, 1, 2}));
+  ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+  EXPECT_EQ(t.output_metas()[0], F32({2, 2, 6}));
+  ASSERT_TRUE(t.Run().ok());
+  std::vector<double> want;
+  for (int r = 0; r < 2; ++r)
+    for (int i = 0; i < 2; ++i)
+      for (int j = 0; j < 6; ++j) want.push_back(x[i * 3 + j % 3]);
+  EXPECT_TRUE(AllClose(t.OutputF32(0), want, 0, 0));
+
+  OpTester i("aten.repeat.default");
+  i.AddArg(I64Input(i, {2}, {7, -8}));
+  i.AddArg(IntListArg({3}));
+  ASSERT_TRUE(i.Prepare().ok()) << i.Prepare();
+  ASSERT_TRUE(i.Run().ok());
+  EXPECT_EQ(i.OutputI64(0), (std::vector<int64_t>{7, -8, 7, -8, 7, -8}));
+
+  OpTester bad("aten.repeat.default");
+  bad.AddArg(bad.Input(F32({2, 3}), x));
+  bad.AddArg(IntListArg({2}));
+  EXPECT_TRUE(IsInvalidArgument(bad.Prepare(), "at least as many dims"));
+}
+
+TEST(MovementTest, IndexSelectPicksRowsAndChecksTheIndex) {
+  const auto x = RandomFloats(24, 33);
+  OpTester t("aten.index_select.default");
+  t.AddArg(t.Input(F32({2, 3, 4}), x));
+  t.AddArg(IntArg(1));
+  t.AddArg(I64Input(t, {4}, {2, 0, 2, 1}));
+  ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+  EXPECT_EQ(t.output_metas()[0], F32({2, 4, 4}));
+  ASSERT_TRUE(t.Run().ok());
+  const int64_t idx[] = {2, 0, 2, 1};
+  std::vector<double> want;
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 4; ++j)
+      for (int k = 0; k < 4; ++k) want.push_back(x[(i * 3 + idx[j]) * 4 + k]);
+  EXPECT_TRUE(AllClose(t.OutputF32(0), want, 0, 0));
+
+  OpTester out_of_range("aten.index_select.default");
+  out_of_range.AddArg(out_of_range.Input(F32({3}), {1, 2, 3}));
+  out_of_range.AddArg(IntArg(0));
+  out_of_range.AddArg(I64Input(out_of_range, {1}, {3}));
+  ASSERT_TRUE(out_of_range.Prepare().ok()) << out_of_range.Prepare();
+  EXPECT_EQ(out_of_range.Run().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace kiln::runtime::testing
