@@ -1,5 +1,5 @@
 // Inference batch normalization: aten.native_batch_norm.default with
-// training=False and aten._native_batch_norm_legit_no_training.default, and
+// training=False (training=True is batch_norm_stats.cc's) and aten._native_batch_norm_legit_no_training.default, and
 // their channels-last form kiln.batch_norm_nhwc (input, weight, bias,
 // running_mean, running_var, eps, post_ops=[]; one output) that
 // passes/channels_last.cc uses when nothing reads the saved statistics.
@@ -204,14 +204,14 @@ absl::StatusOr<PreparedOp> PrepareInferenceBatchNorm(const NodeArgs& args,
 
 }  // namespace
 
+// batch_norm_stats.cc: training=True, the batch's own statistics.
+absl::StatusOr<PreparedOp> PrepareBatchStatsNorm(const NodeArgs& args);
+
 absl::StatusOr<PreparedOp> PrepareNativeBatchNorm(const NodeArgs& args) {
   // (input, weight?, bias?, running_mean?, running_var?, training, momentum,
   //  eps)
   KILN_ASSIGN_OR_RETURN(bool training, args.Bool(5, "training", false));
-  if (training) {
-    return args.Unimplemented(
-        "training=True (batch statistics) is not supported");
-  }
+  if (training) return PrepareBatchStatsNorm(args);
   KILN_ASSIGN_OR_RETURN(double momentum, args.Float(6, "momentum", 0.1));
   (void)momentum;  // only used to update running stats when training
   return PrepareInferenceBatchNorm(args, 7, false);

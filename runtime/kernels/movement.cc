@@ -1,6 +1,7 @@
 // Ops that move elements of any dtype (f32, i64, bool) without computing:
 // aten.flip (negative strides), aten.repeat (tiling: stride 0 over each
-// repeat) and aten.index_select (rows picked by an index tensor, checked
+// repeat), aten.unfold (sliding windows: overlapping strides) and
+// aten.index_select (rows picked by an index tensor, checked
 // at run time: an index out of range is INVALID_ARGUMENT, as ATen raises).
 #include <algorithm>
 #include <cstdint>
@@ -138,6 +139,38 @@ absl::StatusOr<PreparedOp> PrepareRepeat(const NodeArgs& args) {
   KILN_RETURN_IF_ERROR(ValidateMeta(op.outputs[0]));
   op.kernel = std::make_unique<StridedGatherKernel>(
       MakeStridedPlan(walk, {walk_strides}), static_cast<int>(ElementSize(self.dtype)), 0);
+  return op;
+}
+
+absl::StatusOr<PreparedOp> PrepareUnfold(const NodeArgs& args) {
+  // (self, dimension, size, step): dim `dimension` becomes the window
+  // count, and a last dim of `size` walks each window.
+  KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
+  KILN_RETURN_IF_ERROR(RequireMovable(args, self, "self"));
+  KILN_ASSIGN_OR_RETURN(int64_t dim_arg, args.Int(1, "dimension"));
+  KILN_ASSIGN_OR_RETURN(int64_t size, args.Int(2, "size"));
+  KILN_ASSIGN_OR_RETURN(int64_t step, args.Int(3, "step"));
+  const std::vector<int64_t> shape = self.rank() == 0 ? std::vector<int64_t>{1} : self.shape;
+  KILN_ASSIGN_OR_RETURN(int dim, WrapDim(args, dim_arg, static_cast<int>(shape.size())));
+  if (step <= 0) return args.Error(absl::StrCat("step must be positive, got ", step));
+  if (size < 0 || size > shape[dim]) {
+    return args.Error(absl::StrCat("size ", size, " must be in [0, ", shape[dim],
+                                   "] for dim ", dim, " of ", self.ToString()));
+  }
+  const std::vector<int64_t> strides = ContiguousStrides(shape);
+  std::vector<int64_t> out_shape = shape, walk = strides;
+  out_shape[dim] = (shape[dim] - size) / step + 1;
+  walk[dim] = strides[dim] * step;
+  out_shape.push_back(size);
+  walk.push_back(strides[dim]);
+  if (self.rank() == 0) {  // a 0-D tensor unfolds into [size]
+    out_shape.erase(out_shape.begin());
+    walk.erase(walk.begin());
+  }
+  PreparedOp op;
+  op.outputs.push_back(TensorMeta{self.dtype, out_shape});
+  op.kernel = std::make_unique<StridedGatherKernel>(
+      MakeStridedPlan(out_shape, {walk}), static_cast<int>(ElementSize(self.dtype)), 0);
   return op;
 }
 

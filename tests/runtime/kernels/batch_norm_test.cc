@@ -115,10 +115,49 @@ void AddStandardArgs(OpTester& t, const std::vector<int64_t>& shape,
   t.AddArg(FloatArg(1e-5));
 }
 
-TEST(BatchNormTest, BatchNormReportsTrainingAsUnimplemented) {
+// training=True with running stats would update them in place in ATen.
+TEST(BatchNormTest, BatchNormReportsTrainingWithRunningStatsAsUnimplemented) {
   OpTester t("aten.native_batch_norm.default");
   AddStandardArgs(t, {2, 3, 4, 4}, 3, /*training=*/true);
   EXPECT_EQ(t.Prepare().code(), absl::StatusCode::kUnimplemented);
+}
+
+// training=True without running stats (weight standardization): the
+// batch's own mean and biased variance per channel, also returned.
+TEST(BatchNormTest, TrainingNormalizesWithTheBatchStatistics) {
+  const std::vector<int64_t> shape = {3, 4, 5};
+  const auto x = RandomFloats(60, 51, -2, 3);
+  const auto w = RandomFloats(4, 52, 0.5, 1.5);
+  OpTester t("aten.native_batch_norm.default");
+  t.AddArg(t.Input(F32(shape), x));
+  t.AddArg(t.Constant(F32({4}), w));
+  t.AddArg(NoneArg());
+  t.AddArg(NoneArg());
+  t.AddArg(NoneArg());
+  t.AddArg(BoolArg(true));
+  t.AddArg(FloatArg(0.0));
+  t.AddArg(FloatArg(1e-4));
+  ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+  EXPECT_EQ(t.output_metas()[1], F32({4}));
+  ASSERT_TRUE(t.Run().ok());
+  std::vector<double> want(60), mean(4), invstd(4);
+  for (int c = 0; c < 4; ++c) {
+    double s = 0, q = 0;
+    for (int n = 0; n < 3; ++n)
+      for (int k = 0; k < 5; ++k) s += x[(n * 4 + c) * 5 + k];
+    mean[c] = s / 15;
+    for (int n = 0; n < 3; ++n)
+      for (int k = 0; k < 5; ++k) q += std::pow(x[(n * 4 + c) * 5 + k] - mean[c], 2);
+    invstd[c] = 1 / std::sqrt(q / 15 + 1e-4);
+    for (int n = 0; n < 3; ++n)
+      for (int k = 0; k < 5; ++k) {
+        const int i = (n * 4 + c) * 5 + k;
+        want[i] = (x[i] - mean[c]) * invstd[c] * w[c];
+      }
+  }
+  EXPECT_TRUE(AllClose(t.OutputF32(0), want, 1e-5, 1e-6));
+  EXPECT_TRUE(AllClose(t.OutputF32(1), mean, 1e-6, 1e-7));
+  EXPECT_TRUE(AllClose(t.OutputF32(2), invstd, 1e-5, 0));
 }
 
 TEST(BatchNormTest, BatchNormRejectsParameterOfWrongSize) {

@@ -54,6 +54,32 @@ TEST(MovementTest, RepeatTilesAndAddsLeadingDims) {
   EXPECT_TRUE(IsInvalidArgument(bad.Prepare(), "at least as many dims"));
 }
 
+// Overlapping windows along a middle dim: out[i, w, j, k] = x[i, w*2+k, j].
+TEST(MovementTest, UnfoldMakesSlidingWindows) {
+  const auto x = RandomFloats(2 * 7 * 3, 34);
+  OpTester t("aten.unfold.default");
+  t.AddArg(t.Input(F32({2, 7, 3}), x));
+  t.AddArg(IntArg(1));
+  t.AddArg(IntArg(3));
+  t.AddArg(IntArg(2));
+  ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+  EXPECT_EQ(t.output_metas()[0], F32({2, 3, 3, 3}));
+  ASSERT_TRUE(t.Run().ok());
+  std::vector<double> want;
+  for (int i = 0; i < 2; ++i)
+    for (int w = 0; w < 3; ++w)
+      for (int j = 0; j < 3; ++j)
+        for (int k = 0; k < 3; ++k) want.push_back(x[(i * 7 + w * 2 + k) * 3 + j]);
+  EXPECT_TRUE(AllClose(t.OutputF32(0), want, 0, 0));
+
+  OpTester bad("aten.unfold.default");
+  bad.AddArg(bad.Input(F32({4}), {1, 2, 3, 4}));
+  bad.AddArg(IntArg(0));
+  bad.AddArg(IntArg(5));
+  bad.AddArg(IntArg(1));
+  EXPECT_TRUE(IsInvalidArgument(bad.Prepare(), "size 5"));
+}
+
 TEST(MovementTest, IndexSelectPicksRowsAndChecksTheIndex) {
   const auto x = RandomFloats(24, 33);
   OpTester t("aten.index_select.default");
