@@ -15,6 +15,8 @@ import torch.fx as fx
 from torch._decomp import core_aten_decompositions
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from kiln import partition
+
 
 class LoweringError(RuntimeError):
     """The graph cannot be lowered to a static functional ATen graph."""
@@ -251,6 +253,7 @@ def lower(gm: fx.GraphModule, example_inputs: Sequence[object],
     mutating = _mutating_nodes(aten)
     if mutating:
         raise LoweringError(f"the lowered graph writes in place ({mutating[0].target})")
+    partition.rebase_storage_readers(aten)
     aten.graph.eliminate_dead_code()
     aten.recompile()
 

@@ -40,6 +40,92 @@ def view_ops_from_proto(response: kiln_pb2.CapabilitiesResponse) -> frozenset[st
     return frozenset(op.target for op in response.ops if "view" in op.traits)
 
 
+# Ops that read their input's storage rather than its elements: the daemon
+# runs them on dense tensors, so they go there only when eager's input is
+# dense too (contiguous, at offset 0, alone in its storage).
+_STORAGE_READERS = frozenset({"aten.as_strided.default", "aten.as_strided_.default"})
+
+
+def _dense_in_eager(node: fx.Node) -> bool:
+    """Whether the first argument of `node` is dense in eager."""
+    source = node.args[0] if node.args else None
+    return isinstance(source, fx.Node) and _dense_value(source)
+
+
+def _dense_value(node: fx.Node) -> bool:
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor):
+        return False
+    try:
+        return (val.is_contiguous() and val.storage_offset() == 0
+                and val.untyped_storage().nbytes() == val.numel() * val.element_size())
+    except (RuntimeError, NotImplementedError):  # no storage to ask about
+        return False
+
+
+def _aliases_its_input(node: fx.Node) -> bool:
+    """An eager view: the op's output shares its first argument's storage."""
+    target = node.target
+    if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+        return False
+    returns = target._schema.returns
+    return bool(returns) and returns[0].alias_info is not None
+
+
+def rebase_storage_readers(gm: fx.GraphModule) -> int:
+    """Points each storage reader at the dense tensor whose storage it reads.
+
+    as_strided reads its input's storage and ignores the input's sizes and
+    strides, so as_strided(view(x)) is as_strided(x) whenever the views
+    alias a dense x (with the view's storage offset made explicit). The
+    daemon can then run it; the views it bypassed are dead code.
+    Returns the number of nodes rewritten (gm is recompiled if any).
+    """
+    changed = 0
+    for node in gm.graph.nodes:
+        if str(node.target) not in _STORAGE_READERS or _dense_in_eager(node):
+            continue
+        first = node.args[0] if node.args else None
+        source = first
+        while (isinstance(source, fx.Node) and not _dense_value(source)
+               and _aliases_its_input(source)):
+            source = source.args[0] if source.args else None
+        if not (isinstance(source, fx.Node) and _dense_value(source)):
+            continue
+        args = list(node.args)
+        if len(args) < 4 or args[3] is None:
+            offset = node.kwargs.get("storage_offset")
+            if offset is None:
+                offset = first.meta["val"].storage_offset()
+            args = args[:3] + [offset]
+        args[0] = source
+        node.args = tuple(args)
+        node.kwargs = {k: v for k, v in node.kwargs.items() if k != "storage_offset"}
+        changed += 1
+    if changed:
+        gm.recompile()
+    return changed
+
+
+def storage_chains(gm: fx.GraphModule) -> set[str]:
+    """Nodes that must run in eager so that a storage reader left in eager
+    sees eager's storage: the views (and the view chain behind them) that
+    feed it a tensor that is not dense in eager. A partition returns dense
+    tensors, which would change what the reader reads."""
+    names: set[str] = set()
+    for node in gm.graph.nodes:
+        if str(node.target) not in _STORAGE_READERS or _dense_in_eager(node):
+            continue
+        source = node.args[0] if node.args else None
+        while (isinstance(source, fx.Node) and source.op == "call_function"
+               and source.name not in names):
+            names.add(source.name)
+            if _dense_value(source) or not _aliases_its_input(source):
+                break
+            source = source.args[0] if source.args else None
+    return names
+
+
 def _tensors(value: object) -> Iterable[torch.Tensor]:
     if isinstance(value, torch.Tensor):
         yield value
@@ -88,6 +174,8 @@ class KilnOperatorSupport(OperatorSupportBase):
         out = node.meta.get("val")
         if isinstance(out, (list, tuple)):
             out = out[0] if out else None
+        if str(node.target) in _STORAGE_READERS and not _dense_in_eager(node):
+            return False
         return isinstance(out, torch.Tensor) and out.dtype in dtypes
 
 
@@ -109,7 +197,7 @@ def partition(gm: fx.GraphModule, capabilities: Capabilities,
     views alone) stay in gm and run in eager.
     """
     partitioner = CapabilityBasedPartitioner(
-        gm, KilnOperatorSupport(capabilities, excluded, disabled),
+        gm, KilnOperatorSupport(capabilities, set(excluded) | storage_chains(gm), disabled),
         allows_single_node_partition=True)
     partitions = [p for p in partitioner.propose_partitions()
                   if (sum(is_compute_node(n, views) for n in p.nodes) >= min_size
@@ -130,6 +218,11 @@ def eager_reason(node: fx.Node, capabilities: Capabilities, excluded: Collection
     if dtypes is None:
         return "unsupported op"
     support = KilnOperatorSupport(capabilities)
+    if str(node.target) in _STORAGE_READERS and not _dense_in_eager(node):
+        return "reads the storage of an input that is not dense in eager"
+    if node.graph.owning_module is not None and node.name in storage_chains(
+            node.graph.owning_module):
+        return "feeds a view that an op left in eager reads the storage of"
     if not support.is_node_supported({}, node):
         vals = [node.meta.get("val")] + [a.meta.get("val") for a in node.all_input_nodes]
         for t in (t for v in vals for t in _tensors(v)):

@@ -1,7 +1,8 @@
 // Shape ops on f32, i64 and bool tensors: aten.view / aten.reshape / aten._unsafe_view,
 // aten.flatten.using_ints, aten.permute, aten.t, aten.clone,
 // aten.squeeze.dim / aten.squeeze.dims, aten.copy.default (src broadcast
-// into self's shape) and aten.as_strided(_) when it only restrides.
+// into self's shape) and aten.as_strided(_) (any window of the input's
+// elements in row-major order).
 //
 // Runtime tensors are always dense and contiguous, so every one of these
 // writes its own output: views and clones are parallel copies, permute and
@@ -190,6 +191,25 @@ class BroadcastCopyKernel final : public Kernel {
   StridedPlan plan_;
   int elem_size_;
   int src_index_;
+};
+
+// out = in read through `plan`, starting `offset` elements into the input.
+class OffsetStridedCopyKernel final : public Kernel {
+ public:
+  OffsetStridedCopyKernel(StridedPlan plan, int elem_size, int64_t offset)
+      : plan_(std::move(plan)), elem_size_(elem_size), offset_(offset) {}
+
+  absl::Status Run(const KernelContext& ctx) const override {
+    StridedCopy(plan_, elem_size_,
+                static_cast<const char*>(ctx.inputs[0].data) + offset_ * elem_size_,
+                ctx.outputs[0].data);
+    return absl::OkStatus();
+  }
+
+ private:
+  StridedPlan plan_;
+  int elem_size_;
+  int64_t offset_;
 };
 
 PreparedOp CopyOp(const TensorMeta& in, std::vector<int64_t> out_shape) {
@@ -397,11 +417,11 @@ absl::StatusOr<PreparedOp> PrepareCopy(const NodeArgs& args) {
 }
 
 absl::StatusOr<PreparedOp> PrepareAsStrided(const NodeArgs& args) {
-  // (self, size, stride, storage_offset=None). Runtime tensors are dense,
-  // and the input's storage in eager may not be, so only the form that
-  // functionalization emits to fix up strides is taken: same sizes, offset
-  // 0, and strides that walk the elements in row-major order (a no-op on
-  // the values whatever the input's layout). Anything else is refused.
+  // (self, size, stride, storage_offset=None), over self's elements in
+  // row-major order. Runtime tensors are dense; the client sends
+  // as_strided only when eager's input is dense too (contiguous, offset 0,
+  // its storage exactly its elements: partition.py), so both read the same
+  // elements. Every element read must lie within self.
   KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
   KILN_RETURN_IF_ERROR(RequireDenseType(args, self));
   KILN_ASSIGN_OR_RETURN(std::vector<int64_t> size, args.IntList(1, "size"));
@@ -412,18 +432,39 @@ absl::StatusOr<PreparedOp> PrepareAsStrided(const NodeArgs& args) {
                                    ShapeString(stride),
                                    " must have the same length"));
   }
+  if (size.size() > static_cast<size_t>(kMaxRank)) {
+    return args.Error(absl::StrCat("rank of ", ShapeString(size), " exceeds the limit of ",
+                                   kMaxRank));
+  }
+  bool empty = false;
+  int64_t last = offset;
+  for (size_t d = 0; d < size.size(); ++d) {
+    if (size[d] < 0 || stride[d] < 0) {
+      return args.Error(absl::StrCat("size ", ShapeString(size), " and stride ",
+                                     ShapeString(stride), " must be non-negative"));
+    }
+    if (size[d] == 0) empty = true;
+    if (size[d] > 0) last += (size[d] - 1) * stride[d];
+  }
+  if (offset < 0 || (!empty && last >= self.NumElements())) {
+    return args.Error(absl::StrCat("as_strided with size ", ShapeString(size), ", stride ",
+                                   ShapeString(stride), " and offset ", offset,
+                                   " reads past the ", self.NumElements(), " elements of ",
+                                   self.ToString()));
+  }
+  TensorMeta out{self.dtype, size};
+  KILN_RETURN_IF_ERROR(ValidateMeta(out));
   bool identity = size == self.shape && offset == 0;
   const std::vector<int64_t> contiguous = ContiguousStrides(size);
   for (size_t d = 0; identity && d < size.size(); ++d) {
     identity = size[d] == 1 || stride[d] == contiguous[d];
   }
-  if (!identity) {
-    return args.Unimplemented(absl::StrCat(
-        "as_strided with size ", ShapeString(size), ", stride ",
-        ShapeString(stride), " and offset ", offset, " on ", self.ToString(),
-        " is not supported (only restriding without moving elements)"));
-  }
-  return CopyOp(self, self.shape);
+  if (identity) return CopyOp(self, self.shape);
+  PreparedOp op;
+  op.outputs.push_back(out);
+  op.kernel = std::make_unique<OffsetStridedCopyKernel>(
+      MakeStridedPlan(size, {stride}), static_cast<int>(ElementSize(self.dtype)), offset);
+  return op;
 }
 
 }  // namespace kiln::runtime

@@ -125,3 +125,49 @@ def test_a_partition_of_views_alone_stays_in_eager_unless_the_minimum_is_zero():
     split = partition.partition(lowered.gm, caps, min_size=0, views=views)
     assert fused_modules(split) == ["fused_0"]
     assert eager_calls(split) == []
+
+
+def _strided_window(x: torch.Tensor) -> torch.Tensor:
+    return torch.as_strided(x, (3, 4), (2, 1), 3)
+
+
+def _strided_window_of_a_transpose(x: torch.Tensor) -> torch.Tensor:
+    return torch.as_strided(x.t(), (3, 2), (1, 3))
+
+
+def _lowered_split(fn, x):
+    lowered = unit_graphs.lowered(fn, [x], frozenset())
+    caps = unit_graphs.capabilities(lowered.gm)
+    return partition.partition(lowered.gm, caps, views=unit_graphs.NO_VIEWS), caps
+
+
+def test_as_strided_of_a_dense_input_goes_to_the_daemon():
+    split, _ = _lowered_split(_strided_window, torch.randn(12))
+    assert fused_modules(split) == ["fused_0"]
+    assert eager_calls(split) == []
+
+
+def test_as_strided_of_a_view_reads_the_views_dense_base():
+    # as_strided reads storage, not the view: lowering points it at the
+    # transpose's dense input, so it runs in the daemon and the transpose
+    # is gone.
+    x = torch.randn(2, 3)
+    split, _ = _lowered_split(_strided_window_of_a_transpose, x)
+    assert fused_modules(split) == ["fused_0"]
+    assert "aten.permute.default" not in unit_graphs.call_targets(split.fused_0)
+    torch.testing.assert_close(split(x), _strided_window_of_a_transpose(x), rtol=0, atol=0)
+
+
+def test_as_strided_of_storage_that_is_not_dense_stays_in_eager_with_its_views():
+    # The input is a column slice (its storage holds more than its
+    # elements): as_strided stays in eager, and so does the transpose it
+    # reads, which the daemon would return dense.
+    x = torch.randn(4, 6)[:, :3]
+    split, caps = _lowered_split(_strided_window_of_a_transpose, x)
+    eager = {str(n.target): n for n in eager_calls(split)}
+    assert "aten.as_strided.default" in eager and "aten.permute.default" in eager
+    assert partition.eager_reason(eager["aten.as_strided.default"], caps) == (
+        "reads the storage of an input that is not dense in eager")
+    assert partition.eager_reason(eager["aten.permute.default"], caps) == (
+        "feeds a view that an op left in eager reads the storage of")
+    torch.testing.assert_close(split(x), _strided_window_of_a_transpose(x), rtol=0, atol=0)

@@ -318,13 +318,33 @@ TEST(AsStridedTest, AsStridedAcceptsRestrideThatKeepsOrder) {
   }
 }
 
-TEST(AsStridedTest, AsStridedRefusesRestrideThatMovesElements) {
+// Windows over the row-major elements: a transpose, and overlapping
+// chunks with an offset (Longformer's sliding attention chunks).
+TEST(AsStridedTest, AsStridedReadsAnyWindowOfTheElements) {
   ShapeRun r = RunShapeOp("aten.as_strided.default", {2, 3},
-                          {IntListArg({2, 3}), IntListArg({1, 2})});
-  EXPECT_EQ(r.t->Prepare().code(), absl::StatusCode::kUnimplemented);
-  ShapeRun off = RunShapeOp("aten.as_strided.default", {2, 3},
-                            {IntListArg({2, 2}), IntListArg({3, 1}), IntArg(1)});
-  EXPECT_EQ(off.t->Prepare().code(), absl::StatusCode::kUnimplemented);
+                          {IntListArg({3, 2}), IntListArg({1, 3})});
+  ASSERT_TRUE(r.t->Prepare().ok()) << r.t->Prepare();
+  ASSERT_TRUE(r.t->Run().ok());
+  EXPECT_TRUE(AllClose(r.t->OutputF32(0), {r.x[0], r.x[3], r.x[1], r.x[4], r.x[2], r.x[5]}, 0, 0));
+
+  ShapeRun off = RunShapeOp("aten.as_strided.default", {12},
+                            {IntListArg({3, 4}), IntListArg({2, 1}), IntArg(3)});
+  ASSERT_TRUE(off.t->Prepare().ok()) << off.t->Prepare();
+  EXPECT_EQ(off.t->output_metas()[0], F32({3, 4}));
+  ASSERT_TRUE(off.t->Run().ok());
+  std::vector<double> want;
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 4; ++j) want.push_back(off.x[3 + 2 * i + j]);
+  EXPECT_TRUE(AllClose(off.t->OutputF32(0), want, 0, 0));
+}
+
+TEST(AsStridedTest, AsStridedRejectsReadsPastTheInput) {
+  ShapeRun r = RunShapeOp("aten.as_strided.default", {2, 3},
+                          {IntListArg({2, 3}), IntListArg({3, 1}), IntArg(1)});
+  EXPECT_TRUE(IsInvalidArgument(r.t->Prepare(), "reads past"));
+  ShapeRun neg = RunShapeOp("aten.as_strided.default", {2, 3},
+                            {IntListArg({2, 3}), IntListArg({-3, 1})});
+  EXPECT_TRUE(IsInvalidArgument(neg.t->Prepare(), "non-negative"));
 }
 
 TEST(AsStridedTest, AsStridedRejectsSizeAndStrideOfDifferentLength) {
