@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 export KILN_VENV := $(VENV)
 export KILN_BUILD_DIR := $(BUILD)
 
-.PHONY: setup demo test test-cc test-py test-hostile bench bench-suites clean
+.PHONY: setup demo test test-cc test-py test-hostile bench bench-suites bench-opinfo clean
 
 setup:
 	@bash deploy/setup.sh
@@ -52,6 +52,13 @@ bench: setup $(BENCH_STAMP)
 # and RESULTS-huggingface.md. SUITE_ARGS go to run.py of both, e.g.
 # SUITE_ARGS='--batch 1 --backends eager,kiln' for a coverage run.
 SUITE_ARGS ?=
+
+# Op breadth against PyTorch's OpInfo database (bench/opinfo/run.py): every
+# fp32 sample of every op through Kiln, compared with eager; writes
+# bench/opinfo/RESULTS.md and refreshes tests/python/opinfo_in_daemon.txt
+# (the ops the CI test holds to running wholly in the daemon).
+bench-opinfo: setup
+	@$(PY) bench/opinfo/run.py --in-daemon-list tests/python/opinfo_in_daemon.txt
 
 bench-suites: setup $(BENCH_STAMP)
 	@for suite in timm huggingface; do \

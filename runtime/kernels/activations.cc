@@ -144,8 +144,17 @@ absl::StatusOr<std::optional<double>> OptionalBound(const NodeArgs& args,
 
 }  // namespace
 
+// binary_math.cc: clamp of i64 tensors and with tensor bounds.
+absl::StatusOr<PreparedOp> PrepareTypedClamp(const NodeArgs& args);
+
+absl::StatusOr<PreparedOp> PrepareClampTensor(const NodeArgs& args) {
+  return PrepareTypedClamp(args);
+}
+
 absl::StatusOr<PreparedOp> PrepareClamp(const NodeArgs& args) {
   // (self, min: Scalar?=None, max: Scalar?=None)
+  KILN_ASSIGN_OR_RETURN(TensorMeta raw, args.Tensor(0, "self"));
+  if (raw.dtype == DType::kI64) return PrepareTypedClamp(args);
   KILN_ASSIGN_OR_RETURN(TensorMeta self, F32Self(args));
   KILN_ASSIGN_OR_RETURN(std::optional<double> lo, OptionalBound(args, 1, "min"));
   KILN_ASSIGN_OR_RETURN(std::optional<double> hi, OptionalBound(args, 2, "max"));

@@ -11,6 +11,7 @@
 // (a kernel cannot raise per element), so such graphs are not exact.
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <type_traits>
 
@@ -293,6 +294,68 @@ absl::StatusOr<PreparedOp> PrepareArith(const NodeArgs& args, Arith kind,
   return op;
 }
 
+// clamp with bounds of any type (tensors that broadcast, numbers, or
+// absent): out = min(max(x, lo), hi) in the promoted type; a NaN in x or
+// in a bound gives NaN, as in ATen.
+template <typename C>
+class ClampKernel final : public Kernel {
+ public:
+  ClampKernel(StridedPlan plan, std::vector<OperandSource> src, C lo, C hi, size_t scratch,
+              DType compute)
+      : plan_(std::move(plan)), src_(std::move(src)), scalar_{lo, hi}, scratch_(scratch),
+        compute_(compute) {}
+
+  size_t ScratchBytes() const override { return scratch_; }
+
+  absl::Status Run(const KernelContext& ctx) const override {
+    const C* x = OperandData<C>(src_[0], nullptr, ctx, compute_);
+    const C* lo = OperandData<C>(src_[1], &scalar_[0], ctx, compute_);
+    const C* hi = OperandData<C>(src_[2], &scalar_[1], ctx, compute_);
+    C* out = ctx.outputs[0].as<C>();
+    const int64_t n = plan_.inner;
+    const int64_t sx = plan_.inner_strides[0], sl = plan_.inner_strides[1],
+                  sh = plan_.inner_strides[2];
+    ForEachRow(plan_, [&](int64_t o, const int64_t* off) {
+      const C* px = x + off[0];
+      const C* pl = lo + off[1];
+      const C* ph = hi + off[2];
+      C* z = out + o;
+      for (int64_t i = 0; i < n; ++i) {
+        const C v = px[i * sx], l = pl[i * sl], h = ph[i * sh];
+        if (IsNanOf(v) || IsNanOf(l) || IsNanOf(h)) {
+          z[i] = IsNanOf(v) ? v : IsNanOf(l) ? l : h;
+          continue;
+        }
+        const C y = v < l ? l : v;
+        z[i] = y > h ? h : y;
+      }
+    });
+    return absl::OkStatus();
+  }
+
+ private:
+  StridedPlan plan_;
+  std::vector<OperandSource> src_;
+  C scalar_[2];
+  size_t scratch_;
+  DType compute_;
+};
+
+template <typename C>
+std::unique_ptr<Kernel> MakeClamp(const Operand& x, const Operand& lo, const Operand& hi,
+                                  const std::vector<int64_t>& out, DType compute, C lo_absent,
+                                  C hi_absent, bool has_lo, bool has_hi) {
+  std::vector<OperandSource> src;
+  const size_t scratch = PlanOperandSources({&x, &lo, &hi}, compute, &src);
+  StridedPlan plan = MakeStridedPlan(out, {BroadcastInputStrides(out, x.shape()),
+                                           BroadcastInputStrides(out, lo.shape()),
+                                           BroadcastInputStrides(out, hi.shape())});
+  const C l = !has_lo ? lo_absent : lo.is_tensor ? C() : ScalarAs<C>(lo);
+  const C h = !has_hi ? hi_absent : hi.is_tensor ? C() : ScalarAs<C>(hi);
+  return std::make_unique<ClampKernel<C>>(std::move(plan), std::move(src), l, h, scratch,
+                                          compute);
+}
+
 // A tensor of f32 with an f32 tensor or a number: elementwise.cc's kernel.
 absl::StatusOr<bool> BothFloat(const NodeArgs& args) {
   KILN_ASSIGN_OR_RETURN(Operand a, ReadOperand(args, 0, "self"));
@@ -322,6 +385,41 @@ absl::StatusOr<PreparedOp> PrepareSubTensor(const NodeArgs& args) {
     return PrepareSub(args);
   }
   return PrepareArith(args, Arith::kSub);
+}
+
+absl::StatusOr<PreparedOp> PrepareTypedClamp(const NodeArgs& args) {
+  // aten.clamp.default (self, min: Scalar?, max: Scalar?) on i64, and
+  // aten.clamp.Tensor (self, min: Tensor?, max: Tensor?) on any type.
+  KILN_ASSIGN_OR_RETURN(Operand x, ReadOperand(args, 0, "self"));
+  if (!x.is_tensor) return args.Error("self must be a tensor");
+  const bool has_lo = args.Find(1, "min") != nullptr, has_hi = args.Find(2, "max") != nullptr;
+  if (!has_lo && !has_hi) return args.Error("at least one of 'min' or 'max' must not be None");
+  Operand lo, hi;
+  if (has_lo) {
+    KILN_ASSIGN_OR_RETURN(lo, ReadOperand(args, 1, "min"));
+  }
+  if (has_hi) {
+    KILN_ASSIGN_OR_RETURN(hi, ReadOperand(args, 2, "max"));
+  }
+  DType compute = x.dtype;
+  if (has_lo) compute = PromoteTypes(compute, lo.dtype);
+  if (has_hi) compute = PromoteTypes(compute, hi.dtype);
+  if (compute == DType::kBool) return args.Unimplemented("clamp of bool is not supported");
+  if (!has_lo) lo.dtype = compute;
+  if (!has_hi) hi.dtype = compute;
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> shape, BroadcastOperands(args, {&x, &lo, &hi}));
+  PreparedOp op;
+  op.outputs.push_back(TensorMeta{compute, shape});
+  KILN_RETURN_IF_ERROR(ValidateMeta(op.outputs[0]));
+  if (compute == DType::kF32) {
+    constexpr float kInf = std::numeric_limits<float>::infinity();
+    op.kernel = MakeClamp<float>(x, lo, hi, shape, compute, -kInf, kInf, has_lo, has_hi);
+  } else {
+    op.kernel = MakeClamp<int64_t>(x, lo, hi, shape, compute,
+                                   std::numeric_limits<int64_t>::min(),
+                                   std::numeric_limits<int64_t>::max(), has_lo, has_hi);
+  }
+  return op;
 }
 
 absl::StatusOr<PreparedOp> PrepareMulTensor(const NodeArgs& args) {

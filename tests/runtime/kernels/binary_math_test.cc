@@ -186,6 +186,39 @@ TEST(BinaryMathTest, BitwiseOrXorNot) {
   EXPECT_TRUE(IsInvalidArgument(f.Prepare(), "floating-point"));
 }
 
+// clamp with tensor bounds (broadcast, one absent) and of integers.
+TEST(BinaryMathTest, ClampWithTensorBoundsAndOfIntegers) {
+  const auto x = RandomFloats(12, 61, -3, 3);
+  const auto lo = RandomFloats(4, 62, -2, 0);
+  OpTester t("aten.clamp.Tensor");
+  t.AddArg(t.Input(F32({3, 4}), x));
+  t.AddArg(t.Input(F32({4}), lo));
+  t.AddArg(NoneArg());
+  ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+  ASSERT_TRUE(t.Run().ok());
+  std::vector<double> want;
+  for (int i = 0; i < 12; ++i) want.push_back(std::max(x[i], lo[i % 4]));
+  EXPECT_TRUE(AllClose(t.OutputF32(0), want, 0, 0));
+
+  OpTester i("aten.clamp.default");
+  i.AddArg(I64Input(i, {4}, {-9, 2, 7, 100}));
+  i.AddArg(IntArg(0));
+  i.AddArg(IntArg(8));
+  ASSERT_TRUE(i.Prepare().ok()) << i.Prepare();
+  EXPECT_EQ(i.output_metas()[0], I64({4}));
+  ASSERT_TRUE(i.Run().ok());
+  EXPECT_EQ(i.OutputI64(0), (std::vector<int64_t>{0, 2, 7, 8}));
+
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  OpTester n("aten.clamp.Tensor");
+  n.AddArg(n.Input(F32({2}), {nan, 1}));
+  n.AddArg(NoneArg());
+  n.AddArg(n.Input(F32({2}), {0, nan}));
+  ASSERT_TRUE(n.Prepare().ok()) << n.Prepare();
+  ASSERT_TRUE(n.Run().ok());
+  EXPECT_TRUE(std::isnan(n.OutputF32(0)[0]) && std::isnan(n.OutputF32(0)[1]));
+}
+
 TEST(BinaryMathTest, RejectsAnUnknownRoundingMode) {
   OpTester t("aten.div.Tensor_mode");
   t.AddArg(t.Input(F32({1}), {1}));
