@@ -1,8 +1,9 @@
 // Ops that move elements of any dtype (f32, i64, bool) without computing:
 // aten.flip (negative strides), aten.repeat (tiling: stride 0 over each
 // repeat), aten.unfold (sliding windows: overlapping strides) and
-// aten.index_select (rows picked by an index tensor, checked
-// at run time: an index out of range is INVALID_ARGUMENT, as ATen raises).
+// aten.index_select (rows picked by an index tensor, copied out of the
+// input before it is checked, at run time: an index out of range is
+// INVALID_ARGUMENT, as ATen raises).
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -51,8 +52,15 @@ class IndexSelectKernel final : public Kernel {
       : outer_(outer), n_(n), inner_(inner), count_(count), elem_(elem_size),
         index_slot_(index_slot) {}
 
+  // The index is copied here before it is checked: it may lie in a
+  // client's shared memory, which can change while the kernel runs.
+  size_t ScratchBytes() const override { return count_ * sizeof(int64_t); }
+
   absl::Status Run(const KernelContext& ctx) const override {
-    const int64_t* index = ctx.inputs[index_slot_].as<const int64_t>();
+    int64_t* index = static_cast<int64_t*>(ctx.scratch);
+    if (count_ > 0) {
+      std::memcpy(index, ctx.inputs[index_slot_].data, count_ * sizeof(int64_t));
+    }
     for (int64_t j = 0; j < count_; ++j) {
       if (index[j] < 0 || index[j] >= n_) {
         return absl::InvalidArgumentError(absl::StrCat(
