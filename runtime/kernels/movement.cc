@@ -1,6 +1,7 @@
 // Ops that move elements of any dtype (f32, i64, bool) without computing:
 // aten.flip (negative strides), aten.repeat (tiling: stride 0 over each
-// repeat), aten.unfold (sliding windows: overlapping strides) and
+// repeat), aten.unfold (sliding windows: overlapping strides),
+// aten.diagonal (one stride over two dims) and
 // aten.index_select (rows picked by an index tensor, copied out of the
 // input before it is checked, at run time: an index out of range is
 // INVALID_ARGUMENT, as ATen raises).
@@ -179,6 +180,38 @@ absl::StatusOr<PreparedOp> PrepareUnfold(const NodeArgs& args) {
   op.outputs.push_back(TensorMeta{self.dtype, out_shape});
   op.kernel = std::make_unique<StridedGatherKernel>(
       MakeStridedPlan(out_shape, {walk}), static_cast<int>(ElementSize(self.dtype)), 0);
+  return op;
+}
+
+absl::StatusOr<PreparedOp> PrepareDiagonal(const NodeArgs& args) {
+  // (self, offset=0, dim1=0, dim2=1): dims dim1 and dim2 go, and a last
+  // dim walks their diagonal, `offset` above it (below when negative).
+  KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
+  KILN_RETURN_IF_ERROR(RequireMovable(args, self, "self"));
+  KILN_ASSIGN_OR_RETURN(int64_t offset, args.Int(1, "offset", 0));
+  KILN_ASSIGN_OR_RETURN(int64_t d1_arg, args.Int(2, "dim1", 0));
+  KILN_ASSIGN_OR_RETURN(int64_t d2_arg, args.Int(3, "dim2", 1));
+  if (self.rank() < 2) return args.Error("diagonal needs at least 2 dims");
+  KILN_ASSIGN_OR_RETURN(int d1, WrapDim(args, d1_arg, self.rank()));
+  KILN_ASSIGN_OR_RETURN(int d2, WrapDim(args, d2_arg, self.rank()));
+  if (d1 == d2) return args.Error(absl::StrCat("dim1 and dim2 are both ", d1));
+  const std::vector<int64_t> strides = ContiguousStrides(self.shape);
+  const int64_t n1 = self.shape[d1], n2 = self.shape[d2];
+  const int64_t length = std::max<int64_t>(
+      0, offset >= 0 ? std::min(n1, n2 - offset) : std::min(n1 + offset, n2));
+  const int64_t start = length == 0 ? 0 : offset >= 0 ? offset * strides[d2] : -offset * strides[d1];
+  std::vector<int64_t> out_shape, walk;
+  for (int d = 0; d < self.rank(); ++d) {
+    if (d == d1 || d == d2) continue;
+    out_shape.push_back(self.shape[d]);
+    walk.push_back(strides[d]);
+  }
+  out_shape.push_back(length);
+  walk.push_back(strides[d1] + strides[d2]);
+  PreparedOp op;
+  op.outputs.push_back(TensorMeta{self.dtype, out_shape});
+  op.kernel = std::make_unique<StridedGatherKernel>(
+      MakeStridedPlan(out_shape, {walk}), static_cast<int>(ElementSize(self.dtype)), start);
   return op;
 }
 

@@ -224,6 +224,17 @@ absl::StatusOr<PreparedOp> PrepareTrunc(const NodeArgs& args) {
   return Unary(args, [](float x) { return std::trunc(x); });
 }
 
+absl::StatusOr<PreparedOp> PrepareRoundDecimals(const NodeArgs& args) {
+  // (self, *, decimals): as ATen, scaled by 10^|decimals| in float, rounded
+  // halves to even, scaled back.
+  KILN_ASSIGN_OR_RETURN(int64_t decimals, args.Int(1, "decimals"));
+  if (decimals > 38 || decimals < -38) return args.Unimplemented("|decimals| above 38");
+  const bool neg = decimals < 0;
+  const float ten_pow = static_cast<float>(std::pow(10.0, static_cast<double>(neg ? -decimals : decimals)));
+  if (neg) return Unary(args, [ten_pow](float x) { return std::nearbyint(x / ten_pow) * ten_pow; });
+  return Unary(args, [ten_pow](float x) { return std::nearbyint(x * ten_pow) / ten_pow; });
+}
+
 absl::StatusOr<PreparedOp> PrepareRound(const NodeArgs& args) {
   // Halves to even (the default rounding mode), as ATen rounds.
   return Unary(args, [](float x) { return std::nearbyint(x); });

@@ -80,6 +80,34 @@ TEST(MovementTest, UnfoldMakesSlidingWindows) {
   EXPECT_TRUE(IsInvalidArgument(bad.Prepare(), "size 5"));
 }
 
+// diagonal(x, offset, dim1, dim2) of [2, 3, 4]: above (offset 1 over dims
+// 0 and 2) and below (offset -1 over dims 2 and 0) the main diagonal.
+TEST(MovementTest, DiagonalWalksTwoDimsAtOnce) {
+  std::vector<float> x(24);
+  for (int i = 0; i < 24; ++i) x[i] = static_cast<float>(i);
+  OpTester t("aten.diagonal.default");
+  t.AddArg(t.Input(F32({2, 3, 4}), x));
+  t.AddArg(IntArg(1));
+  t.AddArg(IntArg(0));
+  t.AddArg(IntArg(2));
+  ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+  EXPECT_EQ(t.output_metas()[0], F32({3, 2}));
+  ASSERT_TRUE(t.Run().ok());
+  std::vector<double> want;  // out[j, k] = x[k, j, k + 1]
+  for (int j = 0; j < 3; ++j)
+    for (int k = 0; k < 2; ++k) want.push_back(x[(k * 3 + j) * 4 + k + 1]);
+  EXPECT_TRUE(AllClose(t.OutputF32(0), want, 0, 0));
+
+  OpTester below("aten.diagonal.default");
+  below.AddArg(below.Input(F32({2, 3, 4}), x));
+  below.AddArg(IntArg(-1));
+  below.AddArg(IntArg(2));
+  below.AddArg(IntArg(0));
+  ASSERT_TRUE(below.Prepare().ok()) << below.Prepare();
+  ASSERT_TRUE(below.Run().ok());
+  EXPECT_TRUE(AllClose(below.OutputF32(0), {1, 14, 5, 18, 9, 22}, 0, 0));
+}
+
 TEST(MovementTest, IndexSelectPicksRowsAndChecksTheIndex) {
   const auto x = RandomFloats(24, 33);
   OpTester t("aten.index_select.default");

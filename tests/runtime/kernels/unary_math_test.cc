@@ -81,6 +81,21 @@ TEST(UnaryMathTest, RoundHalvesToEven) {
   EXPECT_TRUE(std::isnan(out[6]));
 }
 
+TEST(UnaryMathTest, RoundToDecimals) {
+  OpTester t("aten.round.decimals");
+  t.AddArg(t.Input(F32({3}), {1.2345f, -2.5f, 0.125f}));
+  t.AddKwarg("decimals", IntArg(2));
+  ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+  ASSERT_TRUE(t.Run().ok());
+  EXPECT_TRUE(AllClose(t.OutputF32(0), {1.23, -2.5, 0.12}, 1e-6, 0));
+  OpTester n("aten.round.decimals");
+  n.AddArg(n.Input(F32({3}), {1250, 1350, -1.5f}));
+  n.AddKwarg("decimals", IntArg(-2));
+  ASSERT_TRUE(n.Prepare().ok()) << n.Prepare();
+  ASSERT_TRUE(n.Run().ok());
+  EXPECT_TRUE(AllClose(n.OutputF32(0), {1200, 1400, 0}, 0, 0));
+}
+
 TEST(UnaryMathTest, SignOfNaNIsZero) {
   OpTester t("aten.sign.default");
   t.AddArg(t.Input(F32({1}), {std::numeric_limits<float>::quiet_NaN()}));
