@@ -109,9 +109,9 @@ def test_graph_break_gives_eager_result_with_two_graphs(daemon_up, cls, capsys):
     assert reference.frame_count == kiln.frame_count == 2
     assert reference.op_count == kiln.op_count
     s = backend.stats()
-    # ItemBreak's h.sum() is aten.sum.default, which the daemon lacks.
-    eager_nodes = 1 if cls is ItemBreak else 0
-    assert s.graphs == 2 and s.nodes_in_daemon > 0 and s.nodes_in_eager == eager_nodes, s
+    # Both graphs run wholly in the daemon (ItemBreak's h.sum() included);
+    # the break itself (.item(), print) is Dynamo's, between them.
+    assert s.graphs == 2 and s.nodes_in_daemon > 0 and s.nodes_in_eager == 0, s
     if cls is PrintBreak:  # the print ran in eager, once per call
         assert capsys.readouterr().out.count("kiln test: graph break") == 3
 
