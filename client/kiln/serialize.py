@@ -135,6 +135,8 @@ class _Builder:
         elif isinstance(value, torch.device):
             arg.device = str(value)
         elif isinstance(value, torch.memory_format):
+            if value not in _MEMORY_FORMATS:  # channels_last_3d
+                raise SerializationError(f"node {user!r}: memory format {value} has no wire form")
             arg.memory_format = _MEMORY_FORMATS[value]
         elif value is torch.strided:
             # Factory ops' `layout=torch.strided` is the only layout the

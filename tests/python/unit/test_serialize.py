@@ -76,3 +76,17 @@ def test_a_call_that_is_not_an_aten_overload_has_no_wire_form():
     graph.output(y)
     with pytest.raises(serialize.SerializationError, match="not an ATen overload"):
         serialize.serialize(fx.GraphModule(torch.nn.Module(), graph), {})
+
+
+def test_a_memory_format_without_a_wire_form_is_a_serialization_error():
+    # channels_last_3d has no wire value: the partition must fall back to
+    # eager (SerializationError), not fail the compile.
+    graph = fx.Graph()
+    x = graph.placeholder("x")
+    x.meta["val"] = torch.empty(1, 2, 2, 2, 2)
+    y = graph.call_function(torch.ops.aten.clone.default, (x,),
+                            {"memory_format": torch.channels_last_3d})
+    y.meta["val"] = torch.empty(1, 2, 2, 2, 2)
+    graph.output(y)
+    with pytest.raises(serialize.SerializationError, match="memory format"):
+        serialize.serialize(fx.GraphModule(torch.nn.Module(), graph), {})
