@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 import torch.fx as fx
 
-from kiln import aot, guards, lowering, lowering_cache, partition
+from kiln import aot, decompose, guards, lowering, lowering_cache, partition
 from kiln.connection import Connection, get_connection
 from kiln.options import KilnOptions
 from kiln.subgraph import KilnFallbackError, KilnSubgraph
@@ -350,7 +350,11 @@ def _partition_and_compile(gm: fx.GraphModule, example_inputs: Sequence[Any],
                 lowered = _lower(gm, example_inputs, opts, constant_inputs, traced)
                 if isinstance(lowered, CompiledGraph):
                     return lowered
-            split = partition.partition(_copy_graph_module(lowered.gm), caps, excluded,
+            gm_copy = _copy_graph_module(lowered.gm)
+            if opts.auto_decompose:
+                decompose.decompose_unsupported(
+                    gm_copy, caps, lowering.decomposition_table(opts.decompositions), disabled)
+            split = partition.partition(gm_copy, caps, excluded,
                                         disabled, opts.min_partition_size, views=views)
             constants = lowered.constant_inputs
             cold_s = time.perf_counter() - started

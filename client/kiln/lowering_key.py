@@ -136,6 +136,6 @@ def key_for(gm: fx.GraphModule, example_inputs: Sequence[Any], constants: frozen
             x.is_neg(), alias)
     put("constants", sorted(constants))
     put("options", tuple(opts.decompositions), tuple(opts.disabled_ops),
-        int(opts.min_partition_size))
+        int(opts.min_partition_size), bool(opts.auto_decompose))
     put("capabilities", hashlib.sha256(capabilities).hexdigest())
     return digest.hexdigest()

@@ -206,6 +206,10 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("decompositions", OpList, OpList(),
                "extra ATen ops to decompose before partitioning, as OpOverload objects "
                "or names (each must have a decomposition in torch._decomp)"),
+    OptionSpec("auto_decompose", bool, True,
+               "replace a node the daemon cannot run by its torch._decomp decomposition "
+               "when the daemon runs every op of it",
+               env="KILN_AUTO_DECOMPOSE"),
     OptionSpec("disabled_ops", OpList, OpList(),
                "ATen ops that stay in eager PyTorch, as OpOverload/OpOverloadPacket "
                "objects or names ('aten.relu', 'aten.add.Tensor'); env: comma-separated",

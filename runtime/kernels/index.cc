@@ -157,13 +157,16 @@ absl::StatusOr<PreparedOp> PrepareGather(const NodeArgs& args) {
   KILN_RETURN_IF_ERROR(RequireDType(args, index, "index", DType::kI64));
   const int rank = std::max(self.rank(), 1);
   KILN_ASSIGN_OR_RETURN(int dim, WrapDim(args, dim_arg, self.rank()));
-  if (index.rank() != self.rank()) {
+  // A 0-D self takes a 0-D or one-element 1-D index, as in ATen.
+  const bool scalar_self = self.rank() == 0 && index.rank() <= 1 && index.NumElements() == 1;
+  if (index.rank() != self.rank() && !scalar_self) {
     return args.Error(absl::StrCat("index ", index.ToString(),
                                    " must have the rank of self ",
                                    self.ToString()));
   }
   std::vector<int64_t> self_shape = self.shape, idx_shape = index.shape;
   if (self.rank() == 0) {
+    if (!scalar_self) return args.Error("a 0-D self needs one index");
     self_shape = {1};
     idx_shape = {1};
   }

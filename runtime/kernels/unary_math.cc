@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/exec/parallel.h"
 #include "runtime/kernels/kernel_util.h"
+#include "runtime/kernels/unary_kernel.h"
 #include "runtime/kernels/vector_math.h"
 #include "runtime/ops/prepare_fns.h"
 #include "runtime/util/status_macros.h"
@@ -21,27 +22,7 @@
 namespace kiln::runtime {
 namespace {
 
-constexpr int64_t kGrain = int64_t{1} << 14;
-
-template <typename F>
-class UnaryKernel final : public Kernel {
- public:
-  UnaryKernel(int64_t n, F f) : n_(n), f_(f) {}
-
-  absl::Status Run(const KernelContext& ctx) const override {
-    const float* in = ctx.inputs[0].as<const float>();
-    float* out = ctx.outputs[0].as<float>();
-    const F f = f_;
-    ParallelFor(n_, kGrain, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) out[i] = f(in[i]);
-    });
-    return absl::OkStatus();
-  }
-
- private:
-  int64_t n_;
-  F f_;
-};
+constexpr int64_t kGrain = kUnaryGrain;
 
 // Same, with a vector function (__m256 -> __m256) over 8 lanes at a time.
 template <typename F>
@@ -90,16 +71,6 @@ absl::StatusOr<PreparedOp> VectorUnary(const NodeArgs& args, F f) {
   PreparedOp op;
   op.outputs.push_back(self);
   op.kernel = std::make_unique<VectorUnaryKernel<F>>(self.NumElements(), f);
-  return op;
-}
-
-template <typename F>
-absl::StatusOr<PreparedOp> Unary(const NodeArgs& args, F f) {
-  KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
-  KILN_RETURN_IF_ERROR(RequireDType(args, self, "self"));
-  PreparedOp op;
-  op.outputs.push_back(self);
-  op.kernel = std::make_unique<UnaryKernel<F>>(self.NumElements(), f);
   return op;
 }
 

@@ -60,12 +60,12 @@ def test_partition_of_views_alone_stays_in_eager(daemon_up):
 
 def test_fallback_error_raises_naming_node_and_reason(daemon_up):
     def f(x):
-        return torch.special.erfcx(torch.relu(x)) + 1
+        return torch.logcumsumexp(torch.relu(x), 0) + 1
 
     with pytest.raises(Exception) as info:
         _run(f, {"fallback": "error"}, torch.randn(8))
     message = str(info.value)
-    assert "erfcx" in message and "unsupported op" in message, message
+    assert "logcumsumexp" in message and "unsupported op" in message, message
     # The default falls back and gives eager's answer.
     x = torch.randn(8)
     torch.testing.assert_close(_run(f, {}, x), f(x))
@@ -98,6 +98,27 @@ def test_extra_decompositions_are_applied(daemon_up):
     with pytest.raises(Exception, match="no decomposition"):
         torch._dynamo.reset()
         _run(model, {"decompositions": ["aten.mm.default"]}, x)
+
+
+class _GridSampleHead(nn.Module):
+    """grid_sample, which the daemon runs through its decomposition only."""
+
+    def forward(self, x):
+        theta = torch.tensor([[[0.9, 0.1, 0.0], [-0.1, 0.8, 0.1]]]).expand(x.shape[0], 2, 3)
+        grid = F.affine_grid(theta, list(x.shape), align_corners=False)
+        return F.grid_sample(torch.relu(x), grid, align_corners=False) * 2.0
+
+
+def test_auto_decompose_runs_ops_the_daemon_lacks_through_their_decomposition(daemon_up):
+    model, x = _GridSampleHead(), torch.randn(2, 3, 8, 8)
+    got = _run(model, {}, x)
+    torch.testing.assert_close(got, model(x), rtol=1e-5, atol=1e-5)
+    assert backend.stats().nodes_in_eager == 0, backend.stats()
+    torch._dynamo.reset()
+    backend.reset_stats()
+    got = _run(model, {"auto_decompose": False}, x)
+    torch.testing.assert_close(got, model(x), rtol=1e-5, atol=1e-5)
+    assert backend.stats().nodes_in_eager >= 1, backend.stats()
 
 
 def test_timeout_bounds_a_call_and_the_next_call_works(gated_kilnd):

@@ -10,11 +10,11 @@ import kiln
 from kiln import connection
 
 # Not in the daemon's op list (checked against its capabilities below).
-UNSUPPORTED = "aten.special_erfcx.default"
+UNSUPPORTED = "aten.logcumsumexp.default"
 
 
-class ConvErfcx(torch.nn.Module):
-    """conv -> relu | erfcx (eager) | mean -> linear: two daemon partitions."""
+class ConvLogcumsumexp(torch.nn.Module):
+    """conv -> relu | logcumsumexp (eager) | mean -> linear: two daemon partitions."""
 
     def __init__(self):
         super().__init__()
@@ -22,11 +22,11 @@ class ConvErfcx(torch.nn.Module):
         self.fc = torch.nn.Linear(8, 4)
 
     def forward(self, x):
-        h = torch.special.erfcx(torch.relu(self.conv(x)))
+        h = torch.logcumsumexp(torch.relu(self.conv(x)), 1)
         return self.fc(h.mean(dim=(2, 3)))
 
 
-def _model(seed: int, cls=ConvErfcx):
+def _model(seed: int, cls=ConvLogcumsumexp):
     torch.manual_seed(seed)  # weights no other test uploads
     return cls().eval()
 
@@ -50,13 +50,13 @@ def test_unsupported_op_stays_in_eager_with_its_reason(daemon_up):
     (graph,) = report.graphs
     assert graph.eager_reason == ""
     assert _by_target(report) == {UNSUPPORTED: "unsupported op"}
-    # conv, relu | erfcx | mean, permute (t), addmm: a partition on each side.
+    # conv, relu | logcumsumexp | mean, permute (t), addmm: a partition on each side.
     assert report.partitions == 2 and all(p.in_daemon for p in graph.partitions)
     assert graph.nodes_in_eager == 1 and graph.nodes_in_daemon >= 4
     assert graph.nodes == graph.nodes_in_daemon + graph.nodes_in_eager
     assert sum(p.nodes for p in graph.partitions) == graph.nodes_in_daemon
     text = str(report)
-    assert "eager [unsupported op]: special_erfcx (aten.special_erfcx.default)" in text, text
+    assert "eager [unsupported op]: logcumsumexp (aten.logcumsumexp.default)" in text, text
     assert "2 partition(s)" in text, text
 
 
