@@ -16,7 +16,7 @@
 namespace kiln::runtime {
 namespace {
 
-enum class Cmp { kEq, kNe, kLt, kLe, kGt, kGe, kAnd, kOr, kXor, kIsNan, kIsInf };
+enum class Cmp { kEq, kNe, kLt, kLe, kGt, kGe, kAnd, kOr, kXor, kIsNan, kIsInf, kSignbit };
 
 template <typename C>
 bool IsInfOf(C x) {
@@ -64,6 +64,12 @@ std::unique_ptr<Kernel> CompareKernel(Cmp cmp, const Operand& a,
       return MakeBinaryKernel<C, bool>(a, b, out, compute, [](C x, C) { return x != x; });
     case Cmp::kIsInf:
       return MakeBinaryKernel<C, bool>(a, b, out, compute, [](C x, C) { return IsInfOf(x); });
+    case Cmp::kSignbit:  // the sign bit: true for -0.0 and negative NaNs too
+      if constexpr (std::is_floating_point_v<C>) {
+        return MakeBinaryKernel<C, bool>(a, b, out, compute, [](C x, C) { return std::signbit(x); });
+      } else {
+        return MakeBinaryKernel<C, bool>(a, b, out, compute, [](C x, C) { return x < C(0); });
+      }
   }
   return nullptr;
 }
@@ -239,6 +245,9 @@ absl::StatusOr<PreparedOp> PrepareIsnan(const NodeArgs& args) {
 }
 absl::StatusOr<PreparedOp> PrepareIsinf(const NodeArgs& args) {
   return PrepareUnaryPredicate(args, Cmp::kIsInf);
+}
+absl::StatusOr<PreparedOp> PrepareSignbit(const NodeArgs& args) {
+  return PrepareUnaryPredicate(args, Cmp::kSignbit);
 }
 
 absl::StatusOr<PreparedOp> PrepareWhere(const NodeArgs& args) {

@@ -1,5 +1,6 @@
 // 2-D pooling over NCHW / CHW f32 tensors: aten.max_pool2d_with_indices,
-// aten.avg_pool2d and aten._adaptive_avg_pool2d, matching ATen's CPU
+// aten.avg_pool2d, aten._adaptive_avg_pool2d and aten.adaptive_max_pool2d,
+// matching ATen's CPU
 // kernels' window arithmetic (ceil_mode, padding, count_include_pad,
 // divisor_override, adaptive start/end).
 #include <algorithm>
@@ -170,6 +171,10 @@ class AvgPool2dKernel final : public Kernel {
   std::optional<int64_t> divisor_override_;
 };
 
+// ATen's adaptive window of output index o: [floor(o*in/out), ceil((o+1)*in/out)).
+int64_t AdaptiveStart(int64_t o, int64_t in, int64_t out) { return o * in / out; }
+int64_t AdaptiveEnd(int64_t o, int64_t in, int64_t out) { return ((o + 1) * in + out - 1) / out; }
+
 class AdaptiveAvgPool2dKernel final : public Kernel {
  public:
   explicit AdaptiveAvgPool2dKernel(PoolGeometry g) : g_(g) {}
@@ -183,11 +188,9 @@ class AdaptiveAvgPool2dKernel final : public Kernel {
         const float* x = in + plane * g.ih * g.iw;
         float* y = out + plane * g.oh * g.ow;
         for (int64_t oy = 0; oy < g.oh; ++oy) {
-          const int64_t y0 = oy * g.ih / g.oh;
-          const int64_t y1 = ((oy + 1) * g.ih + g.oh - 1) / g.oh;
+          const int64_t y0 = AdaptiveStart(oy, g.ih, g.oh), y1 = AdaptiveEnd(oy, g.ih, g.oh);
           for (int64_t ox = 0; ox < g.ow; ++ox) {
-            const int64_t x0 = ox * g.iw / g.ow;
-            const int64_t x1 = ((ox + 1) * g.iw + g.ow - 1) / g.ow;
+            const int64_t x0 = AdaptiveStart(ox, g.iw, g.ow), x1 = AdaptiveEnd(ox, g.iw, g.ow);
             float sum = 0.0f;
             for (int64_t iy = y0; iy < y1; ++iy) {
               for (int64_t ix = x0; ix < x1; ++ix) sum += x[iy * g.iw + ix];
@@ -204,6 +207,65 @@ class AdaptiveAvgPool2dKernel final : public Kernel {
  private:
   PoolGeometry g_;
 };
+
+// The maximum of each adaptive window and its flat index in the plane; a
+// NaN wins (the last NaN of the window, as ATen's scan keeps it).
+class AdaptiveMaxPool2dKernel final : public Kernel {
+ public:
+  explicit AdaptiveMaxPool2dKernel(PoolGeometry g) : g_(g) {}
+
+  absl::Status Run(const KernelContext& ctx) const override {
+    const PoolGeometry& g = g_;
+    const float* in = ctx.inputs[0].as<const float>();
+    float* out = ctx.outputs[0].as<float>();
+    int64_t* indices = ctx.outputs[1].as<int64_t>();
+    ParallelFor(g.planes, PlaneGrain(g), [&](int64_t begin, int64_t end) {
+      for (int64_t plane = begin; plane < end; ++plane) {
+        const float* x = in + plane * g.ih * g.iw;
+        float* y = out + plane * g.oh * g.ow;
+        int64_t* yi = indices + plane * g.oh * g.ow;
+        for (int64_t oy = 0; oy < g.oh; ++oy) {
+          const int64_t y0 = AdaptiveStart(oy, g.ih, g.oh), y1 = AdaptiveEnd(oy, g.ih, g.oh);
+          for (int64_t ox = 0; ox < g.ow; ++ox) {
+            const int64_t x0 = AdaptiveStart(ox, g.iw, g.ow), x1 = AdaptiveEnd(ox, g.iw, g.ow);
+            float best = -std::numeric_limits<float>::infinity();
+            int64_t at = y0 * g.iw + x0;
+            for (int64_t iy = y0; iy < y1; ++iy) {
+              for (int64_t ix = x0; ix < x1; ++ix) {
+                const float v = x[iy * g.iw + ix];
+                if (v > best || std::isnan(v)) {
+                  best = v;
+                  at = iy * g.iw + ix;
+                }
+              }
+            }
+            y[oy * g.ow + ox] = best;
+            yi[oy * g.ow + ox] = at;
+          }
+        }
+      }
+    });
+    return absl::OkStatus();
+  }
+
+ private:
+  PoolGeometry g_;
+};
+
+// output_size (one or two non-negative values) appended to `lead`.
+absl::Status ReadAdaptiveSize(const NodeArgs& args, PoolGeometry* g, std::vector<int64_t>* lead) {
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> size_list, args.IntList(1, "output_size"));
+  KILN_ASSIGN_OR_RETURN(auto size, ExpandPair(args, size_list, "output_size"));
+  if (size[0] < 0 || size[1] < 0) {
+    return args.Error(absl::StrCat("output_size must be non-negative, got ",
+                                   ShapeString(size_list)));
+  }
+  g->oh = size[0];
+  g->ow = size[1];
+  lead->push_back(g->oh);
+  lead->push_back(g->ow);
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -252,22 +314,23 @@ absl::StatusOr<PreparedOp> PrepareAdaptiveAvgPool2d(const NodeArgs& args) {
   // (self, output_size[2])
   KILN_ASSIGN_OR_RETURN(TensorMeta input, args.Tensor(0, "self"));
   PoolGeometry g;
-  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> lead,
-                        CheckPoolInput(args, input, &g));
-  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> size_list,
-                        args.IntList(1, "output_size"));
-  KILN_ASSIGN_OR_RETURN(auto size, ExpandPair(args, size_list, "output_size"));
-  if (size[0] < 0 || size[1] < 0) {
-    return args.Error(absl::StrCat("output_size must be non-negative, got ",
-                                   ShapeString(size_list)));
-  }
-  g.oh = size[0];
-  g.ow = size[1];
-  lead.push_back(g.oh);
-  lead.push_back(g.ow);
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> lead, CheckPoolInput(args, input, &g));
+  KILN_RETURN_IF_ERROR(ReadAdaptiveSize(args, &g, &lead));
   PreparedOp op;
   op.outputs = {TensorMeta{DType::kF32, lead}};
   op.kernel = std::make_unique<AdaptiveAvgPool2dKernel>(g);
+  return op;
+}
+
+absl::StatusOr<PreparedOp> PrepareAdaptiveMaxPool2d(const NodeArgs& args) {
+  // (self, output_size[2]) -> (out, indices)
+  KILN_ASSIGN_OR_RETURN(TensorMeta input, args.Tensor(0, "self"));
+  PoolGeometry g;
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> lead, CheckPoolInput(args, input, &g));
+  KILN_RETURN_IF_ERROR(ReadAdaptiveSize(args, &g, &lead));
+  PreparedOp op;
+  op.outputs = {TensorMeta{DType::kF32, lead}, TensorMeta{DType::kI64, lead}};
+  op.kernel = std::make_unique<AdaptiveMaxPool2dKernel>(g);
   return op;
 }
 

@@ -3,7 +3,8 @@
 // (J, Y, I, K, exponentially scaled, spherical) and Airy Ai, the
 // regularized incomplete gamma functions, and the orthogonal polynomials
 // (Chebyshev of four kinds and their shifted forms, Hermite, Laguerre,
-// Legendre) whose degree is a tensor too.
+// Legendre) whose degree is a tensor too; and angle and nextafter of
+// real numbers.
 //
 // Each element is computed in double by special_functions.h and rounded
 // to float, which is at least as accurate as ATen's float kernels; the
@@ -90,6 +91,29 @@ absl::StatusOr<PreparedOp> PreparePolygamma(const NodeArgs& args) {
   return Unary(
       args, [n](float x) { return static_cast<float>(sp::Polygamma(n, static_cast<double>(x))); },
       1, "self");
+}
+
+absl::StatusOr<PreparedOp> PrepareAngle(const NodeArgs& args) {
+  // The argument of a real number: pi for negatives, 0 otherwise, NaN kept.
+  return Unary(args, [](float x) {
+    return x != x ? x : x < 0.f ? static_cast<float>(sp::detail::kPi) : 0.f;
+  });
+}
+
+absl::StatusOr<PreparedOp> PrepareNextafter(const NodeArgs& args) {
+  // (self, other): the next float after self towards other, in float.
+  KILN_ASSIGN_OR_RETURN(Operand a, ReadOperand(args, 0, "self"));
+  KILN_ASSIGN_OR_RETURN(Operand b, ReadOperand(args, 1, "other"));
+  if (!a.is_tensor || !b.is_tensor || a.dtype != DType::kF32 || b.dtype != DType::kF32) {
+    return args.Error("self and other must be f32 tensors");
+  }
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> shape, BroadcastOperands(args, {&a, &b}));
+  PreparedOp op;
+  op.outputs.push_back(TensorMeta{DType::kF32, shape});
+  KILN_RETURN_IF_ERROR(ValidateMeta(op.outputs[0]));
+  op.kernel = MakeBinaryKernel<float, float>(a, b, shape, DType::kF32,
+                                             [](float x, float y) { return std::nextafter(x, y); });
+  return op;
 }
 
 absl::StatusOr<PreparedOp> PrepareZeta(const NodeArgs& args) { return Special2<sp::Zeta>(args, "self", "other"); }

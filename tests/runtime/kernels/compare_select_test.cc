@@ -73,5 +73,21 @@ TEST(PredicateTest, IsnanAndIsinf) {
   }
 }
 
+// The sign bit, not the comparison x < 0: -0.0 and a negative NaN have it.
+TEST(PredicateTest, Signbit) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  OpTester t("aten.signbit.default");
+  t.AddArg(t.Input(F32({6}), {1.5f, -2.f, 0.f, -0.f, nan, -nan}));
+  ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+  EXPECT_EQ(t.output_metas()[0], Bool({6}));
+  ASSERT_TRUE(t.Run().ok());
+  EXPECT_EQ(t.OutputBool(0), (std::vector<uint8_t>{0, 1, 0, 1, 0, 1}));
+  OpTester i("aten.signbit.default");
+  i.AddArg(I64Input(i, {3}, {-3, 0, 7}));
+  ASSERT_TRUE(i.Prepare().ok()) << i.Prepare();
+  ASSERT_TRUE(i.Run().ok());
+  EXPECT_EQ(i.OutputBool(0), (std::vector<uint8_t>{1, 0, 0}));
+}
+
 }  // namespace
 }  // namespace kiln::runtime::testing

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <limits>
 
-#include "tests/runtime/kernels/kernel_test_util.h"
+#include "tests/runtime/kernels/typed_test_util.h"
 
 namespace kiln::runtime::testing {
 namespace {
@@ -276,6 +276,45 @@ TEST_P(AdaptiveAvgPoolTest, MatchesReference) {
         expected.push_back(sum / ((y1 - y0) * (x1 - x0)));
       }
   EXPECT_TRUE(AllClose(t.OutputF32(0), expected, 1e-5, 1e-6));
+}
+
+// adaptive_max_pool2d over the same windows: the maximum and its flat
+// index in the plane.
+TEST_P(AdaptiveAvgPoolTest, MaxMatchesReference) {
+  const AdaptiveCase& c = GetParam();
+  const auto x = RandomFloats(NumElements(c.input), 12);
+  OpTester t("aten.adaptive_max_pool2d.default");
+  t.AddArg(t.Input(F32(c.input), x));
+  t.AddArg(IntListArg({c.oh, c.ow}));
+  ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+  ASSERT_EQ(t.output_metas().size(), 2u);
+  Outputs out(t);
+  ASSERT_TRUE(out.Run(t).ok());
+  const int r = static_cast<int>(c.input.size());
+  const int64_t h = c.input[r - 2], w = c.input[r - 1];
+  std::vector<double> want;
+  std::vector<int64_t> want_idx;
+  for (int64_t pl = 0; pl < NumElements(c.input) / (h * w); ++pl)
+    for (int64_t oy = 0; oy < c.oh; ++oy)
+      for (int64_t ox = 0; ox < c.ow; ++ox) {
+        const auto y0 = static_cast<int64_t>(std::floor(1.0 * oy * h / c.oh));
+        const auto y1 = static_cast<int64_t>(std::ceil(1.0 * (oy + 1) * h / c.oh));
+        const auto x0 = static_cast<int64_t>(std::floor(1.0 * ox * w / c.ow));
+        const auto x1 = static_cast<int64_t>(std::ceil(1.0 * (ox + 1) * w / c.ow));
+        double best = -1e30;
+        int64_t at = -1;
+        for (int64_t iy = y0; iy < y1; ++iy)
+          for (int64_t ix = x0; ix < x1; ++ix) {
+            if (x[pl * h * w + iy * w + ix] > best) {
+              best = x[pl * h * w + iy * w + ix];
+              at = iy * w + ix;
+            }
+          }
+        want.push_back(best);
+        want_idx.push_back(at);
+      }
+  EXPECT_TRUE(AllClose(out.As<float>(0), want, 0, 0));
+  EXPECT_EQ(out.As<int64_t>(1), want_idx);
 }
 
 INSTANTIATE_TEST_SUITE_P(

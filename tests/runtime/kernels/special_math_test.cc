@@ -5,6 +5,7 @@
 // double. The functions' own edge cases are in special_functions_test.cc.
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <string>
 
 #include "tests/runtime/kernels/typed_test_util.h"
@@ -224,6 +225,28 @@ TEST(SpecialMathTest, PolygammaTakesItsOrderAsAnInt) {
   bad.AddArg(IntArg(-1));
   bad.AddArg(bad.Input(F32({4}), {1, 2, 3, 4}));
   EXPECT_EQ(bad.Prepare().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(SpecialMathTest, AngleAndNextafterOfRealNumbers) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  OpTester a("aten.angle.default");
+  a.AddArg(a.Input(F32({4}), {-2.f, 0.f, 3.f, nan}));
+  ASSERT_TRUE(a.Prepare().ok()) << a.Prepare();
+  ASSERT_TRUE(a.Run().ok());
+  EXPECT_TRUE(AllClose(a.OutputF32(0), {M_PI, 0, 0, std::nan("")}, 1e-7, 0));
+
+  const std::vector<float> x = {1.f, 1.f, -0.f, 5.f}, y = {2.f, 0.f, 1.f, 5.f};
+  OpTester n("aten.nextafter.default");
+  n.AddArg(n.Input(F32({4}), x));
+  n.AddArg(n.Input(F32({4}), y));
+  ASSERT_TRUE(n.Prepare().ok()) << n.Prepare();
+  ASSERT_TRUE(n.Run().ok());
+  std::vector<double> want;  // one float step: 1 + 2^-23, 1 - 2^-24, the smallest denormal
+  for (double v : {1.0 + std::ldexp(1.0, -23), 1.0 - std::ldexp(1.0, -24), std::ldexp(1.0, -149),
+                   5.0}) {
+    want.push_back(v);
+  }
+  EXPECT_TRUE(AllClose(n.OutputF32(0), want, 0, 0));
 }
 
 }  // namespace
