@@ -3,6 +3,8 @@
 //   aten.scatter_add.default    ... += src[p]
 //   aten.scatter_reduce.two     ... reduced by sum, prod, mean, amax or amin,
 //                               with or without self's value (include_self)
+//   aten.scatter.reduce / .value_reduce   ... add or multiply
+//   aten.index_reduce.default   slices of self along dim reduced with slices of source
 //   aten.index_put.default      out = self; out[indices] = values (or +=, accumulate)
 // which index_add, index_copy, index_fill and max_unpool decompose into.
 //
@@ -99,25 +101,28 @@ class ScatterKernel final : public Kernel {
     bool include_self = true;
     T value{};
     int self_slot = 0, index_slot = 1, src_slot = -1;
+    // index_reduce: a 1-D index of src.shape[dim] entries, one per slice of
+    // src along dim (idx_shape is then src's shape).
+    bool index_1d = false;
   };
   explicit ScatterKernel(Config c) : c_(std::move(c)) {}
 
   size_t ScratchBytes() const override {
-    return (Count() + (NeedsCounts() ? Numel(c_.self_shape) : 0)) * sizeof(int64_t);
+    return (IndexEntries() + (NeedsCounts() ? Numel(c_.self_shape) : 0)) * sizeof(int64_t);
   }
 
   absl::Status Run(const KernelContext& ctx) const override {
-    const int64_t n = Count(), numel = Numel(c_.self_shape);
+    const int64_t n = Count(), numel = Numel(c_.self_shape), entries = IndexEntries();
     int64_t* idx = static_cast<int64_t*>(ctx.scratch);
-    if (n > 0) std::memcpy(idx, ctx.inputs[c_.index_slot].data, n * sizeof(int64_t));
+    if (entries > 0) std::memcpy(idx, ctx.inputs[c_.index_slot].data, entries * sizeof(int64_t));
     const int64_t size = c_.self_shape[c_.dim];
-    for (int64_t i = 0; i < n; ++i) {
+    for (int64_t i = 0; i < entries; ++i) {
       if (idx[i] < 0 || idx[i] >= size) return OutOfRange("scatter", idx[i], size);
     }
     T* out = ctx.outputs[0].template as<T>();
     if (numel > 0) std::memcpy(out, ctx.inputs[c_.self_slot].data, numel * sizeof(T));
     const T* src = c_.src_slot >= 0 ? ctx.inputs[c_.src_slot].template as<const T>() : nullptr;
-    int64_t* counts = NeedsCounts() ? idx + n : nullptr;
+    int64_t* counts = NeedsCounts() ? idx + entries : nullptr;
     if (counts != nullptr) std::fill(counts, counts + numel, 0);
     const std::vector<int64_t> ostr = ContiguousStrides(c_.self_shape);
     const std::vector<int64_t> sstr = ContiguousStrides(c_.src_shape);
@@ -128,7 +133,7 @@ class ScatterKernel final : public Kernel {
       for (int d = rank - 1; d >= 0; --d) {
         const int64_t coord = rem % c_.idx_shape[d];
         rem /= c_.idx_shape[d];
-        off += (d == c_.dim ? idx[i] : coord) * ostr[d];
+        off += (d == c_.dim ? idx[c_.index_1d ? coord : i] : coord) * ostr[d];
         if (src != nullptr) soff += coord * sstr[d];
       }
       const T v = src != nullptr ? src[soff] : c_.value;
@@ -155,6 +160,9 @@ class ScatterKernel final : public Kernel {
     return n;
   }
   int64_t Count() const { return Numel(c_.idx_shape); }
+  int64_t IndexEntries() const {
+    return c_.index_1d ? (Count() == 0 ? 0 : c_.idx_shape[c_.dim]) : Count();
+  }
 
   Config c_;
 };
@@ -447,6 +455,95 @@ absl::StatusOr<PreparedOp> PrepareIndexPut(const NodeArgs& args) {
       KILN_ASSIGN_OR_RETURN(op.kernel, fill(bool{}));
       break;
     }
+  }
+  return op;
+}
+
+absl::StatusOr<PreparedOp> PrepareScatterReduce(const NodeArgs& args) {
+  // scatter.reduce (self, dim, index, src, *, reduce) and scatter.value_reduce
+  // (self, dim, index, value, *, reduce): reduce is "add" or "multiply".
+  const Arg* r = args.Find(4, "reduce");
+  if (r == nullptr || r->kind != Arg::Kind::kString) return args.Error("reduce must be a string");
+  if (r->s != "add" && r->s != "multiply") {
+    return args.Error(absl::StrCat("reduce must be 'add' or 'multiply', got '", r->s, "'"));
+  }
+  const Arg* src = args.Find(3, "src");
+  const bool src_is_tensor = src != nullptr && src->kind == Arg::Kind::kTensor;
+  return PrepareScatterCommon(args, r->s == "add" ? Reduce::kSum : Reduce::kProd, true,
+                              src_is_tensor);
+}
+
+absl::StatusOr<PreparedOp> PrepareIndexReduce(const NodeArgs& args) {
+  // (self, dim, index, source, reduce, *, include_self=True): for each i,
+  // the slice index[i] of self along dim is reduced with slice i of source.
+  KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
+  KILN_RETURN_IF_ERROR(RequireScatterable(args, self, "self"));
+  KILN_ASSIGN_OR_RETURN(int64_t dim_arg, args.Int(1, "dim"));
+  KILN_ASSIGN_OR_RETURN(TensorMeta index, args.Tensor(2, "index"));
+  KILN_RETURN_IF_ERROR(RequireDType(args, index, "index", DType::kI64));
+  KILN_ASSIGN_OR_RETURN(TensorMeta source, args.Tensor(3, "source"));
+  const Arg* r = args.Find(4, "reduce");
+  if (r == nullptr || r->kind != Arg::Kind::kString) return args.Error("reduce must be a string");
+  Reduce reduce;
+  if (r->s == "prod") {
+    reduce = Reduce::kProd;
+  } else if (r->s == "mean") {
+    reduce = Reduce::kMean;
+  } else if (r->s == "amax") {
+    reduce = Reduce::kMax;
+  } else if (r->s == "amin") {
+    reduce = Reduce::kMin;
+  } else {
+    return args.Error(absl::StrCat("reduce must be prod, mean, amax or amin, got '", r->s, "'"));
+  }
+  KILN_ASSIGN_OR_RETURN(bool include_self, args.Bool(5, "include_self", true));
+  KILN_ASSIGN_OR_RETURN(int dim, WrapDim(args, dim_arg, self.rank()));
+  // A 0-D self and source are one-element vectors (ATen's view of them).
+  if (self.rank() == 0 && source.rank() == 0) {
+    self.shape = {1};
+    source.shape = {1};
+  }
+  if (source.dtype != self.dtype || source.rank() != self.rank()) {
+    return args.Error(absl::StrCat("source ", source.ToString(), " must have the dtype and rank of self ",
+                                   self.ToString()));
+  }
+  for (int d = 0; d < self.rank(); ++d) {
+    if (d != dim && source.shape[d] != self.shape[d]) {
+      return args.Error(absl::StrCat("source ", source.ToString(), " must match self ",
+                                     self.ToString(), " outside dim ", dim));
+    }
+  }
+  if (index.rank() > 1 || index.NumElements() != source.shape[dim]) {
+    return args.Error(absl::StrCat("index ", index.ToString(), " must be 1-D with one entry per slice of source"));
+  }
+  KILN_ASSIGN_OR_RETURN(TensorMeta out, args.Tensor(0, "self"));
+  auto fill = [&](auto tag) {
+    using T = decltype(tag);
+    typename ScatterKernel<T>::Config c;
+    c.self_shape = self.shape;
+    c.idx_shape = source.shape;
+    c.src_shape = source.shape;
+    c.dim = dim;
+    c.reduce = reduce;
+    c.include_self = include_self;
+    c.index_1d = true;
+    c.self_slot = InputIndex(args, 0, "self");
+    c.index_slot = InputIndex(args, 2, "index");
+    c.src_slot = InputIndex(args, 3, "source");
+    return MakeScatter<T>(std::move(c));
+  };
+  PreparedOp op;
+  op.outputs.push_back(out);
+  switch (self.dtype) {
+    case DType::kF32:
+      op.kernel = fill(float{});
+      break;
+    case DType::kI64:
+      op.kernel = fill(int64_t{});
+      break;
+    default:
+      op.kernel = fill(bool{});
+      break;
   }
   return op;
 }

@@ -145,5 +145,77 @@ TEST(IndexPutTest, RefusesBoolMasksAndFailsOutOfRange) {
   EXPECT_EQ(t.Run().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(ScatterTest, ScatterReduceAddsOrMultiplies) {
+  const auto self = RandomFloats(20, 67, -2, 2), src = RandomFloats(15, 68, -2, 2);
+  for (const char* reduce : {"add", "multiply"}) {
+    OpTester t("aten.scatter.reduce");
+    t.AddArg(t.Input(F32({4, 5}), self));
+    t.AddArg(IntArg(0));
+    t.AddArg(I64Input(t, {3, 5}, kIndex));
+    t.AddArg(t.Input(F32({3, 5}), src));
+    t.AddKwarg("reduce", StringArg(reduce));
+    ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+    ASSERT_TRUE(t.Run().ok());
+    const bool add = std::string(reduce) == "add";
+    EXPECT_TRUE(AllClose(t.OutputF32(0), ReduceRef(self, src, add ? "sum" : "prod", true), 1e-6,
+                         1e-6)) << reduce;
+  }
+  OpTester v("aten.scatter.value_reduce");
+  v.AddArg(v.Input(F32({2, 2}), {1, 2, 3, 4}));
+  v.AddArg(IntArg(1));
+  v.AddArg(I64Input(v, {2, 2}, {0, 0, 1, 1}));
+  v.AddArg(FloatArg(3));
+  v.AddKwarg("reduce", StringArg("multiply"));
+  ASSERT_TRUE(v.Prepare().ok()) << v.Prepare();
+  ASSERT_TRUE(v.Run().ok());
+  EXPECT_TRUE(AllClose(v.OutputF32(0), {9, 2, 3, 36}, 0, 0));
+}
+
+// index_reduce along dim 1 of [2, 4]: source [2, 3] slices go to columns 3, 0, 3.
+TEST(ScatterTest, IndexReduceReducesSlices) {
+  const auto self = RandomFloats(8, 69, -2, 2), source = RandomFloats(6, 70, -2, 2);
+  const std::vector<int64_t> index = {3, 0, 3};
+  for (const char* reduce : {"prod", "mean", "amax", "amin"}) {
+    for (bool include_self : {true, false}) {
+      OpTester t("aten.index_reduce.default");
+      t.AddArg(t.Input(F32({2, 4}), self));
+      t.AddArg(IntArg(1));
+      t.AddArg(I64Input(t, {3}, index));
+      t.AddArg(t.Input(F32({2, 3}), source));
+      t.AddArg(StringArg(reduce));
+      t.AddKwarg("include_self", BoolArg(include_self));
+      ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+      ASSERT_TRUE(t.Run().ok());
+      std::vector<double> want(self.begin(), self.end());
+      std::vector<int> count(8, 0);
+      const std::string r = reduce;
+      for (int row = 0; row < 2; ++row) {
+        for (int i = 0; i < 3; ++i) {
+          const int o = row * 4 + static_cast<int>(index[i]);
+          const double v = source[row * 3 + i];
+          if (count[o] == 0 && !include_self) {
+            want[o] = v;
+          } else if (r == "prod") {
+            want[o] *= v;
+          } else if (r == "mean") {
+            want[o] += v;
+          } else if (r == "amax") {
+            want[o] = std::max(want[o], v);
+          } else {
+            want[o] = std::min(want[o], v);
+          }
+          ++count[o];
+        }
+      }
+      if (r == "mean") {
+        for (int o = 0; o < 8; ++o) {
+          if (count[o] > 0) want[o] /= count[o] + (include_self ? 1 : 0);
+        }
+      }
+      EXPECT_TRUE(AllClose(t.OutputF32(0), want, 1e-6, 1e-6)) << reduce << " " << include_self;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kiln::runtime::testing
