@@ -75,6 +75,22 @@ def _trace(node: fx.Node, fn: Callable, table: Mapping) -> fx.GraphModule | None
     return traced
 
 
+def _signature(node: fx.Node) -> tuple:
+    """The node's op and arguments, tensors by their metadata."""
+    leaves, spec = pytree.tree_flatten((node.args, node.kwargs))
+    parts = []
+    for leaf in leaves:
+        val = leaf.meta.get("val") if isinstance(leaf, fx.Node) else None
+        if isinstance(val, torch.Tensor):
+            parts.append(("t", tuple(val.shape), tuple(val.stride()), val.storage_offset(),
+                          val.dtype))
+        elif isinstance(leaf, fx.Node):
+            parts.append(("n", leaf.name))  # not a tensor: never shared
+        else:
+            parts.append(("v", repr(leaf)))
+    return (str(node.target), str(spec), tuple(parts))
+
+
 def _all_supported(traced: fx.GraphModule, support: partition.KilnOperatorSupport) -> bool:
     for n in traced.graph.nodes:
         if n.op != "call_function" or n.target is operator.getitem:
@@ -114,6 +130,9 @@ def decompose_unsupported(gm: fx.GraphModule, capabilities: partition.Capabiliti
     Returns how many nodes were replaced."""
     support = partition.KilnOperatorSupport(capabilities)
     replaced = 0
+    # Nodes of one op on arguments of one signature trace the same way: a
+    # model repeating an op a decomposition cannot serve pays one trace.
+    traces: dict[tuple, fx.GraphModule | None] = {}
     for _ in range(_MAX_ROUNDS):
         changed = 0
         for node in list(gm.graph.nodes):
@@ -126,8 +145,13 @@ def decompose_unsupported(gm: fx.GraphModule, capabilities: partition.Capabiliti
             fn = _decomposition(node.target)
             if fn is None:
                 continue
-            traced = _trace(node, fn, table)
-            if traced is None or not _all_supported(traced, support):
+            key = _signature(node)
+            if key not in traces:
+                traced = _trace(node, fn, table)
+                traces[key] = traced if traced is not None and _all_supported(
+                    traced, support) else None
+            traced = traces[key]
+            if traced is None:
                 continue
             out = node.meta.get("val")
             results = [n for n in traced.graph.nodes if n.op == "output"][0].args[0]

@@ -28,6 +28,9 @@ constexpr DTypeMask kF32Only = DTypeBit(DType::kF32);
 constexpr DTypeMask kF32I64 = kF32Only | DTypeBit(DType::kI64);
 constexpr DTypeMask kF32I64Bool = kF32I64 | DTypeBit(DType::kBool);
 constexpr DTypeMask kI64Bool = DTypeBit(DType::kI64) | DTypeBit(DType::kBool);
+// What the data movement ops (views, copies, concatenation, gathers) move:
+// they copy elements by size.
+constexpr DTypeMask kMovable = kF32I64Bool | DTypeBit(DType::kI32);
 
 // Bytes per element; 0 for kInvalid or values outside the enum.
 size_t ElementSize(DType dtype);

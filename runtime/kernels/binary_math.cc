@@ -1,4 +1,5 @@
-// Arithmetic over f32, i64 and bool with broadcasting and type promotion
+// Arithmetic over f32, i64, i32 (add, sub, mul, bitwise) and bool with
+// broadcasting and type promotion
 // (typed_elementwise.h), by ATen's semantics per dtype: the bitwise ops,
 // aten.maximum/minimum (NaN wins) and fmax/fmin (NaN loses), division with
 // a rounding mode, remainder (the divisor's sign) and fmod (the
@@ -126,6 +127,13 @@ std::unique_ptr<Kernel> ArithKernel(Arith kind, const Operand& a,
                                     DType compute, C alpha) {
   switch (kind) {
     case Arith::kAdd:
+      if constexpr (std::is_integral_v<C> && !std::is_same_v<C, bool>) {
+        // Integers wrap, as ATen's do: through unsigned arithmetic (no UB).
+        return MakeBinaryKernel<C, C>(a, b, out, compute, [alpha](C x, C y) {
+          return static_cast<C>(static_cast<uint64_t>(x) +
+                                static_cast<uint64_t>(alpha) * static_cast<uint64_t>(y));
+        });
+      }
       if (alpha == C(1)) {
         return MakeBinaryKernel<C, C>(a, b, out, compute,
                                       [](C x, C y) { return C(x + y); });
@@ -135,6 +143,11 @@ std::unique_ptr<Kernel> ArithKernel(Arith kind, const Operand& a,
     case Arith::kSub:
       if constexpr (std::is_same_v<C, bool>) {
         return nullptr;  // refused at prepare time
+      } else if constexpr (std::is_integral_v<C>) {
+        return MakeBinaryKernel<C, C>(a, b, out, compute, [alpha](C x, C y) {
+          return static_cast<C>(static_cast<uint64_t>(x) -
+                                static_cast<uint64_t>(alpha) * static_cast<uint64_t>(y));
+        });
       } else {
         return MakeBinaryKernel<C, C>(
             a, b, out, compute, [alpha](C x, C y) { return C(x - alpha * y); });
@@ -239,14 +252,14 @@ std::unique_ptr<Kernel> ArithKernel(Arith kind, const Operand& a,
 
 absl::StatusOr<PreparedOp> PrepareArith(const NodeArgs& args, Arith kind,
                                         const char* other = "other") {
-  KILN_ASSIGN_OR_RETURN(Operand a, ReadOperand(args, 0, "self"));
-  KILN_ASSIGN_OR_RETURN(Operand b, ReadOperand(args, 1, other));
+  KILN_ASSIGN_OR_RETURN(Operand a, ReadOperand(args, 0, "self", /*allow_i32=*/true));
+  KILN_ASSIGN_OR_RETURN(Operand b, ReadOperand(args, 1, other, /*allow_i32=*/true));
   if (!a.is_tensor && !b.is_tensor) return args.Error("one of self and other must be a tensor");
   if (!b.is_tensor && (kind == Arith::kMax || kind == Arith::kMin || kind == Arith::kFmax ||
                        kind == Arith::kFmin)) {
     return args.Error("other must be a tensor");
   }
-  DType compute = PromoteTypes(a.dtype, b.dtype);
+  DType compute = PromoteOperands({&a, &b});
   if (FloatResult(kind)) compute = DType::kF32;
   if (Bitwise(kind) && compute == DType::kF32) {
     return args.Error("bitwise ops are not defined for floating-point operands");
@@ -285,6 +298,10 @@ absl::StatusOr<PreparedOp> PrepareArith(const NodeArgs& args, Arith kind,
     case DType::kI64:
       op.kernel = ArithKernel<int64_t>(kind, a, b, shape, compute,
                                        static_cast<int64_t>(alpha));
+      break;
+    case DType::kI32:  // add, sub, mul and the bitwise ops; others have no kernel
+      op.kernel = ArithKernel<int32_t>(kind, a, b, shape, compute,
+                                       static_cast<int32_t>(alpha));
       break;
     default:
       op.kernel = ArithKernel<bool>(kind, a, b, shape, compute, true);
@@ -358,8 +375,8 @@ std::unique_ptr<Kernel> MakeClamp(const Operand& x, const Operand& lo, const Ope
 
 // A tensor of f32 with an f32 tensor or a number: elementwise.cc's kernel.
 absl::StatusOr<bool> BothFloat(const NodeArgs& args) {
-  KILN_ASSIGN_OR_RETURN(Operand a, ReadOperand(args, 0, "self"));
-  KILN_ASSIGN_OR_RETURN(Operand b, ReadOperand(args, 1, "other"));
+  KILN_ASSIGN_OR_RETURN(Operand a, ReadOperand(args, 0, "self", /*allow_i32=*/true));
+  KILN_ASSIGN_OR_RETURN(Operand b, ReadOperand(args, 1, "other", /*allow_i32=*/true));
   return a.is_tensor && a.dtype == DType::kF32 && (!b.is_tensor || b.dtype == DType::kF32);
 }
 
@@ -368,8 +385,8 @@ absl::StatusOr<bool> BothFloat(const NodeArgs& args) {
 absl::StatusOr<PreparedOp> PrepareAddTensor(const NodeArgs& args) {
   // f32 tensor + (f32 tensor | number) stays on elementwise.cc's kernel,
   // which compile passes know how to fuse.
-  KILN_ASSIGN_OR_RETURN(Operand a, ReadOperand(args, 0, "self"));
-  KILN_ASSIGN_OR_RETURN(Operand b, ReadOperand(args, 1, "other"));
+  KILN_ASSIGN_OR_RETURN(Operand a, ReadOperand(args, 0, "self", /*allow_i32=*/true));
+  KILN_ASSIGN_OR_RETURN(Operand b, ReadOperand(args, 1, "other", /*allow_i32=*/true));
   if (a.is_tensor && a.dtype == DType::kF32 &&
       (!b.is_tensor || b.dtype == DType::kF32)) {
     return PrepareAdd(args);
@@ -378,8 +395,8 @@ absl::StatusOr<PreparedOp> PrepareAddTensor(const NodeArgs& args) {
 }
 
 absl::StatusOr<PreparedOp> PrepareSubTensor(const NodeArgs& args) {
-  KILN_ASSIGN_OR_RETURN(Operand a, ReadOperand(args, 0, "self"));
-  KILN_ASSIGN_OR_RETURN(Operand b, ReadOperand(args, 1, "other"));
+  KILN_ASSIGN_OR_RETURN(Operand a, ReadOperand(args, 0, "self", /*allow_i32=*/true));
+  KILN_ASSIGN_OR_RETURN(Operand b, ReadOperand(args, 1, "other", /*allow_i32=*/true));
   if (a.is_tensor && a.dtype == DType::kF32 &&
       (!b.is_tensor || b.dtype == DType::kF32)) {
     return PrepareSub(args);

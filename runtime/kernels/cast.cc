@@ -1,5 +1,6 @@
-// Dtype casts: aten._to_copy.default between f32, i64 and bool (float ->
-// int truncates toward zero, -> bool is `!= 0`; see dtype_convert.h).
+// Dtype casts: aten._to_copy.default between f32, i64, i32 and bool
+// (float -> int truncates toward zero, -> bool is `!= 0`; see
+// dtype_convert.h).
 // Layout, device (CPU) and memory format do not change values here:
 // runtime tensors are dense and the client restores eager's strides.
 #include <cstring>
@@ -45,11 +46,20 @@ absl::StatusOr<PreparedOp> PrepareToCopy(const NodeArgs& args) {
   // (self, *, dtype=None, layout=None, device=None, pin_memory=None,
   //  non_blocking=False, memory_format=None)
   KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
-  if (!IsElementwiseDType(self.dtype)) {
+  if (!IsConvertibleDType(self.dtype)) {
     return args.Unimplemented(absl::StrCat("cannot cast from ",
                                            self.ToString()));
   }
-  KILN_ASSIGN_OR_RETURN(DType to, DTypeArgOr(args, -1, "dtype", self.dtype));
+  DType to = self.dtype;
+  if (const Arg* dtype = args.Find(-1, "dtype")) {
+    if (dtype->kind != Arg::Kind::kDType || !IsValidDType(static_cast<int>(dtype->i))) {
+      return args.Error("dtype must be a dtype");
+    }
+    to = static_cast<DType>(dtype->i);
+    if (!IsConvertibleDType(to)) {
+      return args.Unimplemented(absl::StrCat("casts to ", DTypeName(to), " are not supported"));
+    }
+  }
   if (const Arg* device = args.Find(-1, "device")) {
     if (device->kind == Arg::Kind::kDevice && device->s.rfind("cpu", 0) != 0) {
       return args.Unimplemented(

@@ -1,6 +1,6 @@
 // aten.cumsum.default and aten.cumprod.default: running sums and products
 // along one dim. The result type is the
-// dtype argument if given, else i64 for integer and bool inputs (as in
+// dtype argument if given, else i64 for integer (i64, i32) and bool inputs (as in
 // ATen: position ids from masks), else the input's; each element is
 // converted to it before it is added.
 //
@@ -66,6 +66,8 @@ std::unique_ptr<Kernel> MakeCumsum(DType in, int64_t outer, int64_t n, int64_t i
       return std::make_unique<CumsumKernel<float, Out, kProduct>>(outer, n, inner);
     case DType::kI64:
       return std::make_unique<CumsumKernel<int64_t, Out, kProduct>>(outer, n, inner);
+    case DType::kI32:
+      return std::make_unique<CumsumKernel<int32_t, Out, kProduct>>(outer, n, inner);
     case DType::kBool:
       return std::make_unique<CumsumKernel<bool, Out, kProduct>>(outer, n, inner);
     default:
@@ -81,7 +83,8 @@ absl::StatusOr<PreparedOp> PrepareRunning(const NodeArgs& args) {
   const DType natural = self.dtype == DType::kF32 ? DType::kF32 : DType::kI64;
   KILN_ASSIGN_OR_RETURN(DType out_dtype, DTypeArgOr(args, 2, "dtype", natural));
   if (out_dtype == DType::kBool) return args.Unimplemented("a bool result is not supported");
-  if (self.dtype != DType::kF32 && self.dtype != DType::kI64 && self.dtype != DType::kBool) {
+  if (self.dtype != DType::kF32 && self.dtype != DType::kI64 && self.dtype != DType::kI32 &&
+      self.dtype != DType::kBool) {
     return args.Unimplemented("this dtype is not supported");
   }
   // A 0-dim tensor is its own running sum, along dim 0 or -1.

@@ -1,6 +1,6 @@
-// Element conversions between the runtime's f32, i64 and bool with
-// PyTorch's semantics: float -> int truncates toward zero, anything -> bool
-// is `!= 0` (NaN is true), bool -> number is 0 or 1.
+// Element conversions between the runtime's f32, i64, i32 and bool with
+// PyTorch's semantics: float -> int truncates toward zero, i64 -> i32 wraps,
+// anything -> bool is `!= 0` (NaN is true), bool -> number is 0 or 1.
 #pragma once
 
 #include <cmath>
@@ -17,6 +17,9 @@ inline bool IsElementwiseDType(DType d) {
   return d == DType::kF32 || d == DType::kI64 || d == DType::kBool;
 }
 
+// The dtypes ConvertElements converts between (casts, aten._to_copy).
+inline bool IsConvertibleDType(DType d) { return IsElementwiseDType(d) || d == DType::kI32; }
+
 template <typename To, typename From>
 inline To ConvertElement(From v) {
   if constexpr (std::is_same_v<To, bool>) {
@@ -29,6 +32,11 @@ inline To ConvertElement(From v) {
       return std::numeric_limits<int64_t>::min();
     }
     return static_cast<int64_t>(v);
+  } else if constexpr (std::is_same_v<To, int32_t> && std::is_floating_point_v<From>) {
+    if (!(v >= -2147483648.0f && v < 2147483648.0f)) {  // x86's INT32_MIN, as above
+      return std::numeric_limits<int32_t>::min();
+    }
+    return static_cast<int32_t>(v);
   } else {
     return static_cast<To>(v);
   }
@@ -41,7 +49,7 @@ void ConvertRange(const From* in, To* out, int64_t n) {
   });
 }
 
-// out[i] = convert(in[i]) for f32/i64/bool (IsElementwiseDType) pairs.
+// out[i] = convert(in[i]) for IsConvertibleDType pairs.
 inline void ConvertElements(DType from, const void* in, DType to, void* out,
                             int64_t n) {
   auto dispatch_to = [&](auto* typed_in) {
@@ -51,6 +59,9 @@ inline void ConvertElements(DType from, const void* in, DType to, void* out,
         break;
       case DType::kI64:
         ConvertRange(typed_in, static_cast<int64_t*>(out), n);
+        break;
+      case DType::kI32:
+        ConvertRange(typed_in, static_cast<int32_t*>(out), n);
         break;
       default:
         ConvertRange(typed_in, static_cast<bool*>(out), n);
@@ -63,6 +74,9 @@ inline void ConvertElements(DType from, const void* in, DType to, void* out,
       break;
     case DType::kI64:
       dispatch_to(static_cast<const int64_t*>(in));
+      break;
+    case DType::kI32:
+      dispatch_to(static_cast<const int32_t*>(in));
       break;
     default:
       dispatch_to(static_cast<const bool*>(in));

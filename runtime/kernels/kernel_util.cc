@@ -18,6 +18,13 @@ absl::Status RequireDType(const NodeArgs& args, const TensorMeta& meta,
                                  meta.ToString()));
 }
 
+absl::Status RequireMovable(const NodeArgs& args, const TensorMeta& meta, const char* what) {
+  if ((DTypeBit(meta.dtype) & kMovable) != 0 && meta.dtype != DType::kInvalid) {
+    return absl::OkStatus();
+  }
+  return args.Error(absl::StrCat(what, " must be f32, i64, i32 or bool, got ", meta.ToString()));
+}
+
 bool KernelSwitchOn(const char* name) {
   const char* value = std::getenv(name);
   return value == nullptr || std::string(value) != "0";

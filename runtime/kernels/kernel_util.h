@@ -19,6 +19,10 @@ namespace kiln::runtime {
 absl::Status RequireDType(const NodeArgs& args, const TensorMeta& meta,
                           const char* what, DType dtype = DType::kF32);
 
+// INVALID_ARGUMENT unless `meta` has a type the data movement ops move
+// (kMovable: f32, i64, i32, bool).
+absl::Status RequireMovable(const NodeArgs& args, const TensorMeta& meta, const char* what);
+
 // The index in KernelContext::inputs of the tensor argument (pos, name), or
 // -1 when it is absent. Kernels receive tensors in the order of
 // TensorInputsOf (args, then kwargs), so an absent optional tensor shifts

@@ -20,13 +20,6 @@
 namespace kiln::runtime {
 namespace {
 
-absl::Status RequireMovable(const NodeArgs& args, const TensorMeta& t, const char* what) {
-  if (t.dtype == DType::kF32 || t.dtype == DType::kI64 || t.dtype == DType::kBool) {
-    return absl::OkStatus();
-  }
-  return args.Error(absl::StrCat(what, " must be f32, i64 or bool, got ", t.ToString()));
-}
-
 // out = in read through `plan`, starting `offset` elements into the input.
 class StridedGatherKernel final : public Kernel {
  public:

@@ -5,7 +5,8 @@
 //                               with or without self's value (include_self)
 //   aten.scatter.reduce / .value_reduce   ... add or multiply
 //   aten.index_reduce.default   slices of self along dim reduced with slices of source
-//   aten.index_put.default      out = self; out[indices] = values (or +=, accumulate)
+//   aten.index_put.default      out = self; out[indices] = values (or +=, accumulate),
+//                               also with one bool mask and a single value
 // which index_add, index_copy, index_fill and max_unpool decompose into.
 //
 // Where two index entries name one element, assignment keeps the last in
@@ -328,6 +329,46 @@ class IndexPutKernel final : public Kernel {
   Config c_;
 };
 
+// index_put with one bool mask over dims [first, first + mask rank) and a
+// single value: out = self, with the value written (or added) wherever the
+// mask is set. The mask is copied into scratch before it is read.
+template <typename T>
+class MaskedPutKernel final : public Kernel {
+ public:
+  MaskedPutKernel(int64_t pre, int64_t count, int64_t post, bool accumulate, int self_slot,
+                  int mask_slot, int values_slot)
+      : pre_(pre), count_(count), post_(post), accumulate_(accumulate), self_slot_(self_slot),
+        mask_slot_(mask_slot), values_slot_(values_slot) {}
+
+  size_t ScratchBytes() const override { return static_cast<size_t>(count_); }
+
+  absl::Status Run(const KernelContext& ctx) const override {
+    uint8_t* mask = static_cast<uint8_t*>(ctx.scratch);
+    if (count_ > 0) std::memcpy(mask, ctx.inputs[mask_slot_].data, count_);
+    T value;
+    std::memcpy(&value, ctx.inputs[values_slot_].data, sizeof(T));
+    T* out = ctx.outputs[0].template as<T>();
+    const int64_t numel = pre_ * count_ * post_;
+    if (numel > 0) std::memcpy(out, ctx.inputs[self_slot_].data, numel * sizeof(T));
+    ParallelFor(pre_ * count_, std::max<int64_t>(1, 4096 / std::max<int64_t>(post_, 1)),
+                [&](int64_t b, int64_t e) {
+                  for (int64_t r = b; r < e; ++r) {
+                    if (mask[r % count_] == 0) continue;
+                    T* row = out + r * post_;
+                    for (int64_t q = 0; q < post_; ++q) {
+                      row[q] = accumulate_ ? Combine(Reduce::kSum, row[q], value) : value;
+                    }
+                  }
+                });
+    return absl::OkStatus();
+  }
+
+ private:
+  int64_t pre_, count_, post_;
+  bool accumulate_;
+  int self_slot_, mask_slot_, values_slot_;
+};
+
 }  // namespace
 
 absl::StatusOr<PreparedOp> PrepareScatterSrc(const NodeArgs& args) {
@@ -383,6 +424,44 @@ absl::StatusOr<PreparedOp> PrepareIndexPut(const NodeArgs& args) {
   if (static_cast<int>(indices.size()) > self.rank()) {
     return args.Error(absl::StrCat("too many indices (", indices.size(), ") for ",
                                    self.ToString()));
+  }
+  // x[mask] = v: one bool mask, one value (a data-dependent count of
+  // values has no static shape and stays in eager).
+  int tensors = 0, mask_dim = -1;
+  for (int d = 0; d < static_cast<int>(indices.size()); ++d) {
+    if (!indices[d].has_value()) continue;
+    ++tensors;
+    if (indices[d]->dtype == DType::kBool) mask_dim = d;
+  }
+  if (mask_dim >= 0 && tensors == 1 && values.NumElements() == 1) {
+    const TensorMeta& mask = *indices[mask_dim];
+    const int end = mask_dim + mask.rank();
+    if (end > self.rank() ||
+        !std::equal(mask.shape.begin(), mask.shape.end(), self.shape.begin() + mask_dim)) {
+      return args.Error(absl::StrCat("mask ", mask.ToString(), " does not match ",
+                                     self.ToString(), " from dim ", mask_dim));
+    }
+    const int64_t pre = Product(self.shape, 0, mask_dim), count = mask.NumElements(),
+                  post = Product(self.shape, end, self.rank());
+    const int self_slot = InputIndex(args, 0, "self"), mask_slot = InputIndex(args, 1, "indices"),
+              values_slot = InputIndex(args, 2, "values");
+    PreparedOp op;
+    op.outputs.push_back(self);
+    switch (self.dtype) {
+      case DType::kF32:
+        op.kernel = std::make_unique<MaskedPutKernel<float>>(pre, count, post, accumulate,
+                                                             self_slot, mask_slot, values_slot);
+        break;
+      case DType::kI64:
+        op.kernel = std::make_unique<MaskedPutKernel<int64_t>>(pre, count, post, accumulate,
+                                                               self_slot, mask_slot, values_slot);
+        break;
+      default:
+        op.kernel = std::make_unique<MaskedPutKernel<bool>>(pre, count, post, accumulate,
+                                                            self_slot, mask_slot, values_slot);
+        break;
+    }
+    return op;
   }
   const std::vector<int64_t> strides = ContiguousStrides(self.shape);
   int first = -1, last = -1;

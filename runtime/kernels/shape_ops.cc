@@ -242,14 +242,6 @@ PreparedOp PermuteOp(const TensorMeta& in, const std::vector<int>& dims) {
   return op;
 }
 
-// f32, i64 or bool: the types the shape ops move.
-absl::Status RequireDenseType(const NodeArgs& args, const TensorMeta& self) {
-  if (self.dtype == DType::kF32 || self.dtype == DType::kI64 || self.dtype == DType::kBool) {
-    return absl::OkStatus();
-  }
-  return args.Error(absl::StrCat("self must be f32, i64 or bool, got ", self.ToString()));
-}
-
 }  // namespace
 
 absl::StatusOr<PreparedOp> PrepareView(const NodeArgs& args) {
@@ -300,7 +292,7 @@ absl::StatusOr<PreparedOp> PrepareView(const NodeArgs& args) {
 absl::StatusOr<PreparedOp> PrepareFlatten(const NodeArgs& args) {
   // (self, start_dim=0, end_dim=-1)
   KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
-  KILN_RETURN_IF_ERROR(RequireDenseType(args, self));
+  KILN_RETURN_IF_ERROR(RequireMovable(args, self, "self"));
   KILN_ASSIGN_OR_RETURN(int64_t start_arg, args.Int(1, "start_dim", 0));
   KILN_ASSIGN_OR_RETURN(int64_t end_arg, args.Int(2, "end_dim", -1));
   KILN_ASSIGN_OR_RETURN(int start, WrapDim(args, start_arg, self.rank()));
@@ -320,7 +312,7 @@ absl::StatusOr<PreparedOp> PrepareFlatten(const NodeArgs& args) {
 absl::StatusOr<PreparedOp> PreparePermute(const NodeArgs& args) {
   // (self, dims)
   KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
-  KILN_RETURN_IF_ERROR(RequireDenseType(args, self));
+  KILN_RETURN_IF_ERROR(RequireMovable(args, self, "self"));
   KILN_ASSIGN_OR_RETURN(std::vector<int64_t> dims_arg, args.IntList(1, "dims"));
   if (static_cast<int>(dims_arg.size()) != self.rank()) {
     return args.Error(absl::StrCat("dims ", ShapeString(dims_arg),
@@ -343,7 +335,7 @@ absl::StatusOr<PreparedOp> PreparePermute(const NodeArgs& args) {
 
 absl::StatusOr<PreparedOp> PrepareT(const NodeArgs& args) {
   KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
-  KILN_RETURN_IF_ERROR(RequireDenseType(args, self));
+  KILN_RETURN_IF_ERROR(RequireMovable(args, self, "self"));
   if (self.rank() > 2) {
     return args.Error(absl::StrCat("t() expects a tensor with <= 2 dims, got ",
                                    self.ToString()));
@@ -355,7 +347,7 @@ absl::StatusOr<PreparedOp> PrepareT(const NodeArgs& args) {
 absl::StatusOr<PreparedOp> PrepareClone(const NodeArgs& args) {
   // (self, *, memory_format=None)
   KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
-  KILN_RETURN_IF_ERROR(RequireDenseType(args, self));
+  KILN_RETURN_IF_ERROR(RequireMovable(args, self, "self"));
   if (const Arg* mf = args.Find(1, "memory_format")) {
     if (mf->kind != Arg::Kind::kMemoryFormat) {
       return args.Error("memory_format must be a memory format");
@@ -375,7 +367,7 @@ absl::StatusOr<PreparedOp> PrepareSqueezeDims(const NodeArgs& args) {
   // squeeze.dims (self, dim: int[]) and squeeze.dim (self, dim: int): drops
   // the listed dims that have size 1; others are left alone, as in ATen.
   KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
-  KILN_RETURN_IF_ERROR(RequireDenseType(args, self));
+  KILN_RETURN_IF_ERROR(RequireMovable(args, self, "self"));
   KILN_ASSIGN_OR_RETURN(std::vector<int64_t> dims, args.IntList(1, "dim"));
   std::vector<bool> drop(self.rank(), false);
   for (int64_t d : dims) {
@@ -393,7 +385,7 @@ absl::StatusOr<PreparedOp> PrepareCopy(const NodeArgs& args) {
   // (self, src, non_blocking=False): self's shape filled from src, which
   // must broadcast to it.
   KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
-  KILN_RETURN_IF_ERROR(RequireDenseType(args, self));
+  KILN_RETURN_IF_ERROR(RequireMovable(args, self, "self"));
   KILN_ASSIGN_OR_RETURN(TensorMeta src, args.Tensor(1, "src"));
   if (src.dtype != self.dtype) {
     return args.Unimplemented(absl::StrCat("copy from ", src.ToString(), " into ",
@@ -424,7 +416,7 @@ absl::StatusOr<PreparedOp> PrepareAsStrided(const NodeArgs& args) {
   // its storage exactly its elements: partition.py), so both read the same
   // elements. Every element read must lie within self.
   KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
-  KILN_RETURN_IF_ERROR(RequireDenseType(args, self));
+  KILN_RETURN_IF_ERROR(RequireMovable(args, self, "self"));
   KILN_ASSIGN_OR_RETURN(std::vector<int64_t> size, args.IntList(1, "size"));
   KILN_ASSIGN_OR_RETURN(std::vector<int64_t> stride, args.IntList(2, "stride"));
   KILN_ASSIGN_OR_RETURN(int64_t offset, args.Int(3, "storage_offset", 0));

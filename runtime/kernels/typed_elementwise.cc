@@ -15,6 +15,7 @@ int Category(DType d) {
     case DType::kBool:
       return 0;
     case DType::kI64:
+    case DType::kI32:
       return 1;
     default:
       return 2;
@@ -24,7 +25,7 @@ int Category(DType d) {
 }  // namespace
 
 absl::StatusOr<Operand> ReadOperand(const NodeArgs& args, int pos,
-                                    const char* name) {
+                                    const char* name, bool allow_i32) {
   const Arg* arg = args.Find(pos, name);
   if (arg == nullptr) {
     return args.Error(absl::StrCat("missing argument ", name));
@@ -33,7 +34,7 @@ absl::StatusOr<Operand> ReadOperand(const NodeArgs& args, int pos,
   switch (arg->kind) {
     case Arg::Kind::kTensor: {
       KILN_ASSIGN_OR_RETURN(op.meta, args.Tensor(pos, name));
-      if (!IsElementwiseDType(op.meta.dtype)) {
+      if (!IsElementwiseDType(op.meta.dtype) && !(allow_i32 && op.meta.dtype == DType::kI32)) {
         return args.Unimplemented(absl::StrCat(
             name, " has dtype ", DTypeName(op.meta.dtype),
             "; only f32, i64 and bool are supported"));
@@ -64,6 +65,23 @@ absl::StatusOr<Operand> ReadOperand(const NodeArgs& args, int pos,
 
 DType PromoteTypes(DType a, DType b) {
   return Category(a) >= Category(b) ? a : b;
+}
+
+DType PromoteOperands(const std::vector<const Operand*>& ops) {
+  int category = -1, rank = -1;
+  DType result = DType::kInvalid;
+  for (const Operand* op : ops) {
+    const int c = Category(op->dtype);
+    const int r = !op->is_tensor ? 0 : op->meta.rank() == 0 ? 1 : 2;
+    if (c > category || (c == category && r > rank)) {
+      category = c;
+      rank = r;
+      result = op->dtype;
+    } else if (c == category && r == rank && ElementSize(op->dtype) > ElementSize(result)) {
+      result = op->dtype;  // i32 with i64
+    }
+  }
+  return result;
 }
 
 absl::StatusOr<std::vector<int64_t>> BroadcastOperands(

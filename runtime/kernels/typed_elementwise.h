@@ -38,9 +38,10 @@ struct Operand {
 };
 
 // Reads argument (pos, name) as a tensor or number; INVALID_ARGUMENT for
-// anything else, UNIMPLEMENTED for tensor dtypes outside f32/i64/bool.
+// anything else, UNIMPLEMENTED for tensor dtypes outside f32/i64/bool
+// (and i32 where the caller's kernels take it: `allow_i32`).
 absl::StatusOr<Operand> ReadOperand(const NodeArgs& args, int pos,
-                                    const char* name);
+                                    const char* name, bool allow_i32 = false);
 
 // The dtype argument (pos, name) if given, else `def`; UNIMPLEMENTED for
 // element types outside f32/i64/bool.
@@ -49,6 +50,13 @@ absl::StatusOr<DType> DTypeArgOr(const NodeArgs& args, int pos,
 
 // bool < i64 < f32.
 DType PromoteTypes(DType a, DType b);
+
+// ATen's result type of operands that may include i32: the highest
+// category (bool < integer < float) wins; within it, tensors with dims
+// outrank 0-d tensors, which outrank numbers, and the widest dtype of the
+// highest-ranked operands is taken (i32 tensor * 2 stays i32; i32 tensor
+// + i64 tensor is i64). Without i32 operands it equals PromoteTypes.
+DType PromoteOperands(const std::vector<const Operand*>& ops);
 
 // The broadcast output shape of the operands, INVALID_ARGUMENT naming
 // them when they do not broadcast.

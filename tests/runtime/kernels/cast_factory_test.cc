@@ -1,5 +1,7 @@
 // Tests aten._to_copy (cast.cc) and the literal-made tensors of factory.cc
 // (arange.start_step, full, scalar_tensor) against values written here.
+#include <climits>
+
 #include "tests/runtime/kernels/typed_test_util.h"
 
 namespace kiln::runtime::testing {
@@ -55,6 +57,34 @@ TEST(ToCopyTest, RejectsUnsupportedTargetDType) {
   t.AddArg(t.Input(F32({2}), {1, 2}));
   t.AddKwarg("dtype", DTypeArg(DType::kF16));
   EXPECT_EQ(t.Prepare().code(), absl::StatusCode::kUnimplemented);
+}
+
+// i32 from and to every type: floats truncate (out of range gives
+// INT32_MIN, as x86's conversion does), i64 wraps.
+TEST(ToCopyTest, I32FromAndToEveryType) {
+  OpTester f("aten._to_copy.default");
+  f.AddArg(f.Input(F32({4}), {2.9f, -2.9f, 3e9f, -0.5f}));
+  f.AddKwarg("dtype", DTypeArg(DType::kI32));
+  ASSERT_TRUE(f.Prepare().ok()) << f.Prepare();
+  EXPECT_EQ(f.output_metas()[0], I32({4}));
+  Outputs fo(f);
+  ASSERT_TRUE(fo.Run(f).ok());
+  EXPECT_EQ(fo.As<int32_t>(0), (std::vector<int32_t>{2, -2, INT32_MIN, 0}));
+
+  OpTester w("aten._to_copy.default");
+  w.AddArg(I64Input(w, {2}, {(int64_t{1} << 32) + 5, -1}));
+  w.AddKwarg("dtype", DTypeArg(DType::kI32));
+  ASSERT_TRUE(w.Prepare().ok()) << w.Prepare();
+  Outputs wo(w);
+  ASSERT_TRUE(wo.Run(w).ok());
+  EXPECT_EQ(wo.As<int32_t>(0), (std::vector<int32_t>{5, -1}));
+
+  OpTester b("aten._to_copy.default");
+  b.AddArg(I32Input(b, {3}, {-4, 0, 7}));
+  b.AddKwarg("dtype", DTypeArg(DType::kF32));
+  ASSERT_TRUE(b.Prepare().ok()) << b.Prepare();
+  ASSERT_TRUE(b.Run().ok());
+  EXPECT_TRUE(AllClose(b.OutputF32(0), {-4, 0, 7}, 0, 0));
 }
 
 TEST(ArangeTest, IntegerBoundsGiveI64) {

@@ -98,5 +98,15 @@ TEST(CumprodTest, RunningProductsAlongADim) {
   EXPECT_EQ(i.OutputI64(0), (std::vector<int64_t>{2, -6, -24, 0}));
 }
 
+TEST(CumsumTest, I32GivesI64) {
+  OpTester t("aten.cumsum.default");
+  t.AddArg(I32Input(t, {2, 3}, {1, 0, 1, 2147483647, 1, 0}));
+  t.AddArg(IntArg(1));
+  ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+  EXPECT_EQ(t.output_metas()[0], I64({2, 3}));
+  ASSERT_TRUE(t.Run().ok());
+  EXPECT_EQ(t.OutputI64(0), (std::vector<int64_t>{1, 1, 2, 2147483647, 2147483648, 2147483648}));
+}
+
 }  // namespace
 }  // namespace kiln::runtime::testing

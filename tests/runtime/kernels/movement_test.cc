@@ -132,5 +132,46 @@ TEST(MovementTest, IndexSelectPicksRowsAndChecksTheIndex) {
   EXPECT_EQ(out_of_range.Run().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// The data movement ops copy elements by size, so i32 (Hugging Face's
+// int32 masks and positions) moves like the other types.
+TEST(MovementTest, MovesI32) {
+  const std::vector<int32_t> x = {0, 1, 2, 3, 4, 5};  // [2, 3]
+  struct Case {
+    const char* op;
+    std::vector<Arg> extra;
+    std::vector<int64_t> shape;
+    std::vector<int32_t> want;
+  };
+  for (const Case& c : {
+           Case{"aten.permute.default", {IntListArg({1, 0})}, {3, 2}, {0, 3, 1, 4, 2, 5}},
+           Case{"aten.slice.Tensor", {IntArg(1), IntArg(1), IntArg(3)}, {2, 2}, {1, 2, 4, 5}},
+           Case{"aten.flip.default", {IntListArg({1})}, {2, 3}, {2, 1, 0, 5, 4, 3}},
+           Case{"aten.view.default", {IntListArg({3, 2})}, {3, 2}, {0, 1, 2, 3, 4, 5}},
+           Case{"aten.clone.default", {}, {2, 3}, {0, 1, 2, 3, 4, 5}},
+       }) {
+    OpTester t(c.op);
+    t.AddArg(I32Input(t, {2, 3}, x));
+    for (const Arg& a : c.extra) t.AddArg(a);
+    ASSERT_TRUE(t.Prepare().ok()) << c.op << ": " << t.Prepare();
+    EXPECT_EQ(t.output_metas()[0], I32(c.shape)) << c.op;
+    Outputs out(t);
+    ASSERT_TRUE(out.Run(t).ok()) << c.op;
+    EXPECT_EQ(out.As<int32_t>(0), c.want) << c.op;
+  }
+  OpTester cat("aten.cat.default");
+  cat.AddArg(ListArg({I32Input(cat, {2, 3}, x), I32Input(cat, {1, 3}, {7, 8, 9})}));
+  ASSERT_TRUE(cat.Prepare().ok()) << cat.Prepare();
+  Outputs out(cat);
+  ASSERT_TRUE(out.Run(cat).ok());
+  EXPECT_EQ(out.As<int32_t>(0), (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 7, 8, 9}));
+  // An f32 reference for AllClose's sake: the same moves of floats.
+  OpTester f("aten.flip.default");
+  f.AddArg(f.Input(F32({2, 3}), {0, 1, 2, 3, 4, 5}));
+  f.AddArg(IntListArg({0}));
+  ASSERT_TRUE(f.Prepare().ok());
+  ASSERT_TRUE(f.Run().ok());
+  EXPECT_TRUE(AllClose(f.OutputF32(0), {3, 4, 5, 0, 1, 2}, 0, 0));
+}
+
 }  // namespace
 }  // namespace kiln::runtime::testing

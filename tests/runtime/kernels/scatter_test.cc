@@ -130,11 +130,33 @@ TEST(IndexPutTest, AssignsAndAccumulatesAlongAnInnerDim) {
   }
 }
 
-TEST(IndexPutTest, RefusesBoolMasksAndFailsOutOfRange) {
+// x[:, mask] = v and x[:, mask] += v with a [2, 3] mask over dims 1-2 of [2, 2, 3, 2].
+TEST(IndexPutTest, BoolMaskWithOneValue) {
+  const auto self = RandomFloats(24, 71, -2, 2);
+  const std::vector<int> mask = {1, 0, 1, 0, 0, 1};
+  for (bool accumulate : {false, true}) {
+    OpTester t("aten.index_put.default");
+    t.AddArg(t.Input(F32({2, 2, 3, 2}), self));
+    const Arg m = BoolInput(t, {2, 3}, mask);
+    t.AddArg(ListArg({NoneArg(), m}));
+    t.AddArg(t.Input(F32({}), {-7.5f}));
+    t.AddArg(BoolArg(accumulate));
+    ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+    ASSERT_TRUE(t.Run().ok());
+    std::vector<double> want(self.begin(), self.end());
+    for (int i = 0; i < 24; ++i) {
+      if (mask[(i / 2) % 6]) want[i] = accumulate ? want[i] - 7.5 : -7.5;
+    }
+    EXPECT_TRUE(AllClose(t.OutputF32(0), want, 1e-6, 1e-6)) << accumulate;
+  }
+}
+
+TEST(IndexPutTest, RefusesMaskedPutsOfManyValuesAndFailsOutOfRange) {
+  // x[mask] = values with one value per set element: a data-dependent count.
   OpTester mask("aten.index_put.default");
   mask.AddArg(mask.Input(F32({3}), {1, 2, 3}));
   mask.AddArg(ListArg({BoolInput(mask, {3}, {1, 0, 1})}));
-  mask.AddArg(mask.Input(F32({1}), {0}));
+  mask.AddArg(mask.Input(F32({2}), {0, 0}));
   EXPECT_EQ(mask.Prepare().code(), absl::StatusCode::kUnimplemented);
 
   OpTester t("aten.index_put.default");

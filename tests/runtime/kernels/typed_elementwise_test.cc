@@ -1,6 +1,8 @@
 // Tests the dtype-generic elementwise ops (binary_math.cc,
 // compare_select.cc): promotion between f32, i64, bool and Python numbers,
 // broadcasting, and refusals.
+#include <string>
+
 #include "tests/runtime/kernels/typed_test_util.h"
 
 namespace kiln::runtime::testing {
@@ -257,6 +259,51 @@ TEST(WhereTest, RejectsUnbroadcastableShapes) {
   t.AddArg(t.Input(F32({2}), {1, 2}));
   t.AddArg(t.Input(F32({}), {3}));
   EXPECT_TRUE(IsInvalidArgument(t.Prepare(), "not broadcastable"));
+}
+
+// i32 operands take ATen's result type: a number or a 0-d tensor keeps an
+// i32 tensor's type, an i64 tensor widens it, a float number makes f32.
+TEST(TypedArithTest, I32ResultTypes) {
+  struct Case {
+    const char* op;
+    bool other_tensor;
+    DType other_dtype;
+    std::vector<int64_t> other_shape;
+    DType want;
+  };
+  for (const Case& c : {Case{"aten.mul.Tensor", true, DType::kI32, {3}, DType::kI32},
+                        Case{"aten.mul.Tensor", false, DType::kI64, {}, DType::kI32},
+                        Case{"aten.add.Tensor", true, DType::kI64, {}, DType::kI32},
+                        Case{"aten.add.Tensor", true, DType::kI64, {3}, DType::kI64},
+                        Case{"aten.sub.Tensor", false, DType::kF32, {}, DType::kF32}}) {
+    OpTester t(c.op);
+    t.AddArg(I32Input(t, {3}, {4, -5, 2147483647}));
+    if (!c.other_tensor) {
+      t.AddArg(c.other_dtype == DType::kF32 ? FloatArg(0.5) : IntArg(3));
+    } else if (c.other_dtype == DType::kI32) {
+      t.AddArg(I32Input(t, c.other_shape, {1, 0, 2}));
+    } else {
+      t.AddArg(I64Input(t, c.other_shape, std::vector<int64_t>(c.other_shape.empty() ? 1 : 3, 3)));
+    }
+    ASSERT_TRUE(t.Prepare().ok()) << c.op << ": " << t.Prepare();
+    EXPECT_EQ(t.output_metas()[0].dtype, c.want) << c.op;
+    Outputs out(t);
+    ASSERT_TRUE(out.Run(t).ok());
+    if (c.want == DType::kI32) {
+      const std::vector<int32_t> got = out.As<int32_t>(0);
+      if (std::string(c.op) == "aten.mul.Tensor" && c.other_tensor) {
+        EXPECT_EQ(got, (std::vector<int32_t>{4, 0, -2}));  // wraps, as ATen's int32
+      } else if (std::string(c.op) == "aten.mul.Tensor") {
+        EXPECT_EQ(got, (std::vector<int32_t>{12, -15, 2147483645}));
+      } else {
+        EXPECT_EQ(got, (std::vector<int32_t>{7, -2, -2147483646}));
+      }
+    } else if (c.want == DType::kI64) {
+      EXPECT_EQ(out.As<int64_t>(0), (std::vector<int64_t>{7, -2, 2147483650}));
+    } else {
+      EXPECT_TRUE(AllClose(out.As<float>(0), {3.5, -5.5, 2147483647.0 - 0.5}, 1e-7, 0));
+    }
+  }
 }
 
 }  // namespace

@@ -13,6 +13,9 @@ namespace kiln::runtime::testing {
 inline TensorMeta I64(std::vector<int64_t> shape) {
   return TensorMeta{DType::kI64, std::move(shape)};
 }
+inline TensorMeta I32(std::vector<int64_t> shape) {
+  return TensorMeta{DType::kI32, std::move(shape)};
+}
 inline TensorMeta Bool(std::vector<int64_t> shape) {
   return TensorMeta{DType::kBool, std::move(shape)};
 }
@@ -21,6 +24,10 @@ inline Arg I64Input(OpTester& t, std::vector<int64_t> shape,
                     const std::vector<int64_t>& data) {
   return t.RawInput(I64(std::move(shape)), data.data(),
                     data.size() * sizeof(int64_t));
+}
+
+inline Arg I32Input(OpTester& t, std::vector<int64_t> shape, const std::vector<int32_t>& data) {
+  return t.RawInput(I32(std::move(shape)), data.data(), data.size() * sizeof(int32_t));
 }
 
 // `data` as 0/1 ints for readability.
