@@ -369,6 +369,20 @@ class MaskedPutKernel final : public Kernel {
   int self_slot_, mask_slot_, values_slot_;
 };
 
+// The `reduce` argument (position 4) of scatter_reduce (with "sum") and
+// index_reduce (without).
+absl::StatusOr<Reduce> ReadReduction(const NodeArgs& args, bool with_sum) {
+  const Arg* r = args.Find(4, "reduce");
+  if (r == nullptr || r->kind != Arg::Kind::kString) return args.Error("reduce must be a string");
+  if (with_sum && r->s == "sum") return Reduce::kSum;
+  if (r->s == "prod") return Reduce::kProd;
+  if (r->s == "mean") return Reduce::kMean;
+  if (r->s == "amax") return Reduce::kMax;
+  if (r->s == "amin") return Reduce::kMin;
+  return args.Error(absl::StrCat("reduce must be ", with_sum ? "sum, " : "",
+                                 "prod, mean, amax or amin, got '", r->s, "'"));
+}
+
 }  // namespace
 
 absl::StatusOr<PreparedOp> PrepareScatterSrc(const NodeArgs& args) {
@@ -388,23 +402,7 @@ absl::StatusOr<PreparedOp> PrepareScatterAdd(const NodeArgs& args) {
 
 absl::StatusOr<PreparedOp> PrepareScatterReduceTwo(const NodeArgs& args) {
   // (self, dim, index, src, reduce: str, *, include_self=True)
-  const Arg* r = args.Find(4, "reduce");
-  if (r == nullptr || r->kind != Arg::Kind::kString) return args.Error("reduce must be a string");
-  Reduce reduce;
-  if (r->s == "sum") {
-    reduce = Reduce::kSum;
-  } else if (r->s == "prod") {
-    reduce = Reduce::kProd;
-  } else if (r->s == "mean") {
-    reduce = Reduce::kMean;
-  } else if (r->s == "amax") {
-    reduce = Reduce::kMax;
-  } else if (r->s == "amin") {
-    reduce = Reduce::kMin;
-  } else {
-    return args.Error(absl::StrCat("reduce must be sum, prod, mean, amax or amin, got '", r->s,
-                                   "'"));
-  }
+  KILN_ASSIGN_OR_RETURN(Reduce reduce, ReadReduction(args, /*with_sum=*/true));
   KILN_ASSIGN_OR_RETURN(bool include_self, args.Bool(5, "include_self", true));
   return PrepareScatterCommon(args, reduce, include_self, true);
 }
@@ -561,20 +559,7 @@ absl::StatusOr<PreparedOp> PrepareIndexReduce(const NodeArgs& args) {
   KILN_ASSIGN_OR_RETURN(TensorMeta index, args.Tensor(2, "index"));
   KILN_RETURN_IF_ERROR(RequireDType(args, index, "index", DType::kI64));
   KILN_ASSIGN_OR_RETURN(TensorMeta source, args.Tensor(3, "source"));
-  const Arg* r = args.Find(4, "reduce");
-  if (r == nullptr || r->kind != Arg::Kind::kString) return args.Error("reduce must be a string");
-  Reduce reduce;
-  if (r->s == "prod") {
-    reduce = Reduce::kProd;
-  } else if (r->s == "mean") {
-    reduce = Reduce::kMean;
-  } else if (r->s == "amax") {
-    reduce = Reduce::kMax;
-  } else if (r->s == "amin") {
-    reduce = Reduce::kMin;
-  } else {
-    return args.Error(absl::StrCat("reduce must be prod, mean, amax or amin, got '", r->s, "'"));
-  }
+  KILN_ASSIGN_OR_RETURN(Reduce reduce, ReadReduction(args, /*with_sum=*/false));
   KILN_ASSIGN_OR_RETURN(bool include_self, args.Bool(5, "include_self", true));
   KILN_ASSIGN_OR_RETURN(int dim, WrapDim(args, dim_arg, self.rank()));
   // A 0-D self and source are one-element vectors (ATen's view of them).
