@@ -1,4 +1,4 @@
-// One pass of a stateless f32 -> f32 functor over a flat tensor, in
+// One pass of a stateless elementwise functor over a flat tensor, in
 // parallel chunks: the kernel of the elementwise math ops that have no
 // vector form (unary_math.cc, special_math.cc).
 #pragma once
@@ -17,14 +17,15 @@ namespace kiln::runtime {
 // Elements per parallel chunk: enough that scheduling is noise.
 inline constexpr int64_t kUnaryGrain = int64_t{1} << 14;
 
-template <typename F>
+// T -> T through f (f32 by default; i64 for the integer forms).
+template <typename F, typename T = float>
 class UnaryKernel final : public Kernel {
  public:
   UnaryKernel(int64_t n, F f) : n_(n), f_(f) {}
 
   absl::Status Run(const KernelContext& ctx) const override {
-    const float* in = ctx.inputs[0].as<const float>();
-    float* out = ctx.outputs[0].as<float>();
+    const T* in = ctx.inputs[0].template as<const T>();
+    T* out = ctx.outputs[0].template as<T>();
     const F f = f_;
     ParallelFor(n_, kUnaryGrain, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) out[i] = f(in[i]);

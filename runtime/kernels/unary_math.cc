@@ -43,27 +43,6 @@ class VectorUnaryKernel final : public Kernel {
   F f_;
 };
 
-// An i64 tensor through an integer functor.
-template <typename F>
-class IntUnaryKernel final : public Kernel {
- public:
-  IntUnaryKernel(int64_t n, F f) : n_(n), f_(f) {}
-
-  absl::Status Run(const KernelContext& ctx) const override {
-    const int64_t* in = ctx.inputs[0].as<const int64_t>();
-    int64_t* out = ctx.outputs[0].as<int64_t>();
-    const F f = f_;
-    ParallelFor(n_, kGrain, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) out[i] = f(in[i]);
-    });
-    return absl::OkStatus();
-  }
-
- private:
-  int64_t n_;
-  F f_;
-};
-
 template <typename F>
 absl::StatusOr<PreparedOp> VectorUnary(const NodeArgs& args, F f) {
   KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
@@ -81,7 +60,7 @@ absl::StatusOr<PreparedOp> FloatOrIntUnary(const NodeArgs& args, F f, G g) {
   if (self.dtype != DType::kI64) return Unary(args, f);
   PreparedOp op;
   op.outputs.push_back(self);
-  op.kernel = std::make_unique<IntUnaryKernel<G>>(self.NumElements(), g);
+  op.kernel = std::make_unique<UnaryKernel<G, int64_t>>(self.NumElements(), g);
   return op;
 }
 
