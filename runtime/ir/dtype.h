@@ -28,9 +28,14 @@ constexpr DTypeMask kF32Only = DTypeBit(DType::kF32);
 constexpr DTypeMask kF32I64 = kF32Only | DTypeBit(DType::kI64);
 constexpr DTypeMask kF32I64Bool = kF32I64 | DTypeBit(DType::kBool);
 constexpr DTypeMask kI64Bool = DTypeBit(DType::kI64) | DTypeBit(DType::kBool);
+// Every dtype of the enum.
+constexpr DTypeMask kAllDTypes = kF32I64Bool | DTypeBit(DType::kF64) | DTypeBit(DType::kF16) |
+                                 DTypeBit(DType::kBF16) | DTypeBit(DType::kI32) |
+                                 DTypeBit(DType::kI16) | DTypeBit(DType::kI8) |
+                                 DTypeBit(DType::kU8);
 // What the data movement ops (views, copies, concatenation, gathers) move:
-// they copy elements by size.
-constexpr DTypeMask kMovable = kF32I64Bool | DTypeBit(DType::kI32);
+// they copy elements by size, so any dtype.
+constexpr DTypeMask kMovable = kAllDTypes;
 
 // Bytes per element; 0 for kInvalid or values outside the enum.
 size_t ElementSize(DType dtype);

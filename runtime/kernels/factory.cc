@@ -1,9 +1,13 @@
 // Tensors made from literals: aten.arange.start_step, aten.full.default,
-// aten.scalar_tensor.default and aten.empty.memory_format (f32, i64, bool). Their values are computed
+// aten.full_like.default, aten.scalar_tensor.default, aten.empty.memory_format
+// and aten.empty_permuted.default (any dtype). Layout, device, pin_memory
+// and memory_format do not change the values (the client gives outputs
+// eager's strides). Their values are computed
 // at prepare time; Run() copies (or, for large fills, broadcasts) them.
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/exec/parallel.h"
@@ -82,19 +86,15 @@ absl::StatusOr<Number> ReadNumber(const NodeArgs& args, int pos,
   }
 }
 
-// The element bits of `v` as dtype d.
+// The element bits of `v` as dtype d, converted as ATen's fill converts
+// a number (dtype_convert.h).
 uint64_t Bits(const Number& v, DType d) {
   uint64_t bits = 0;
-  if (d == DType::kF32) {
-    const float x = static_cast<float>(v.f);
+  VisitDType(d, [&](auto tag) {
+    using T = decltype(tag);
+    const T x = v.is_float ? ConvertElement<T>(v.f) : ConvertElement<T>(v.i);
     std::memcpy(&bits, &x, sizeof(x));
-  } else if (d == DType::kI64) {
-    const int64_t x = v.is_float ? ConvertElement<int64_t>(v.f) : v.i;
-    std::memcpy(&bits, &x, sizeof(x));
-  } else {
-    const bool x = v.is_float ? v.f != 0.0 : v.i != 0;
-    std::memcpy(&bits, &x, sizeof(x));
-  }
+  });
   return bits;
 }
 
@@ -122,7 +122,7 @@ absl::StatusOr<PreparedOp> PrepareArangeStartStep(const NodeArgs& args) {
   const bool any_float = start.is_float || end.is_float || step.is_float;
   KILN_ASSIGN_OR_RETURN(
       DType dtype,
-      DTypeArgOr(args, -1, "dtype", any_float ? DType::kF32 : DType::kI64));
+      DTypeArgOr(args, -1, "dtype", any_float ? DType::kF32 : DType::kI64, kAllDTypes));
   if (dtype == DType::kBool) return args.Unimplemented("arange of bool");
   if (step.f == 0.0) return args.Error("arange step must be nonzero");
   const double span = (end.f - start.f) / step.f;
@@ -138,19 +138,30 @@ absl::StatusOr<PreparedOp> PrepareArangeStartStep(const NodeArgs& args) {
     n = span > 0 ? static_cast<int64_t>(std::ceil(span)) : 0;
   }
   if (n > (int64_t{1} << 32)) return args.Error("arange is too long");
+  // ATen's CPU kernel: start + step * i in the dtype's accumulation type
+  // (i64 for integers, f32 for the 16-bit floats, f64 for f32 and f64),
+  // with start and step first converted to it, then converted to the dtype.
   std::vector<char> data(n * ElementSize(dtype));
-  for (int64_t i = 0; i < n; ++i) {
-    if (dtype == DType::kF32) {
-      // ATen's CPU kernel computes start + i * step in double.
-      const float v = static_cast<float>(start.f + static_cast<double>(i) * step.f);
-      std::memcpy(data.data() + i * 4, &v, 4);
-    } else {
-      const int64_t v = any_float
-          ? ConvertElement<int64_t>(start.f + static_cast<double>(i) * step.f)
-          : start.i + i * step.i;
-      std::memcpy(data.data() + i * 8, &v, 8);
+  VisitDType(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    using Acc = std::conditional_t<std::is_integral_v<T>, int64_t,
+                                   std::conditional_t<kIsHalfLike<T>, float, double>>;
+    auto acc = [](const Number& x) {
+      return x.is_float ? ConvertElement<Acc>(x.f) : ConvertElement<Acc>(x.i);
+    };
+    const Acc first = acc(start), delta = acc(step);
+    T* out = reinterpret_cast<T*>(data.data());
+    for (int64_t i = 0; i < n; ++i) {
+      Acc v;
+      if constexpr (std::is_integral_v<Acc>) {  // wraps as ATen's does, without UB
+        v = static_cast<Acc>(static_cast<uint64_t>(first) +
+                             static_cast<uint64_t>(delta) * static_cast<uint64_t>(i));
+      } else {
+        v = first + delta * static_cast<Acc>(i);
+      }
+      out[i] = ConvertElement<T>(v);
     }
-  }
+  });
   PreparedOp op;
   op.outputs.push_back(TensorMeta{dtype, {n}});
   op.kernel = std::make_unique<ConstantDataKernel>(std::move(data));
@@ -164,7 +175,7 @@ absl::StatusOr<PreparedOp> PrepareFull(const NodeArgs& args) {
   const DType inferred = v.is_bool ? DType::kBool
                          : v.is_float ? DType::kF32
                                       : DType::kI64;
-  KILN_ASSIGN_OR_RETURN(DType dtype, DTypeArgOr(args, -1, "dtype", inferred));
+  KILN_ASSIGN_OR_RETURN(DType dtype, DTypeArgOr(args, -1, "dtype", inferred, kAllDTypes));
   for (int64_t s : size) {
     if (s < 0) return args.Error(absl::StrCat("negative size in ", ShapeString(size)));
   }
@@ -173,12 +184,21 @@ absl::StatusOr<PreparedOp> PrepareFull(const NodeArgs& args) {
   return Fill(dtype, std::move(size), v);
 }
 
+absl::StatusOr<PreparedOp> PrepareFullLike(const NodeArgs& args) {
+  // (self, fill_value, *, dtype=None, layout, device, pin_memory,
+  //  memory_format): self's shape, the `dtype` kwarg else self's dtype.
+  KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
+  KILN_ASSIGN_OR_RETURN(Number v, ReadNumber(args, 1, "fill_value"));
+  KILN_ASSIGN_OR_RETURN(DType dtype, DTypeArgOr(args, -1, "dtype", self.dtype, kAllDTypes));
+  return Fill(dtype, self.shape, v);
+}
+
 absl::StatusOr<PreparedOp> PrepareEmpty(const NodeArgs& args) {
   // (size, *, dtype=None, layout, device, pin_memory, memory_format): the
   // values are undefined in ATen; here they are zeros, so a graph that
   // reads one it never wrote still gives the same answer every run.
   KILN_ASSIGN_OR_RETURN(std::vector<int64_t> size, args.IntList(0, "size"));
-  KILN_ASSIGN_OR_RETURN(DType dtype, DTypeArgOr(args, -1, "dtype", DType::kF32));
+  KILN_ASSIGN_OR_RETURN(DType dtype, DTypeArgOr(args, -1, "dtype", DType::kF32, kAllDTypes));
   for (int64_t s : size) {
     if (s < 0) return args.Error(absl::StrCat("negative size in ", ShapeString(size)));
   }
@@ -187,10 +207,34 @@ absl::StatusOr<PreparedOp> PrepareEmpty(const NodeArgs& args) {
   return Fill(dtype, std::move(size), Number{});
 }
 
+absl::StatusOr<PreparedOp> PrepareEmptyPermuted(const NodeArgs& args) {
+  // (size, physical_layout, *, dtype=None, layout, device, pin_memory): as
+  // empty; the physical layout only orders the strides, which the client
+  // gives the output.
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> size, args.IntList(0, "size"));
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> layout, args.IntList(1, "physical_layout"));
+  std::vector<bool> seen(size.size(), false);
+  bool permutation = layout.size() == size.size();
+  for (int64_t d : layout) {
+    permutation = permutation && d >= 0 && d < static_cast<int64_t>(size.size()) && !seen[d];
+    if (permutation) seen[d] = true;
+  }
+  if (!permutation) {
+    return args.Error(absl::StrCat("physical_layout ", ShapeString(layout),
+                                   " must be a permutation of the dims of ", ShapeString(size)));
+  }
+  KILN_ASSIGN_OR_RETURN(DType dtype, DTypeArgOr(args, -1, "dtype", DType::kF32, kAllDTypes));
+  for (int64_t s : size) {
+    if (s < 0) return args.Error(absl::StrCat("negative size in ", ShapeString(size)));
+  }
+  KILN_RETURN_IF_ERROR(ValidateMeta(TensorMeta{dtype, size}));
+  return Fill(dtype, std::move(size), Number{});
+}
+
 absl::StatusOr<PreparedOp> PrepareScalarTensor(const NodeArgs& args) {
   // (s, *, dtype=None, layout, device, pin_memory): default dtype f32.
   KILN_ASSIGN_OR_RETURN(Number v, ReadNumber(args, 0, "s"));
-  KILN_ASSIGN_OR_RETURN(DType dtype, DTypeArgOr(args, -1, "dtype", DType::kF32));
+  KILN_ASSIGN_OR_RETURN(DType dtype, DTypeArgOr(args, -1, "dtype", DType::kF32, kAllDTypes));
   return Fill(dtype, {}, v);
 }
 

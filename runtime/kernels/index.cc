@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/exec/parallel.h"
 #include "runtime/kernels/broadcast.h"
+#include "runtime/kernels/dtype_convert.h"
 #include "runtime/kernels/kernel_util.h"
 #include "runtime/kernels/strided_loop.h"
 #include "runtime/ops/prepare_fns.h"
@@ -37,8 +38,9 @@ class GatherKernel final : public Kernel {
   // self viewed as [outer, size, inner], index/out as [outer, n, inner']
   // with inner' <= inner (gather allows smaller index sizes).
   GatherKernel(std::vector<int64_t> self_shape, std::vector<int64_t> idx_shape,
-               int dim, int elem_size, int self_slot, int index_slot)
-      : self_shape_(std::move(self_shape)),
+               int dim, int elem_size, int self_slot, int index_slot, DType index_dtype)
+      : index_dtype_(index_dtype),
+        self_shape_(std::move(self_shape)),
         idx_shape_(std::move(idx_shape)),
         dim_(dim),
         es_(elem_size),
@@ -51,7 +53,9 @@ class GatherKernel final : public Kernel {
     const char* self = static_cast<const char*>(ctx.inputs[self_slot_].data);
     const int64_t n = Count();
     int64_t* idx = static_cast<int64_t*>(ctx.scratch);
-    if (n > 0) std::memcpy(idx, ctx.inputs[index_slot_].data, n * sizeof(int64_t));
+    // Copied (and widened from i32) out of the input first: client
+    // memory is read once, checked and used from the copy.
+    if (n > 0) ConvertElements(index_dtype_, ctx.inputs[index_slot_].data, DType::kI64, idx, n);
     char* out = static_cast<char*>(ctx.outputs[0].data);
     const int rank = static_cast<int>(idx_shape_.size());
     const std::vector<int64_t> sstr = ContiguousStrides(self_shape_);
@@ -84,6 +88,7 @@ class GatherKernel final : public Kernel {
     return n;
   }
 
+  DType index_dtype_;
   std::vector<int64_t> self_shape_, idx_shape_;
   int dim_;
   int es_;
@@ -154,9 +159,21 @@ absl::StatusOr<PreparedOp> PrepareGather(const NodeArgs& args) {
   KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
   KILN_ASSIGN_OR_RETURN(int64_t dim_arg, args.Int(1, "dim"));
   KILN_ASSIGN_OR_RETURN(TensorMeta index, args.Tensor(2, "index"));
-  KILN_RETURN_IF_ERROR(RequireDType(args, index, "index", DType::kI64));
-  const int rank = std::max(self.rank(), 1);
+  // ATen takes i64 or i32 indices (and any dtype for an empty index).
+  if (index.dtype != DType::kI32 && index.NumElements() != 0) {
+    KILN_RETURN_IF_ERROR(RequireDType(args, index, "index", DType::kI64));
+  }
   KILN_ASSIGN_OR_RETURN(int dim, WrapDim(args, dim_arg, self.rank()));
+  PreparedOp op;
+  if (index.NumElements() == 0) {  // ATen checks nothing more: an empty result
+    op.outputs.push_back(TensorMeta{self.dtype, index.shape});
+    op.kernel = std::make_unique<GatherKernel>(std::vector<int64_t>{1}, std::vector<int64_t>{0}, 0,
+                                               static_cast<int>(ElementSize(self.dtype)),
+                                               InputIndex(args, 0, "self"),
+                                               InputIndex(args, 2, "index"), DType::kI64);
+    return op;
+  }
+  const int rank = std::max(self.rank(), 1);
   // A 0-D self takes a 0-D or one-element 1-D index, as in ATen.
   const bool scalar_self = self.rank() == 0 && index.rank() <= 1 && index.NumElements() == 1;
   if (index.rank() != self.rank() && !scalar_self) {
@@ -177,11 +194,10 @@ absl::StatusOr<PreparedOp> PrepareGather(const NodeArgs& args) {
                                      " outside dimension ", dim));
     }
   }
-  PreparedOp op;
   op.outputs.push_back(TensorMeta{self.dtype, index.shape});
   op.kernel = std::make_unique<GatherKernel>(
       self_shape, idx_shape, dim, static_cast<int>(ElementSize(self.dtype)),
-      InputIndex(args, 0, "self"), InputIndex(args, 2, "index"));
+      InputIndex(args, 0, "self"), InputIndex(args, 2, "index"), index.dtype);
   return op;
 }
 

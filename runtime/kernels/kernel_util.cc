@@ -22,7 +22,7 @@ absl::Status RequireMovable(const NodeArgs& args, const TensorMeta& meta, const 
   if ((DTypeBit(meta.dtype) & kMovable) != 0 && meta.dtype != DType::kInvalid) {
     return absl::OkStatus();
   }
-  return args.Error(absl::StrCat(what, " must be f32, i64, i32 or bool, got ", meta.ToString()));
+  return args.Error(absl::StrCat(what, " must have a runtime dtype, got ", meta.ToString()));
 }
 
 bool KernelSwitchOn(const char* name) {

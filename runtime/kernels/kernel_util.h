@@ -20,7 +20,7 @@ absl::Status RequireDType(const NodeArgs& args, const TensorMeta& meta,
                           const char* what, DType dtype = DType::kF32);
 
 // INVALID_ARGUMENT unless `meta` has a type the data movement ops move
-// (kMovable: f32, i64, i32, bool).
+// (kMovable: any valid dtype).
 absl::Status RequireMovable(const NodeArgs& args, const TensorMeta& meta, const char* what);
 
 // The index in KernelContext::inputs of the tensor argument (pos, name), or

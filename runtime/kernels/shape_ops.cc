@@ -232,11 +232,14 @@ PreparedOp PermuteOp(const TensorMeta& in, const std::vector<int>& dims) {
     case 1:
       op.kernel = std::make_unique<PermuteKernel<uint8_t>>(out_shape, in_strides);
       break;
+    case 2:
+      op.kernel = std::make_unique<PermuteKernel<uint16_t>>(out_shape, in_strides);
+      break;
     case 8:
       op.kernel = std::make_unique<PermuteKernel<uint64_t>>(out_shape, in_strides);
       break;
     default:
-      op.kernel = std::make_unique<PermuteKernel<float>>(out_shape, in_strides);
+      op.kernel = std::make_unique<PermuteKernel<uint32_t>>(out_shape, in_strides);
       break;
   }
   return op;

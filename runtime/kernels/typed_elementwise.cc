@@ -107,18 +107,16 @@ absl::StatusOr<std::vector<int64_t>> BroadcastOperands(
   return shape;
 }
 
-absl::StatusOr<DType> DTypeArgOr(const NodeArgs& args, int pos,
-                                 const char* name, DType def) {
+absl::StatusOr<DType> DTypeArgOr(const NodeArgs& args, int pos, const char* name, DType def,
+                                 DTypeMask supported) {
   const Arg* arg = args.Find(pos, name);
   if (arg == nullptr) return def;
   if (arg->kind != Arg::Kind::kDType || !IsValidDType(static_cast<int>(arg->i))) {
     return args.Error(absl::StrCat(name, " must be a dtype"));
   }
   const DType d = static_cast<DType>(arg->i);
-  if (!IsElementwiseDType(d)) {
-    return args.Unimplemented(absl::StrCat("dtype ", DTypeName(d),
-                                           " is not supported (f32, i64, "
-                                           "bool only)"));
+  if ((DTypeBit(d) & supported) == 0) {
+    return args.Unimplemented(absl::StrCat("dtype ", DTypeName(d), " is not supported here"));
   }
   return d;
 }

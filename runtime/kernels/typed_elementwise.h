@@ -44,9 +44,10 @@ absl::StatusOr<Operand> ReadOperand(const NodeArgs& args, int pos,
                                     const char* name, bool allow_i32 = false);
 
 // The dtype argument (pos, name) if given, else `def`; UNIMPLEMENTED for
-// element types outside f32/i64/bool.
-absl::StatusOr<DType> DTypeArgOr(const NodeArgs& args, int pos,
-                                 const char* name, DType def);
+// element types outside `supported` (by default the elementwise kernels'
+// f32/i64/bool).
+absl::StatusOr<DType> DTypeArgOr(const NodeArgs& args, int pos, const char* name, DType def,
+                                 DTypeMask supported = kF32I64Bool);
 
 // bool < i64 < f32.
 DType PromoteTypes(DType a, DType b);

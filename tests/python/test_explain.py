@@ -95,7 +95,12 @@ def test_dtype_the_daemon_lacks(daemon_up):
         torch.testing.assert_close(report.output, model(x))
     reasons = _by_target(report)
     assert reasons.pop(UNSUPPORTED) == "unsupported op"
-    assert reasons and set(reasons.values()) == {"dtype float64 not supported"}, reasons
+    # The compute ops lack f64; the views between them could move f64 but
+    # are too few to be worth a partition of their own.
+    for target in ("aten.convolution.default", "aten.relu.default", "aten.mean.dim",
+                   "aten.addmm.default"):
+        assert reasons.pop(target) == "dtype float64 not supported", target
+    assert set(reasons.values()) <= {"partition too small (min_partition_size)"}, reasons
     assert report.nodes_in_daemon == 0 and report.partitions == 0
 
 

@@ -1,6 +1,9 @@
 // Tests aten._to_copy (cast.cc) and the literal-made tensors of factory.cc
-// (arange.start_step, full, scalar_tensor) against values written here.
+// (arange.start_step, full, full_like, empty, scalar_tensor) against values
+// written here.
 #include <climits>
+#include <cmath>
+#include <limits>
 
 #include "tests/runtime/kernels/typed_test_util.h"
 
@@ -52,11 +55,90 @@ TEST(ToCopyTest, WithoutDTypeCopies) {
   EXPECT_TRUE(AllClose(t.OutputF32(0), {1.5, -2.5}, 0, 0));
 }
 
-TEST(ToCopyTest, RejectsUnsupportedTargetDType) {
+TEST(ToCopyTest, RejectsAnInvalidDTypeAndOtherDevices) {
   OpTester t("aten._to_copy.default");
   t.AddArg(t.Input(F32({2}), {1, 2}));
-  t.AddKwarg("dtype", DTypeArg(DType::kF16));
-  EXPECT_EQ(t.Prepare().code(), absl::StatusCode::kUnimplemented);
+  Arg bad = DTypeArg(DType::kF32);
+  bad.i = 99;
+  t.AddKwarg("dtype", bad);
+  EXPECT_EQ(t.Prepare().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Runs _to_copy of `in` (dtype `from`) to `to` and returns the raw output.
+template <typename To, typename From>
+std::vector<To> Cast(DType from, const std::vector<From>& in, DType to) {
+  OpTester t("aten._to_copy.default");
+  t.AddArg(t.RawInput(TensorMeta{from, {static_cast<int64_t>(in.size())}}, in.data(),
+                      in.size() * sizeof(From)));
+  t.AddKwarg("dtype", DTypeArg(to));
+  EXPECT_TRUE(t.Prepare().ok()) << t.Prepare();
+  EXPECT_EQ(t.output_metas()[0].dtype, to);
+  Outputs out(t);
+  EXPECT_TRUE(out.Run(t).ok());
+  return out.As<To>(0);
+}
+
+// The bit patterns are ATen's (torch 2.14 on x86): round to nearest even,
+// overflow to infinity, NaN to 0x7e00 (f16) and 0xffff (bf16).
+TEST(ToCopyTest, F32ToBFloat16RoundsToNearestEven) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ((Cast<uint16_t, float>(DType::kF32,
+                                   {1.00390625f, 1.01171875f, 3.4e38f, nan, -0.0f, 1e-40f, -2.5f},
+                                   DType::kBF16)),
+            (std::vector<uint16_t>{0x3f80, 0x3f82, 0x7f80, 0xffff, 0x8000, 0x0001, 0xc020}));
+}
+
+TEST(ToCopyTest, F32ToHalfRoundsToNearestEvenWithSubnormals) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float tiny = std::ldexp(1.0f, -25);  // half of f16's smallest subnormal
+  EXPECT_EQ((Cast<uint16_t, float>(DType::kF32,
+                                   {65520.0f, 65519.0f, 6e-8f, 2e-8f, 1.00048828125f, nan, tiny,
+                                    3 * tiny, -1e9f, 6.103515625e-05f, -0.0f},
+                                   DType::kF16)),
+            (std::vector<uint16_t>{0x7c00, 0x7bff, 0x0001, 0x0000, 0x3c00, 0x7e00, 0x0000,
+                                   0x0002, 0xfc00, 0x0400, 0x8000}));
+}
+
+TEST(ToCopyTest, HalfAndBFloat16WidenExactly) {
+  EXPECT_EQ((Cast<float, uint16_t>(DType::kF16, {0x3c00, 0x0001, 0x7bff, 0xfc00, 0xc500},
+                                   DType::kF32)),
+            (std::vector<float>{1.0f, std::ldexp(1.0f, -24), 65504.0f,
+                                -std::numeric_limits<float>::infinity(), -5.0f}));
+  EXPECT_EQ((Cast<float, uint16_t>(DType::kBF16, {0x3f82, 0xc020, 0x0001}, DType::kF32)),
+            (std::vector<float>{1.015625f, -2.5f, std::ldexp(1.0f, -133)}));
+  // f16 -> bf16 goes through f32: 1 + 2^-10 is below half a bf16 step.
+  EXPECT_EQ((Cast<uint16_t, uint16_t>(DType::kF16, {0x3c01, 0x4900}, DType::kBF16)),
+            (std::vector<uint16_t>{0x3f80, 0x4120}));
+}
+
+// Narrow integers from floats go through i32 (i8, i16) or i64 (u8) and
+// wrap, as ATen's casts do on x86; from integers they wrap.
+TEST(ToCopyTest, NarrowIntegersWrap) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> f = {200.0f, -200.0f, 300.5f, 1e10f, nan, -3.7f, 70000.0f};
+  EXPECT_EQ((Cast<int8_t, float>(DType::kF32, f, DType::kI8)),
+            (std::vector<int8_t>{-56, 56, 44, 0, 0, -3, 112}));
+  EXPECT_EQ((Cast<uint8_t, float>(DType::kF32, f, DType::kU8)),
+            (std::vector<uint8_t>{200, 56, 44, 0, 0, 253, 112}));
+  EXPECT_EQ((Cast<int16_t, float>(DType::kF32, f, DType::kI16)),
+            (std::vector<int16_t>{200, -200, 300, 0, 0, -3, 4464}));
+  EXPECT_EQ((Cast<uint8_t, int64_t>(DType::kI64, {-1, 256 + 7, 255}, DType::kU8)),
+            (std::vector<uint8_t>{255, 7, 255}));
+  EXPECT_EQ((Cast<int64_t, uint8_t>(DType::kU8, {255, 0, 128}, DType::kI64)),
+            (std::vector<int64_t>{255, 0, 128}));
+  EXPECT_EQ((Cast<float, int8_t>(DType::kI8, {-128, 5}, DType::kF32)),
+            (std::vector<float>{-128.0f, 5.0f}));
+}
+
+TEST(ToCopyTest, F64RoundTripsAndNarrows) {
+  EXPECT_EQ((Cast<double, float>(DType::kF32, {0.1f, -3.0f}, DType::kF64)),
+            (std::vector<double>{static_cast<double>(0.1f), -3.0}));
+  EXPECT_EQ((Cast<float, double>(DType::kF64, {0.1, 1e300, -2.5}, DType::kF32)),
+            (std::vector<float>{0.1f, std::numeric_limits<float>::infinity(), -2.5f}));
+  EXPECT_EQ((Cast<int64_t, double>(DType::kF64, {-2.9, 1e30}, DType::kI64)),
+            (std::vector<int64_t>{-2, INT64_MIN}));
+  EXPECT_EQ((Cast<uint8_t, double>(DType::kF64, {0.0, -0.5, 2.0}, DType::kBool)),
+            (std::vector<uint8_t>{0, 1, 1}));
 }
 
 // i32 from and to every type: floats truncate (out of range gives
@@ -85,6 +167,31 @@ TEST(ToCopyTest, I32FromAndToEveryType) {
   ASSERT_TRUE(b.Prepare().ok()) << b.Prepare();
   ASSERT_TRUE(b.Run().ok());
   EXPECT_TRUE(AllClose(b.OutputF32(0), {-4, 0, 7}, 0, 0));
+}
+
+// Values are start + step * i in the dtype's accumulation type (i64 for
+// integers, so a float step is truncated first; f32 for the 16-bit floats),
+// the length ceil((end - start) / step) in double: ATen's answers.
+TEST(ArangeTest, EveryDTypeAccumulatesLikeATen) {
+  auto arange = [](double start, double end, double step, DType dtype) {
+    OpTester t("aten.arange.start_step");
+    t.SetArgs({FloatArg(start), FloatArg(end), FloatArg(step)});
+    t.AddKwarg("dtype", DTypeArg(dtype));
+    EXPECT_TRUE(t.Prepare().ok()) << t.Prepare();
+    EXPECT_EQ(t.output_metas()[0].dtype, dtype);
+    auto out = std::make_unique<Outputs>(t);
+    EXPECT_TRUE(out->Run(t).ok());
+    return out;
+  };
+  EXPECT_EQ(arange(0.5, 5, 1.5, DType::kI64)->As<int64_t>(0), (std::vector<int64_t>{0, 1, 2}));
+  EXPECT_EQ(arange(0, 5, 1.5, DType::kU8)->As<uint8_t>(0), (std::vector<uint8_t>{0, 1, 2, 3}));
+  EXPECT_EQ(arange(0.5, 5, 1.5, DType::kI32)->As<int32_t>(0), (std::vector<int32_t>{0, 1, 2}));
+  EXPECT_EQ(arange(1, 2, 0.25, DType::kF64)->As<double>(0),
+            (std::vector<double>{1.0, 1.25, 1.5, 1.75}));
+  EXPECT_EQ(arange(0, 3, 1, DType::kF16)->As<uint16_t>(0),
+            (std::vector<uint16_t>{0, 15360, 16384}));
+  EXPECT_EQ(arange(0.1, 0.5, 0.1, DType::kBF16)->As<uint16_t>(0),
+            (std::vector<uint16_t>{15821, 15949, 16026, 16077}));
 }
 
 TEST(ArangeTest, IntegerBoundsGiveI64) {
@@ -182,6 +289,45 @@ TEST(FullTest, ExplicitDTypeConverts) {
   EXPECT_EQ(t.OutputI64(0), (std::vector<int64_t>{2, 2, 2}));
 }
 
+TEST(FullTest, ConvertsTheValueToAnyDType) {
+  struct Case {
+    Arg value;
+    DType dtype;
+    uint16_t want;  // the element's low bits
+  };
+  for (const Case& c : {Case{FloatArg(2.7), DType::kI8, 2}, Case{FloatArg(1.5), DType::kBF16, 16320},
+                        Case{IntArg(-1), DType::kU8, 255}, Case{FloatArg(-2.0), DType::kF16, 0xc000},
+                        Case{IntArg(40000), DType::kI16, 40000}}) {
+    OpTester t("aten.full.default");
+    t.SetArgs({IntListArg({2}), c.value});
+    t.AddKwarg("dtype", DTypeArg(c.dtype));
+    ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+    EXPECT_EQ(t.output_metas()[0], (TensorMeta{c.dtype, {2}}));
+    Outputs out(t);
+    ASSERT_TRUE(out.Run(t).ok());
+    const std::vector<uint8_t> bytes = out.As<uint8_t>(0);
+    uint16_t got = 0;
+    std::memcpy(&got, bytes.data(), std::min<size_t>(2, ElementSize(c.dtype)));
+    EXPECT_EQ(got, c.want) << DTypeName(c.dtype);
+  }
+}
+
+TEST(EmptyPermutedTest, GivesZerosAndChecksTheLayout) {
+  OpTester t("aten.empty_permuted.default");
+  t.SetArgs({IntListArg({2, 3}), IntListArg({1, 0})});
+  t.AddKwarg("dtype", DTypeArg(DType::kF32));
+  ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+  EXPECT_EQ(t.output_metas()[0], F32({2, 3}));
+  ASSERT_TRUE(t.Run().ok());
+  EXPECT_TRUE(AllClose(t.OutputF32(0), {0, 0, 0, 0, 0, 0}, 0, 0));
+
+  for (const std::vector<int64_t>& bad : {std::vector<int64_t>{0, 0}, {0}, {0, 2}}) {
+    OpTester u("aten.empty_permuted.default");
+    u.SetArgs({IntListArg({2, 3}), IntListArg(bad)});
+    EXPECT_TRUE(IsInvalidArgument(u.Prepare(), "permutation")) << bad.size();
+  }
+}
+
 TEST(FullTest, RejectsNegativeSize) {
   OpTester t("aten.full.default");
   t.SetArgs({IntListArg({2, -1}), FloatArg(0)});
@@ -195,6 +341,53 @@ TEST(ScalarTensorTest, DefaultsToF32) {
   EXPECT_EQ(t.output_metas()[0], F32({}));
   ASSERT_TRUE(t.Run().ok());
   EXPECT_EQ(t.OutputF32(0)[0], -std::numeric_limits<float>::infinity());
+}
+
+TEST(FullLikeTest, FillsSelfShapeWithSelfDType) {
+  OpTester t("aten.full_like.default");
+  t.SetArgs({t.Input(F32({2, 3, 4}), RandomFloats(24, 1)), FloatArg(-2.5)});
+  t.AddKwarg("memory_format", MemoryFormatArg(3));
+  ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+  EXPECT_EQ(t.output_metas()[0], F32({2, 3, 4}));
+  ASSERT_TRUE(t.Run().ok());
+  EXPECT_TRUE(AllClose(t.OutputF32(0), std::vector<double>(24, -2.5), 0, 0));
+}
+
+TEST(FullLikeTest, DTypeKwargSelectsI64AndBool) {
+  {
+    OpTester t("aten.full_like.default");
+    t.SetArgs({t.Input(F32({5}), RandomFloats(5, 1)), IntArg(7)});
+    t.AddKwarg("dtype", DTypeArg(DType::kI64));
+    ASSERT_TRUE(t.Prepare().ok());
+    EXPECT_EQ(t.output_metas()[0], (TensorMeta{DType::kI64, {5}}));
+    ASSERT_TRUE(t.Run().ok());
+    EXPECT_EQ(t.OutputI64(0), std::vector<int64_t>(5, 7));
+  }
+  {
+    OpTester t("aten.full_like.default");
+    t.SetArgs({t.Input(F32({3}), RandomFloats(3, 1)), BoolArg(true)});
+    t.AddKwarg("dtype", DTypeArg(DType::kBool));
+    ASSERT_TRUE(t.Prepare().ok());
+    ASSERT_TRUE(t.Run().ok());
+    EXPECT_EQ(t.OutputBool(0), std::vector<uint8_t>(3, 1));
+  }
+}
+
+TEST(FullLikeTest, DTypeKwargSelectsF64) {
+  OpTester t("aten.full_like.default");
+  t.SetArgs({t.Input(F32({3}), RandomFloats(3, 1)), FloatArg(0.1)});
+  t.AddKwarg("dtype", DTypeArg(DType::kF64));
+  ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+  EXPECT_EQ(t.output_metas()[0], (TensorMeta{DType::kF64, {3}}));
+  Outputs out(t);
+  ASSERT_TRUE(out.Run(t).ok());
+  EXPECT_EQ(out.As<double>(0), std::vector<double>(3, 0.1));
+}
+
+TEST(FullLikeTest, FullLikeRejectsNonNumberFill) {
+  OpTester t("aten.full_like.default");
+  t.SetArgs({t.Input(F32({3}), RandomFloats(3, 1)), StringArg("x")});
+  EXPECT_TRUE(IsInvalidArgument(t.Prepare(), "must be a number"));
 }
 
 }  // namespace

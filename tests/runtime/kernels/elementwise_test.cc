@@ -208,6 +208,7 @@ TEST(ArithTest, ScalarOtherForSubMulDivAndMulScalar) {
       {"aten.div.Tensor", IntArg(6), [](double x, double y) { return x / y; }},
       {"aten.div.Scalar", FloatArg(-2.5), [](double x, double y) { return x / y; }},
       {"aten.add.Scalar", FloatArg(1.5), [](double x, double y) { return x + y; }},
+      {"aten.sub.Scalar", FloatArg(0.75), [](double x, double y) { return x - y; }},
   };
   for (const Case& c : cases) {
     OpTester t(c.target);

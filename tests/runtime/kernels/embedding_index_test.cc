@@ -46,6 +46,39 @@ TEST(GatherTest, GathersAlongDimWithNegativeIndices) {
   EXPECT_EQ(t.OutputI64(0), (std::vector<int64_t>{13, 10, 13, 21, 21, 22}));
 }
 
+TEST(GatherTest, TakesI32IndicesAndAnyEmptyIndex) {
+  OpTester t("aten.gather.default");
+  t.AddArg(t.Input(F32({2, 3}), {1, 2, 3, 4, 5, 6}));
+  t.AddArg(IntArg(0));
+  t.AddArg(I32Input(t, {1, 3}, {1, 0, -1}));
+  ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+  ASSERT_TRUE(t.Run().ok());
+  EXPECT_TRUE(AllClose(t.OutputF32(0), {4, 2, 6}, 0, 0));
+
+  OpTester e("aten.gather.default");
+  e.AddArg(e.Input(F32({2, 3}), {1, 2, 3, 4, 5, 6}));
+  e.AddArg(IntArg(1));
+  const uint8_t none = 0;
+  e.AddArg(e.RawInput(TensorMeta{DType::kU8, {2, 0}}, &none, 0));
+  ASSERT_TRUE(e.Prepare().ok()) << e.Prepare();
+  EXPECT_EQ(e.output_metas()[0], F32({2, 0}));
+  ASSERT_TRUE(e.Run().ok());
+
+  OpTester r("aten.gather.default");  // an empty index of another rank
+  r.AddArg(r.Input(F32({5}), {1, 2, 3, 4, 5}));
+  r.AddArg(IntArg(0));
+  r.AddArg(r.RawInput(TensorMeta{DType::kU8, {2, 0}}, &none, 0));
+  ASSERT_TRUE(r.Prepare().ok()) << r.Prepare();
+  EXPECT_EQ(r.output_metas()[0], F32({2, 0}));
+
+  OpTester u("aten.gather.default");
+  u.AddArg(u.Input(F32({2}), {1, 2}));
+  u.AddArg(IntArg(0));
+  const uint8_t one = 1;
+  u.AddArg(u.RawInput(TensorMeta{DType::kU8, {1}}, &one, 1));
+  EXPECT_TRUE(IsInvalidArgument(u.Prepare(), "i64"));
+}
+
 TEST(GatherTest, OutOfRangeIndexFailsTheRun) {
   OpTester t("aten.gather.default");
   t.AddArg(t.Input(F32({1, 2}), {1, 2}));

@@ -1,5 +1,8 @@
 // flip, repeat and index_select (movement.cc) against index arithmetic
-// done here, for f32, i64 and bool.
+// done here, for every dtype.
+#include <cstring>
+#include <string>
+
 #include "tests/runtime/kernels/typed_test_util.h"
 
 namespace kiln::runtime::testing {
@@ -171,6 +174,53 @@ TEST(MovementTest, MovesI32) {
   ASSERT_TRUE(f.Prepare().ok());
   ASSERT_TRUE(f.Run().ok());
   EXPECT_TRUE(AllClose(f.OutputF32(0), {3, 4, 5, 0, 1, 2}, 0, 0));
+}
+
+// Every other element size moves too (1, 2 and 8 bytes; the values are
+// distinct bit patterns, so any misplaced byte shows).
+template <typename T>
+void ExpectMoves(DType dtype) {
+  std::vector<T> x(6);
+  for (int i = 0; i < 6; ++i) std::memset(&x[i], 0x11 * (i + 1), sizeof(T));
+  struct Case {
+    const char* op;
+    std::vector<Arg> extra;
+    std::vector<int> want;  // positions in x
+  };
+  for (const Case& c : {
+           Case{"aten.permute.default", {IntListArg({1, 0})}, {0, 3, 1, 4, 2, 5}},
+           Case{"aten.slice.Tensor", {IntArg(1), IntArg(1), IntArg(3)}, {1, 2, 4, 5}},
+           Case{"aten.flip.default", {IntListArg({1})}, {2, 1, 0, 5, 4, 3}},
+           Case{"aten.index_select.default", {}, {}},
+       }) {
+    OpTester t(c.op);
+    t.AddArg(t.RawInput(TensorMeta{dtype, {2, 3}}, x.data(), x.size() * sizeof(T)));
+    std::vector<int> want = c.want;
+    if (std::string(c.op) == "aten.index_select.default") {
+      t.AddArg(IntArg(1));
+      t.AddArg(I64Input(t, {2}, {2, 0}));
+      want = {2, 0, 5, 3};
+    }
+    for (const Arg& a : c.extra) t.AddArg(a);
+    ASSERT_TRUE(t.Prepare().ok()) << c.op << ": " << t.Prepare();
+    EXPECT_EQ(t.output_metas()[0].dtype, dtype) << c.op;
+    Outputs out(t);
+    ASSERT_TRUE(out.Run(t).ok()) << c.op;
+    const std::vector<T> got = out.As<T>(0);
+    ASSERT_EQ(got.size(), want.size()) << c.op;
+    for (size_t k = 0; k < want.size(); ++k) {
+      EXPECT_EQ(std::memcmp(&got[k], &x[want[k]], sizeof(T)), 0) << c.op << " element " << k;
+    }
+  }
+}
+
+TEST(MovementTest, MovesEveryElementSize) {
+  ExpectMoves<uint8_t>(DType::kU8);
+  ExpectMoves<int8_t>(DType::kI8);
+  ExpectMoves<uint16_t>(DType::kF16);
+  ExpectMoves<uint16_t>(DType::kBF16);
+  ExpectMoves<int16_t>(DType::kI16);
+  ExpectMoves<double>(DType::kF64);
 }
 
 }  // namespace
