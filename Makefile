@@ -56,9 +56,10 @@ SUITE_ARGS ?=
 # Op breadth against PyTorch's OpInfo database (bench/opinfo/run.py): every
 # fp32 sample of every op through Kiln, compared with eager; writes
 # bench/opinfo/RESULTS.md and refreshes tests/python/opinfo_in_daemon.txt
-# (the ops the CI test holds to running wholly in the daemon).
+# (the ops the CI test holds to running wholly in the daemon). One process
+# per core, each with its own kilnd.
 bench-opinfo: setup
-	@$(PY) bench/opinfo/run.py --in-daemon-list tests/python/opinfo_in_daemon.txt
+	@$(PY) bench/opinfo/run.py --jobs $(shell nproc) --in-daemon-list tests/python/opinfo_in_daemon.txt
 
 bench-suites: setup $(BENCH_STAMP)
 	@for suite in timm huggingface; do \

@@ -13,6 +13,11 @@ daemon, and per op its outcome; plus results.json in --out.
     .venv/bin/python bench/opinfo/run.py                 # the whole database
     .venv/bin/python bench/opinfo/run.py --ops abs,sum   # some ops
     .venv/bin/python bench/opinfo/run.py --limit 2       # a quicker survey
+    .venv/bin/python bench/opinfo/run.py --jobs 2        # ops split over 2 processes
+
+Each process (--jobs) has its own kilnd and takes the next op when it is
+free; compiling a sample is mostly Dynamo's single-threaded tracing, so a
+second process can use a second core.
 
 The CI test tests/python/test_opinfo_conformance.py runs a bounded sample
 of the same checks.
@@ -94,6 +99,67 @@ def _write_report(path: Path, results, summary: dict, command: str, seconds: flo
     path.write_text("\n".join(lines) + "\n")
 
 
+def _run_ops(db, names, limit):
+    """Checks the ops in order against a private kilnd, printing a line per op."""
+    from testing import opinfo
+    d = PrivateDaemon(find_kilnd(), prefix="kiln-opinfo-")
+    os.environ.update(KILN_SOCKET=d.socket, KILN_CACHE_DIR=d.cache_dir)
+    os.environ["KILN_AUTOSTART"] = "0"
+    results = []
+    try:
+        for i, name in enumerate(names):
+            r = opinfo.check_op(db[name], limit)
+            results.append(r)
+            _print_progress(i, len(names), r)
+    finally:
+        d.stop()
+    return results
+
+
+_WORKER: dict = {}
+
+
+def _worker_start(limit) -> None:
+    """A pool process: its own kilnd, stopped when the process ends."""
+    import multiprocessing.util
+    warnings.filterwarnings("ignore")
+    import torch
+    from testing import opinfo
+    torch.set_num_threads(1)
+    d = PrivateDaemon(find_kilnd(), prefix="kiln-opinfo-")
+    multiprocessing.util.Finalize(None, d.stop, exitpriority=10)
+    os.environ.update(KILN_SOCKET=d.socket, KILN_CACHE_DIR=d.cache_dir, KILN_AUTOSTART="0")
+    _WORKER.update(db=opinfo.op_db(), limit=limit)
+
+
+def _worker_check(name):
+    from testing import opinfo
+    return opinfo.check_op(_WORKER["db"][name], _WORKER["limit"])
+
+
+def _run_in_workers(names, limit, jobs):
+    """The ops handed one at a time to `jobs` processes (the next op to
+    whichever is free); results in the order of `names`."""
+    import multiprocessing
+    from testing import opinfo
+    results = []
+    with multiprocessing.get_context("spawn").Pool(jobs, _worker_start, (limit,)) as pool:
+        for i, r in enumerate(pool.imap(_worker_check, names)):
+            results.append(r)
+            _print_progress(i, len(names), r)
+        pool.close()
+        pool.join()
+    return results
+
+
+def _print_progress(i, n, r) -> None:
+    from testing import opinfo
+    flags = "daemon" if r.wholly_in_daemon else ("WRONG" if r.wrong else "")
+    print(f"[{i + 1}/{n}] {r.op}: "
+          + " ".join(f"{o}={r.count(o)}" for o in opinfo.OUTCOMES if r.count(o))
+          + (f"  {flags}" if flags else ""), flush=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -103,6 +169,8 @@ def main() -> int:
     ap.add_argument("--out", default=None, help="directory for results.json "
                     "(default: bench/results/opinfo-<time>)")
     ap.add_argument("--results-file", default=str(REPO / "bench" / "opinfo" / "RESULTS.md"))
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="processes to split the ops over, each with its own kilnd (default 1)")
     ap.add_argument("--in-daemon-list", default=None,
                     help="also write the ops found wholly in the daemon, one per line, to this "
                     "file (tests/python/opinfo_in_daemon.txt is what the CI test holds Kiln to)")
@@ -123,21 +191,11 @@ def main() -> int:
                f"opinfo-{time.strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
 
-    d = PrivateDaemon(find_kilnd(), prefix="kiln-opinfo-")
-    os.environ.update(KILN_SOCKET=d.socket, KILN_CACHE_DIR=d.cache_dir)
-    os.environ["KILN_AUTOSTART"] = "0"
     start = time.monotonic()
-    results = []
-    try:
-        for i, name in enumerate(names):
-            r = opinfo.check_op(db[name], args.limit)
-            results.append(r)
-            flags = "daemon" if r.wholly_in_daemon else ("WRONG" if r.wrong else "")
-            print(f"[{i + 1}/{len(names)}] {name}: "
-                  + " ".join(f"{o}={r.count(o)}" for o in opinfo.OUTCOMES if r.count(o))
-                  + (f"  {flags}" if flags else ""), flush=True)
-    finally:
-        d.stop()
+    if args.jobs > 1:
+        results = _run_in_workers(names, args.limit, args.jobs)
+    else:
+        results = _run_ops(db, names, args.limit)
     seconds = time.monotonic() - start
     summary = opinfo.summary(results)
     (out / "results.json").write_text(json.dumps(
