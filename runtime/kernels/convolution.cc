@@ -1,7 +1,7 @@
 // aten.convolution.default and its fused form kiln.conv2d (bias, residual
 // add and activations as oneDNN post-ops; see post_ops.h): 2-D (and 1-D
-// as 2-D of height 1),
-// non-transposed, f32, on oneDNN.
+// as 2-D of height 1), non-transposed, f32, on oneDNN. Transposed and 3-D
+// convolutions are conv_general.cc's.
 //
 // The input and output are plain NCHW, or in one of the activation layouts
 // of activation_layout.h (channels-last [N, H, W, C], blocked
@@ -19,6 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/kernels/activation_layout.h"
+#include "runtime/kernels/conv_general.h"
 #include "runtime/kernels/conv_narrow_group.h"
 #include "runtime/kernels/conv_winograd.h"
 #include "runtime/kernels/kernel_util.h"
@@ -254,12 +255,10 @@ static absl::StatusOr<PreparedOp> PrepareConv(const NodeArgs& args, bool fused) 
     KILN_ASSIGN_OR_RETURN(groups, args.Int(8, "groups", 1));
   }
 
+  if (!fused && IsGeneralConvolution(input, transposed)) return PrepareGeneralConvolution(args);
   KILN_RETURN_IF_ERROR(RequireDType(args, input, "input"));
   KILN_RETURN_IF_ERROR(RequireDType(args, weight, "weight"));
   if (bias) KILN_RETURN_IF_ERROR(RequireDType(args, *bias, "bias"));
-  if (transposed) {
-    return args.Unimplemented("transposed convolution is not supported");
-  }
   // A 1-D convolution ([N, C, L] input, [O, I, K] weight) is the 2-D one
   // of height 1 over the same bytes; its output drops the height again.
   const bool one_d = input.rank() == 3 && layout_in == ActivationLayout::kPlain &&

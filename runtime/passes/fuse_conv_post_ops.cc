@@ -27,6 +27,8 @@ bool ToFusedArgs(const Node& conv, std::vector<Arg>* out) {
       !conv.kwargs.empty() || conv.args[6].kind != Arg::Kind::kBool || conv.args[6].b) {
     return false;
   }
+  // kiln.conv2d is 1-D and 2-D only (3-D stays aten.convolution).
+  if (conv.outputs.empty() || conv.outputs[0].rank() > 4) return false;
   std::vector<Arg>& a = *out;
   a.assign(conv2d_arg::kPostOps.pos + 1, NoneArg());
   a[conv2d_arg::kInput.pos] = conv.args[0];

@@ -2,7 +2,9 @@
 // post-op fusion, constant folding and view aliasing each change the
 // compiled steps as intended and leave results equal to a double-precision
 // reference computed here.
+#include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "gtest/gtest.h"
 #include "runtime/compile/compiler.h"
@@ -153,6 +155,40 @@ TEST(PostOpFusion, LeakyReluAfterAConvolutionBecomesItsPostOp) {
   for (size_t i = 0; i < y.size(); ++i) {
     const double want = ref[i] > 0 ? ref[i] : 0.1 * ref[i];
     EXPECT_NEAR(y[i], want, 1e-4) << i;
+  }
+}
+
+// kiln.conv2d is 1-D and 2-D: a 3-D convolution keeps its own node (and
+// the activation its own step), and still computes the right thing.
+TEST(PostOpFusion, ThreeDimensionalConvolutionIsNotFused) {
+  constexpr int C = 2, OC = 3, D = 3, H = 4, W = 4;
+  const std::vector<float> w = UniformFloats(OC * C, -0.5f, 0.5f, 21);  // 1x1x1 kernel
+  Constants consts;
+  consts.Add(w);
+  GraphBuilder b;
+  int x = b.Input({1, C, D, H, W}, "x");
+  int cw = b.Constant(w, {OC, C, 1, 1, 1}, "w");
+  int conv = b.Call("aten.convolution.default",
+                    {Ref(x), Ref(cw), None(), IntList({1, 1, 1}), IntList({0, 0, 0}),
+                     IntList({1, 1, 1}), Bool(false), IntList({0, 0, 0}), kiln::testing::Int(1)},
+                    "conv");
+  b.Output(b.Call("aten.relu.default", {Ref(conv)}, "relu"));
+  auto cg = Compile(*GraphFromProto(b.graph()), consts.Resolver());
+  ASSERT_TRUE(cg.ok()) << cg.status();
+  const std::string dump = DumpCompiledGraph(**cg);
+  EXPECT_EQ(dump.find("kiln.conv2d"), std::string::npos) << dump;
+  std::vector<float> in_x = UniformFloats(C * D * H * W, -1.f, 1.f, 22), y(OC * D * H * W);
+  const void* in[] = {in_x.data()};
+  void* out[] = {y.data()};
+  ASSERT_TRUE(Execute(**cg, in, out).ok());
+  for (int o = 0; o < OC; ++o) {
+    for (int i = 0; i < D * H * W; ++i) {
+      double sum = 0;
+      for (int c = 0; c < C; ++c) {
+        sum += static_cast<double>(w[o * C + c]) * in_x[c * D * H * W + i];
+      }
+      EXPECT_NEAR(y[o * D * H * W + i], std::max(sum, 0.0), 1e-5) << o << " " << i;
+    }
   }
 }
 
