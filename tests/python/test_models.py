@@ -48,6 +48,50 @@ class NarrowGroupBlock(nn.Module):
         return self.down(y)
 
 
+class Decoder(nn.Module):
+    """A segmentation-style upsampler: transposed convolutions, one with
+    output_padding past its padding, between 2-D convolutions."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(),
+            nn.ConvTranspose2d(16, 8, 3, stride=2, padding=1, output_padding=1), nn.ReLU(),
+            nn.ConvTranspose2d(8, 4, 2, stride=2, output_padding=1, groups=2), nn.Sigmoid())
+
+    def forward(self, x):
+        return self.net(x)
+
+
+class VideoBlock(nn.Module):
+    """A 3-D convolution stem with 3-D pooling (video models)."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv3d(3, 8, (3, 5, 5), stride=(1, 2, 2), padding=(1, 2, 2)),
+                                  nn.BatchNorm3d(8), nn.ReLU(),
+                                  nn.MaxPool3d((1, 3, 3), stride=(1, 2, 2), padding=(0, 1, 1)))
+        self.head = nn.Sequential(nn.AvgPool3d(2), nn.AdaptiveAvgPool3d(1), nn.Flatten(),
+                                  nn.Linear(8, 5))
+
+    def forward(self, x):
+        return self.head(self.stem(x))
+
+
+@pytest.mark.parametrize("make, shape", [(Decoder, (2, 8, 7, 9)), (VideoBlock, (2, 3, 4, 16, 16))])
+def test_transposed_and_3d_convolutions_match_eager(daemon_up, make, shape):
+    torch.manual_seed(0)
+    with torch.inference_mode():
+        model = make().eval()
+        compiled = torch.compile(model, backend="kiln")
+        x = torch.randn(*shape)
+        got, want = compiled(x), model(x)
+    assert got.shape == want.shape
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    s = backend.stats()
+    assert s.nodes_in_daemon > 0 and s.nodes_in_eager == 0, s
+
+
 def test_mlp_matches_eager(daemon_up):
     torch.manual_seed(0)
     model = MLP().eval()
