@@ -377,6 +377,7 @@ def _eager_nodes(done: _Partitioned) -> tuple[int, dict[str, list[str]]]:
     among them by the reason they do ("name (target)")."""
     eager_nodes = 0
     eager_reasons: dict[str, list[str]] = {}
+    chains = partition.storage_chains(done.split)
     for node in done.split.graph.nodes:
         if node.op == "call_function":
             # getitems on a fused partition's tuple are plumbing, not work.
@@ -386,7 +387,7 @@ def _eager_nodes(done: _Partitioned) -> tuple[int, dict[str, list[str]]]:
                 eager_nodes += 1
                 if partition.is_compute_node(node, done.views):
                     reason = partition.eager_reason(node, done.caps, done.excluded,
-                                                    done.disabled)
+                                                    done.disabled, chains=chains)
                     eager_reasons.setdefault(reason, []).append(f"{node.name} ({node.target})")
     return eager_nodes, eager_reasons
 

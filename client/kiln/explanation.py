@@ -178,6 +178,7 @@ def _graph_report(index: int, dynamo_graph: int, r: backend.GraphRecord) -> Grap
         return GraphReport(index, dynamo_graph, nodes, 0, nodes, r.eager_reason, [], [])
     partitions: list[PartitionReport] = []
     fallbacks: list[Fallback] = []
+    chains = partition.storage_chains(r.split)
     for node in r.split.graph.nodes:
         if node.op == "call_module":
             sub = getattr(r.split, node.target)
@@ -194,7 +195,7 @@ def _graph_report(index: int, dynamo_graph: int, r: backend.GraphRecord) -> Grap
                 reason = f"rejected by the daemon: {r.rejections[node.name]}"
             else:
                 reason = partition.eager_reason(node, r.capabilities or {}, r.excluded,
-                                                r.disabled)
+                                                r.disabled, chains=chains)
             fallbacks.append(Fallback(node.name, str(node.target), reason))
     in_daemon = sum(p.nodes for p in partitions if p.in_daemon)
     return GraphReport(index, dynamo_graph, in_daemon + len(fallbacks), in_daemon,

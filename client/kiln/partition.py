@@ -206,8 +206,11 @@ def partition(gm: fx.GraphModule, capabilities: Capabilities,
 
 
 def eager_reason(node: fx.Node, capabilities: Capabilities, excluded: Collection[str] = (),
-                 disabled: Callable[[object], bool] | None = None) -> str:
-    """Why a call_function node left in eager is there, in a few words."""
+                 disabled: Callable[[object], bool] | None = None, *,
+                 chains: Collection[str] | None = None) -> str:
+    """Why a call_function node left in eager is there, in a few words.
+    `chains` is storage_chains() of the node's graph module, which callers
+    asking about many nodes of one graph compute once."""
     if node.name in excluded:
         return "rejected by the daemon"
     if disabled is not None and disabled(node.target):
@@ -220,8 +223,9 @@ def eager_reason(node: fx.Node, capabilities: Capabilities, excluded: Collection
     support = KilnOperatorSupport(capabilities)
     if str(node.target) in _STORAGE_READERS and not _dense_in_eager(node):
         return "reads the storage of an input that is not dense in eager"
-    if node.graph.owning_module is not None and node.name in storage_chains(
-            node.graph.owning_module):
+    if chains is None and node.graph.owning_module is not None:
+        chains = storage_chains(node.graph.owning_module)
+    if chains is not None and node.name in chains:
         return "feeds a view that an op left in eager reads the storage of"
     if not support.is_node_supported({}, node):
         vals = [node.meta.get("val")] + [a.meta.get("val") for a in node.all_input_nodes]
