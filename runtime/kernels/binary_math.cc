@@ -17,6 +17,7 @@
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/kernels/element_nan.h"
 #include "runtime/kernels/kernel_util.h"
 #include "runtime/kernels/typed_elementwise.h"
 #include "runtime/ops/prepare_fns.h"
@@ -103,14 +104,6 @@ C MaxOf(C x, C y) {
     if (x != x || y != y) return x + y;  // NaN
   }
   return x > y ? x : y;
-}
-template <typename C>
-bool IsNanOf(C x) {
-  if constexpr (std::is_floating_point_v<C>) {
-    return x != x;
-  } else {
-    return false;
-  }
 }
 template <typename C>
 C MinOf(C x, C y) {
@@ -231,10 +224,10 @@ std::unique_ptr<Kernel> ArithKernel(Arith kind, const Operand& a,
       }
     case Arith::kFmax:
       return MakeBinaryKernel<C, C>(a, b, out, compute,
-                                    [](C x, C y) { return IsNanOf(x) ? y : IsNanOf(y) ? x : MaxOf(x, y); });
+                                    [](C x, C y) { return IsNan(x) ? y : IsNan(y) ? x : MaxOf(x, y); });
     case Arith::kFmin:
       return MakeBinaryKernel<C, C>(a, b, out, compute,
-                                    [](C x, C y) { return IsNanOf(x) ? y : IsNanOf(y) ? x : MinOf(x, y); });
+                                    [](C x, C y) { return IsNan(x) ? y : IsNan(y) ? x : MinOf(x, y); });
     case Arith::kMax:
       return MakeBinaryKernel<C, C>(a, b, out, compute, [](C x, C y) { return MaxOf(x, y); });
     case Arith::kMin:
@@ -339,8 +332,8 @@ class ClampKernel final : public Kernel {
       C* z = out + o;
       for (int64_t i = 0; i < n; ++i) {
         const C v = px[i * sx], l = pl[i * sl], h = ph[i * sh];
-        if (IsNanOf(v) || IsNanOf(l) || IsNanOf(h)) {
-          z[i] = IsNanOf(v) ? v : IsNanOf(l) ? l : h;
+        if (IsNan(v) || IsNan(l) || IsNan(h)) {
+          z[i] = IsNan(v) ? v : IsNan(l) ? l : h;
           continue;
         }
         const C y = v < l ? l : v;

@@ -20,6 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/kernels/conv_general.h"
+#include "runtime/kernels/conv_weights.h"
 #include "runtime/kernels/kernel_util.h"
 #include "runtime/kernels/onednn_util.h"
 #include "runtime/ops/prepare_fns.h"
@@ -32,20 +33,15 @@ using dnnl::memory;
 using tag = dnnl::memory::format_tag;
 using dt = dnnl::memory::data_type;
 
-constexpr size_t kAlign = 64;
-size_t AlignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-
 class GeneralConvKernel final : public Kernel {
  public:
   struct Config {
     dnnl::primitive prim;
     memory::desc pad_md;  // the primitive's scratchpad, at scratch offset 0
-    memory::desc src_md, dst_md, user_weights_md, bias_md;
-    int input_index = -1, weight_index = -1, bias_index = -1;
+    memory::desc src_md, dst_md;
+    int input_index = -1;
     bool empty = false;  // nothing to compute (an empty batch or output)
-    std::optional<PackedConstant> packed_weights;
-    std::optional<ScratchReorder> weight_reorder;
-    std::optional<memory> bias;
+    ConvWeights weights;
     // An output past the inputs' reach: the primitive's destination in
     // scratch (box_md), copied into the output's corner (corner_md).
     bool boxed = false;
@@ -68,27 +64,15 @@ class GeneralConvKernel final : public Kernel {
       const dnnl::engine& engine = CpuEngine();
       char* scratch = static_cast<char*>(ctx.scratch);
       dnnl::stream stream(engine);
-      memory weights;
-      if (c_.packed_weights) {
-        weights = c_.packed_weights->memory;
-      } else {
-        weights = memory(c_.user_weights_md, engine, ctx.inputs[c_.weight_index].data);
-        if (c_.weight_reorder) weights = c_.weight_reorder->Run(stream, weights, scratch);
-      }
       const memory dst = c_.boxed ? memory(c_.box_md, engine, scratch + c_.box_offset)
                                   : memory(c_.dst_md, engine, ctx.outputs[0].data);
       std::unordered_map<int, memory> exec_args = {
           {DNNL_ARG_SRC, memory(c_.src_md, engine, ctx.inputs[c_.input_index].data)},
-          {DNNL_ARG_WEIGHTS, weights},
           {DNNL_ARG_DST, dst}};
       if (c_.pad_md.get_size() > 0) {
         exec_args[DNNL_ARG_SCRATCHPAD] = memory(c_.pad_md, engine, scratch);
       }
-      if (c_.bias) {
-        exec_args[DNNL_ARG_BIAS] = *c_.bias;
-      } else if (c_.bias_index >= 0) {
-        exec_args[DNNL_ARG_BIAS] = memory(c_.bias_md, engine, ctx.inputs[c_.bias_index].data);
-      }
+      c_.weights.AddArgs(ctx, stream, scratch, &exec_args);
       c_.prim.execute(stream, exec_args);
       if (c_.boxed) {
         FillWithBias(ctx);
@@ -109,9 +93,10 @@ class GeneralConvKernel final : public Kernel {
  private:
   // Every output element the inputs do not reach holds the bias (or 0).
   void FillWithBias(const KernelContext& ctx) const {
-    const float* b = c_.bias                 ? static_cast<const float*>(c_.bias->get_data_handle())
-                     : c_.bias_index >= 0 ? ctx.inputs[c_.bias_index].as<const float>()
-                                          : nullptr;
+    const ConvWeights& w = c_.weights;
+    const float* b = w.bias                 ? static_cast<const float*>(w.bias->get_data_handle())
+                     : w.bias_index >= 0 ? ctx.inputs[w.bias_index].as<const float>()
+                                         : nullptr;
     float* out = ctx.outputs[0].as<float>();
     for (int64_t i = 0; i < c_.batch * c_.channels; ++i) {
       std::fill(out + i * c_.plane, out + (i + 1) * c_.plane, b ? b[i % c_.channels] : 0.0f);
@@ -120,17 +105,6 @@ class GeneralConvKernel final : public Kernel {
 
   Config c_;
 };
-
-// A per-spatial-dim list: one value for all dims, or one per dim.
-absl::StatusOr<std::vector<int64_t>> PerDim(const NodeArgs& args, std::vector<int64_t> list,
-                                            int dims, const char* name) {
-  if (list.size() == 1) list.assign(dims, list[0]);
-  if (static_cast<int>(list.size()) != dims) {
-    return args.Error(absl::StrCat(name, " ", ShapeString(list), " must have one value or ",
-                                   dims));
-  }
-  return list;
-}
 
 tag PlainTag(int spatial) {
   return spatial == 1 ? tag::ncw : spatial == 2 ? tag::nchw : tag::ncdhw;
@@ -168,13 +142,13 @@ absl::StatusOr<PreparedOp> PrepareGeneralConvolution(const NodeArgs& args) {
                                    input.ToString()));
   }
   KILN_ASSIGN_OR_RETURN(std::vector<int64_t> l, args.IntList(3, "stride"));
-  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> stride, PerDim(args, l, sd, "stride"));
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> stride, ExpandList(args, l, sd, "stride"));
   KILN_ASSIGN_OR_RETURN(l, args.IntList(4, "padding"));
-  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> padding, PerDim(args, l, sd, "padding"));
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> padding, ExpandList(args, l, sd, "padding"));
   KILN_ASSIGN_OR_RETURN(l, args.IntList(5, "dilation"));
-  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> dilation, PerDim(args, l, sd, "dilation"));
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> dilation, ExpandList(args, l, sd, "dilation"));
   KILN_ASSIGN_OR_RETURN(l, args.IntList(7, "output_padding", {0}));
-  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> out_pad, PerDim(args, l, sd, "output_padding"));
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> out_pad, ExpandList(args, l, sd, "output_padding"));
   if (groups <= 0) return args.Error(absl::StrCat("groups must be positive, got ", groups));
 
   const int64_t n = input.shape[0], c = input.shape[1];
@@ -236,8 +210,6 @@ absl::StatusOr<PreparedOp> PrepareGeneralConvolution(const NodeArgs& args) {
 
   GeneralConvKernel::Config cfg;
   cfg.input_index = InputIndex(args, 0, "input");
-  cfg.weight_index = InputIndex(args, 1, "weight");
-  cfg.bias_index = bias ? InputIndex(args, 2, "bias") : -1;
   if (empty) {
     cfg.empty = true;
     op.kernel = std::make_unique<GeneralConvKernel>(std::move(cfg));
@@ -264,19 +236,19 @@ absl::StatusOr<PreparedOp> PrepareGeneralConvolution(const NodeArgs& args) {
     wdims.push_back(oc / groups);
     wdims.push_back(c / groups);
     for (int i = 0; i < sd; ++i) wdims.push_back(weight.shape[2 + i]);
-    cfg.user_weights_md = memory::desc(wdims, dt::f32, WeightTag(sd, groups > 1, transposed));
+    ConvWeights& w = cfg.weights;
+    w.user_md = memory::desc(wdims, dt::f32, WeightTag(sd, groups > 1, transposed));
     const memory::desc any_weights(wdims, dt::f32, tag::any);
-    if (bias) cfg.bias_md = memory::desc({oc}, dt::f32, tag::x);
+    if (bias) w.bias_md = memory::desc({oc}, dt::f32, tag::x);
     memory::dims strides(stride.begin(), stride.end()), pad_l(padding.begin(), padding.end());
     memory::dims dil(sd);
     for (int i = 0; i < sd; ++i) dil[i] = dilation[i] - 1;  // oneDNN counts gaps
     const dnnl::primitive_attr attr = AttrFor(args.options());
-    const memory::desc no_bias;
     memory::desc weights_md;
     if (transposed) {
       dnnl::deconvolution_forward::primitive_desc pd(
           engine, dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct,
-          cfg.src_md, any_weights, bias ? cfg.bias_md : no_bias, prim_dst_md, strides, dil,
+          cfg.src_md, any_weights, w.bias_md, prim_dst_md, strides, dil,
           pad_l, pad_r, attr);
       cfg.prim = dnnl::deconvolution_forward(pd);
       cfg.pad_md = pd.scratchpad_desc();
@@ -284,41 +256,29 @@ absl::StatusOr<PreparedOp> PrepareGeneralConvolution(const NodeArgs& args) {
     } else {
       dnnl::convolution_forward::primitive_desc pd(
           engine, dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-          cfg.src_md, any_weights, bias ? cfg.bias_md : no_bias, cfg.dst_md, strides, dil, pad_l,
+          cfg.src_md, any_weights, w.bias_md, cfg.dst_md, strides, dil, pad_l,
           pad_r, attr);
       cfg.prim = dnnl::convolution_forward(pd);
       cfg.pad_md = pd.scratchpad_desc();
       weights_md = pd.weights_desc();
     }
-    size_t scratch = AlignUp(cfg.pad_md.get_size());
+    size_t scratch = AlignScratch(cfg.pad_md.get_size());
     if (cfg.boxed) {
       cfg.box_md = prim_dst_md;
       cfg.box_offset = scratch;
-      scratch += AlignUp(cfg.box_md.get_size());
+      scratch += AlignScratch(cfg.box_md.get_size());
       cfg.corner_md = cfg.dst_md.submemory_desc(box, memory::dims(box.size(), 0));
       dnnl::reorder::primitive_desc rpd(engine, cfg.box_md, engine, cfg.corner_md,
                                         ReentrantAttr());
       cfg.corner_copy = dnnl::reorder(rpd);
       cfg.corner_pad_md = rpd.scratchpad_desc();
       cfg.corner_pad_offset = scratch;
-      scratch += AlignUp(cfg.corner_pad_md.get_size());
+      scratch += AlignScratch(cfg.corner_pad_md.get_size());
       cfg.batch = n;
       cfg.channels = oc;
       cfg.plane = Product(out_shape, 2, static_cast<int>(out_shape.size()));
     }
-    if (const void* data = args.ConstantData(1, "weight")) {
-      cfg.packed_weights =
-          PackConstant(cfg.user_weights_md, data, args.ConstantKey(1, "weight"), weights_md);
-      op.consumed_constants.push_back(data);
-    } else if (weights_md != cfg.user_weights_md) {
-      cfg.weight_reorder = ScratchReorder::Make(cfg.user_weights_md, weights_md, &scratch);
-    }
-    if (const void* data = bias ? args.ConstantData(2, "bias") : nullptr) {
-      memory b(cfg.bias_md, engine);
-      std::memcpy(b.get_data_handle(), data, oc * sizeof(float));
-      cfg.bias = b;
-      op.consumed_constants.push_back(data);
-    }
+    w.Prepare(args, weights_md, &scratch, &op);
     cfg.scratch_bytes = scratch;
     return absl::OkStatus();
   }));

@@ -21,6 +21,7 @@
 #include "runtime/kernels/activation_layout.h"
 #include "runtime/kernels/conv_general.h"
 #include "runtime/kernels/conv_narrow_group.h"
+#include "runtime/kernels/conv_weights.h"
 #include "runtime/kernels/conv_winograd.h"
 #include "runtime/kernels/kernel_util.h"
 #include "runtime/kernels/onednn_util.h"
@@ -36,9 +37,6 @@ namespace {
 using dnnl::memory;
 using tag = dnnl::memory::format_tag;
 using dt = dnnl::memory::data_type;
-
-constexpr size_t kAlign = 64;
-size_t AlignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 // A per-run reorder between a plain and a blocked layout, with its
 // destination (or source) and its scratchpad carved out of run scratch.
@@ -58,9 +56,9 @@ struct StagedReorder {
                                          ReentrantAttr());
     r.prim = dnnl::reorder(r.pd);
     r.buffer_offset = *scratch_bytes;
-    *scratch_bytes += AlignUp(blocked.get_size());
+    *scratch_bytes += AlignScratch(blocked.get_size());
     r.pad_offset = *scratch_bytes;
-    *scratch_bytes += AlignUp(r.pd.scratchpad_desc().get_size());
+    *scratch_bytes += AlignScratch(r.pd.scratchpad_desc().get_size());
     return r;
   }
 
@@ -111,9 +109,10 @@ class ConvolutionKernel final : public Kernel {
   struct Config {
     dnnl::convolution_forward::primitive_desc pd;
     dnnl::convolution_forward conv;
-    // Plain (NCHW / OIHW / GOIHW) layouts of the node's tensors.
-    memory::desc src_md, user_weights_md, bias_md, dst_md;
-    int input_index = -1, weight_index = -1, bias_index = -1;
+    // Plain (NCHW / NHWC) layouts of the node's activations.
+    memory::desc src_md, dst_md;
+    int input_index = -1;
+    ConvWeights weights;  // OIHW / GOIHW as the node gives them
     // Residual of the fused "add" (sum) post-op: its input slot, and the
     // reorder that places it in a blocked destination.
     int residual_index = -1;
@@ -121,10 +120,8 @@ class ConvolutionKernel final : public Kernel {
     dnnl::reorder::primitive_desc residual_pd;
     size_t residual_pad_offset = 0;
     bool empty = false;  // zero-sized batch: nothing to compute
-    std::optional<PackedConstant> packed_weights;  // constant weights, prepacked
-    std::optional<memory> bias;            // constant bias, copied
     // Present when the primitive wants a blocked layout for that tensor.
-    std::optional<StagedReorder> src_reorder, dst_reorder, weight_reorder;
+    std::optional<StagedReorder> src_reorder, dst_reorder;
     // Scratch: [conv scratchpad | staged tensors and reorder pads].
     size_t scratch_bytes = 0;
   };
@@ -151,22 +148,8 @@ class ConvolutionKernel final : public Kernel {
         dst = memory(c_.pd.dst_desc(), engine,
                      scratch + c_.dst_reorder->buffer_offset);
       }
-      memory weights;
-      if (c_.packed_weights) {
-        weights = c_.packed_weights->memory;
-      } else {
-        weights = memory(c_.user_weights_md, engine,
-                         ctx.inputs[c_.weight_index].data);
-        if (c_.weight_reorder) {
-          memory blocked(c_.pd.weights_desc(), engine,
-                         scratch + c_.weight_reorder->buffer_offset);
-          c_.weight_reorder->Run(stream, weights, blocked, scratch);
-          weights = blocked;
-        }
-      }
-      std::unordered_map<int, memory> exec_args = {{DNNL_ARG_SRC, src},
-                                                   {DNNL_ARG_WEIGHTS, weights},
-                                                   {DNNL_ARG_DST, dst}};
+      std::unordered_map<int, memory> exec_args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}};
+      c_.weights.AddArgs(ctx, stream, scratch, &exec_args);
       // The executor may pass no scratch at all when none was asked for.
       if (c_.pd.scratchpad_desc().get_size() > 0) {
         exec_args[DNNL_ARG_SCRATCHPAD] =
@@ -186,12 +169,6 @@ class ConvolutionKernel final : public Kernel {
         } else if (residual != ctx.outputs[0].data) {
           std::memcpy(ctx.outputs[0].data, residual, c_.dst_md.get_size());
         }
-      }
-      if (c_.bias) {
-        exec_args[DNNL_ARG_BIAS] = *c_.bias;
-      } else if (c_.bias_index >= 0) {
-        exec_args[DNNL_ARG_BIAS] =
-            memory(c_.bias_md, engine, ctx.inputs[c_.bias_index].data);
       }
       c_.conv.execute(stream, exec_args);
       if (c_.dst_reorder) c_.dst_reorder->Run(stream, dst, user_dst, scratch);
@@ -381,8 +358,7 @@ static absl::StatusOr<PreparedOp> PrepareConv(const NodeArgs& args, bool fused) 
   if (args.shape_only()) return op;
   ConvolutionKernel::Config cfg;
   cfg.input_index = InputIndex(args, 0, "input");
-  cfg.weight_index = InputIndex(args, 1, "weight");
-  cfg.bias_index = bias ? InputIndex(args, 2, "bias") : -1;
+  const int bias_index = bias ? InputIndex(args, 2, "bias") : -1;
   if (residual) cfg.residual_index = InputIndex(args, conv2d_arg::kResidual);
   if (n == 0) {
     cfg.empty = true;
@@ -398,7 +374,7 @@ static absl::StatusOr<PreparedOp> PrepareConv(const NodeArgs& args, bool fused) 
     KILN_ASSIGN_OR_RETURN(
         op.kernel, MakeWinogradConv(args, wino, static_cast<const float*>(constant_weight),
                                     static_cast<const float*>(constant_bias), cfg.input_index,
-                                    cfg.bias_index, cfg.residual_index, post_ops));
+                                    bias_index, cfg.residual_index, post_ops));
     op.consumed_constants.push_back(constant_weight);
     if (constant_bias != nullptr) op.consumed_constants.push_back(constant_bias);
     return op;
@@ -411,7 +387,7 @@ static absl::StatusOr<PreparedOp> PrepareConv(const NodeArgs& args, bool fused) 
     const void* constant_bias = bias ? args.ConstantData(2, "bias") : nullptr;
     op.kernel = MakeNarrowGroupConv(narrow, static_cast<const float*>(constant_weight),
                                     static_cast<const float*>(constant_bias), cfg.input_index,
-                                    cfg.bias_index, cfg.residual_index, post_ops);
+                                    bias_index, cfg.residual_index, post_ops);
     op.consumed_constants.push_back(constant_weight);
     if (constant_bias != nullptr) op.consumed_constants.push_back(constant_bias);
     return op;
@@ -422,13 +398,14 @@ static absl::StatusOr<PreparedOp> PrepareConv(const NodeArgs& args, bool fused) 
     cfg.src_md = memory::desc({n, c, h, w}, dt::f32, DnnlTag(layout_in));
     cfg.dst_md = memory::desc({n, oc, out_hw[0], out_hw[1]}, dt::f32, DnnlTag(layout_out));
     memory::dims weight_dims;
+    ConvWeights& weights = cfg.weights;
     if (groups == 1) {
       weight_dims = {oc, icg, kh, kw};
-      cfg.user_weights_md = memory::desc(weight_dims, dt::f32, tag::oihw);
+      weights.user_md = memory::desc(weight_dims, dt::f32, tag::oihw);
     } else {
       // Same bytes as OIHW: O splits into (G, O/G).
       weight_dims = {groups, oc / groups, icg, kh, kw};
-      cfg.user_weights_md = memory::desc(weight_dims, dt::f32, tag::goihw);
+      weights.user_md = memory::desc(weight_dims, dt::f32, tag::goihw);
     }
     const dt compute = ComputeType(args.options());
     const memory::desc any_weights(weight_dims, compute, tag::any);
@@ -447,7 +424,7 @@ static absl::StatusOr<PreparedOp> PrepareConv(const NodeArgs& args, bool fused) 
     memory::desc any_src({n, c, h, w}, compute, src_tag);
     memory::desc any_dst({n, oc, out_hw[0], out_hw[1]}, dt::f32,
                          blocked ? tag::nChw8c : tag::nhwc);
-    if (bias) cfg.bias_md = memory::desc({oc}, dt::f32, tag::x);
+    if (bias) weights.bias_md = memory::desc({oc}, dt::f32, tag::x);
     // oneDNN counts dilation from 0 (no gap), ATen from 1.
     const memory::dims strides = {stride[0], stride[1]};
     const memory::dims dil = {dilation[0] - 1, dilation[1] - 1};
@@ -457,7 +434,7 @@ static absl::StatusOr<PreparedOp> PrepareConv(const NodeArgs& args, bool fused) 
     auto make_pd = [&] {
       return bias ? dnnl::convolution_forward::primitive_desc(
                         engine, dnnl::prop_kind::forward_inference,
-                        dnnl::algorithm::convolution_direct, any_src, any_weights, cfg.bias_md,
+                        dnnl::algorithm::convolution_direct, any_src, any_weights, weights.bias_md,
                         any_dst, strides, dil, pad, pad, attr)
                   : dnnl::convolution_forward::primitive_desc(
                         engine, dnnl::prop_kind::forward_inference,
@@ -486,7 +463,7 @@ static absl::StatusOr<PreparedOp> PrepareConv(const NodeArgs& args, bool fused) 
       cfg.pd = make_pd();
     }
     cfg.conv = dnnl::convolution_forward(cfg.pd);
-    size_t scratch = AlignUp(cfg.pd.scratchpad_desc().get_size());
+    size_t scratch = AlignScratch(cfg.pd.scratchpad_desc().get_size());
     if (cfg.pd.src_desc() != cfg.src_md) {
       cfg.src_reorder = StagedReorder::Make(cfg.src_md, cfg.pd.src_desc(),
                                             cfg.pd.src_desc(), &scratch);
@@ -500,26 +477,10 @@ static absl::StatusOr<PreparedOp> PrepareConv(const NodeArgs& args, bool fused) 
         cfg.residual_reorder = dnnl::reorder(rpd);
         cfg.residual_pd = rpd;
         cfg.residual_pad_offset = scratch;
-        scratch += AlignUp(rpd.scratchpad_desc().get_size());
+        scratch += AlignScratch(rpd.scratchpad_desc().get_size());
       }
     }
-    const void* weight_data = args.ConstantData(1, "weight");
-    if (weight_data != nullptr) {
-      cfg.packed_weights = PackConstant(cfg.user_weights_md, weight_data,
-                                        args.ConstantKey(1, "weight"), cfg.pd.weights_desc());
-      op.consumed_constants.push_back(weight_data);
-    } else if (cfg.pd.weights_desc() != cfg.user_weights_md) {
-      cfg.weight_reorder =
-          StagedReorder::Make(cfg.user_weights_md, cfg.pd.weights_desc(),
-                              cfg.pd.weights_desc(), &scratch);
-    }
-    const void* bias_data = bias ? args.ConstantData(2, "bias") : nullptr;
-    if (bias_data != nullptr) {
-      memory b(cfg.bias_md, engine);
-      std::memcpy(b.get_data_handle(), bias_data, oc * sizeof(float));
-      cfg.bias = b;
-      op.consumed_constants.push_back(bias_data);
-    }
+    weights.Prepare(args, cfg.pd.weights_desc(), &scratch, &op);
     cfg.scratch_bytes = scratch;
     return absl::OkStatus();
   }));

@@ -24,7 +24,7 @@ namespace {
 template <typename In, typename Out, bool kProduct>
 class CumsumKernel final : public Kernel {
  public:
-  CumsumKernel(int64_t outer, int64_t n, int64_t inner) : outer_(outer), n_(n), inner_(inner) {}
+  explicit CumsumKernel(DimLines l) : l_(l) {}
 
   static Out Step(Out acc, Out x) {
     if constexpr (!kProduct) {
@@ -39,37 +39,35 @@ class CumsumKernel final : public Kernel {
   absl::Status Run(const KernelContext& ctx) const override {
     const In* x = ctx.inputs[0].as<const In>();
     Out* y = ctx.outputs[0].as<Out>();
-    const int64_t lines = outer_ * inner_;
-    ParallelFor(lines, std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(n_, 1)),
-                [&](int64_t begin, int64_t end) {
-                  for (int64_t line = begin; line < end; ++line) {
-                    const int64_t o = line / inner_, i = line % inner_;
-                    const int64_t base = o * n_ * inner_ + i;
-                    Out acc = Out(kProduct ? 1 : 0);
-                    for (int64_t k = 0; k < n_; ++k) {
-                      acc = Step(acc, static_cast<Out>(x[base + k * inner_]));
-                      y[base + k * inner_] = acc;
-                    }
-                  }
-                });
+    const DimLines& l = l_;
+    ParallelFor(l.lines(), LineGrain(l), [&](int64_t begin, int64_t end) {
+      for (int64_t line = begin; line < end; ++line) {
+        const int64_t base = l.base(line);
+        Out acc = Out(kProduct ? 1 : 0);
+        for (int64_t k = 0; k < l.n; ++k) {
+          acc = Step(acc, static_cast<Out>(x[base + k * l.inner]));
+          y[base + k * l.inner] = acc;
+        }
+      }
+    });
     return absl::OkStatus();
   }
 
  private:
-  int64_t outer_, n_, inner_;
+  DimLines l_;
 };
 
 template <typename Out, bool kProduct>
-std::unique_ptr<Kernel> MakeCumsum(DType in, int64_t outer, int64_t n, int64_t inner) {
+std::unique_ptr<Kernel> MakeCumsum(DType in, const DimLines& l) {
   switch (in) {
     case DType::kF32:
-      return std::make_unique<CumsumKernel<float, Out, kProduct>>(outer, n, inner);
+      return std::make_unique<CumsumKernel<float, Out, kProduct>>(l);
     case DType::kI64:
-      return std::make_unique<CumsumKernel<int64_t, Out, kProduct>>(outer, n, inner);
+      return std::make_unique<CumsumKernel<int64_t, Out, kProduct>>(l);
     case DType::kI32:
-      return std::make_unique<CumsumKernel<int32_t, Out, kProduct>>(outer, n, inner);
+      return std::make_unique<CumsumKernel<int32_t, Out, kProduct>>(l);
     case DType::kBool:
-      return std::make_unique<CumsumKernel<bool, Out, kProduct>>(outer, n, inner);
+      return std::make_unique<CumsumKernel<bool, Out, kProduct>>(l);
     default:
       return nullptr;
   }
@@ -87,18 +85,13 @@ absl::StatusOr<PreparedOp> PrepareRunning(const NodeArgs& args) {
       self.dtype != DType::kBool) {
     return args.Unimplemented("this dtype is not supported");
   }
-  // A 0-dim tensor is its own running sum, along dim 0 or -1.
-  const int rank = std::max(self.rank(), 1);
-  KILN_ASSIGN_OR_RETURN(int dim, WrapDim(args, dim_arg, rank));
-  const std::vector<int64_t> shape = self.rank() == 0 ? std::vector<int64_t>{1} : self.shape;
-  const int64_t outer = Product(shape, 0, dim);
-  const int64_t n = shape[dim];
-  const int64_t inner = Product(shape, dim + 1, rank);
+  // A 0-dim tensor is its own running sum.
+  KILN_ASSIGN_OR_RETURN(DimLines lines, LinesAlong(args, self, dim_arg));
   PreparedOp op;
   op.outputs.push_back(TensorMeta{out_dtype, self.shape});
   KILN_RETURN_IF_ERROR(ValidateMeta(op.outputs[0]));
-  op.kernel = out_dtype == DType::kF32 ? MakeCumsum<float, kProduct>(self.dtype, outer, n, inner)
-                                       : MakeCumsum<int64_t, kProduct>(self.dtype, outer, n, inner);
+  op.kernel = out_dtype == DType::kF32 ? MakeCumsum<float, kProduct>(self.dtype, lines)
+                                       : MakeCumsum<int64_t, kProduct>(self.dtype, lines);
   return op;
 }
 

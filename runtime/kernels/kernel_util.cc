@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "runtime/ir/graph.h"
+#include "runtime/util/status_macros.h"
 
 namespace kiln::runtime {
 
@@ -66,13 +67,23 @@ absl::StatusOr<int> WrapDim(const NodeArgs& args, int64_t dim, int rank) {
   return static_cast<int>(dim < 0 ? dim + r : dim);
 }
 
-absl::StatusOr<std::array<int64_t, 2>> ExpandPair(
-    const NodeArgs& args, const std::vector<int64_t>& values,
-    const char* name) {
-  if (values.size() == 1) return std::array<int64_t, 2>{values[0], values[0]};
-  if (values.size() == 2) return std::array<int64_t, 2>{values[0], values[1]};
-  return args.Error(absl::StrCat(name, " must have 1 or 2 values, got ",
-                                 values.size()));
+absl::StatusOr<std::vector<int64_t>> ExpandList(const NodeArgs& args,
+                                                const std::vector<int64_t>& values, int n,
+                                                const char* name) {
+  if (values.size() == 1) return std::vector<int64_t>(n, values[0]);
+  if (static_cast<int>(values.size()) == n) return values;
+  return args.Error(absl::StrCat(name, " ", ShapeString(values), " must have one value or ", n));
+}
+
+absl::StatusOr<DimLines> LinesAlong(const NodeArgs& args, const TensorMeta& t, int64_t dim) {
+  DimLines l;
+  KILN_ASSIGN_OR_RETURN(l.dim, WrapDim(args, dim, t.rank()));
+  if (t.rank() > 0) {
+    l.outer = Product(t.shape, 0, l.dim);
+    l.n = t.shape[l.dim];
+    l.inner = Product(t.shape, l.dim + 1, t.rank());
+  }
+  return l;
 }
 
 std::string ShapeString(const std::vector<int64_t>& shape) {

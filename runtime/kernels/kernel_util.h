@@ -3,6 +3,7 @@
 // its slot in KernelContext::inputs.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <string>
@@ -42,10 +43,46 @@ bool KernelSwitchOn(const char* name);
 // -1 and 0 like PyTorch.
 absl::StatusOr<int> WrapDim(const NodeArgs& args, int64_t dim, int rank);
 
-// An ATen `int[2]` given as one or two values, as two values.
-absl::StatusOr<std::array<int64_t, 2>> ExpandPair(
-    const NodeArgs& args, const std::vector<int64_t>& values,
-    const char* name);
+// An ATen `int[n]` (kernel_size, stride, padding, ...) given as one value
+// for every dim or as n values, as n values.
+absl::StatusOr<std::vector<int64_t>> ExpandList(const NodeArgs& args,
+                                                const std::vector<int64_t>& values, int n,
+                                                const char* name);
+
+// ExpandList into a fixed-size array, for kernels with a fixed rank.
+template <size_t N>
+absl::StatusOr<std::array<int64_t, N>> ExpandArray(const NodeArgs& args,
+                                                   const std::vector<int64_t>& values,
+                                                   const char* name) {
+  absl::StatusOr<std::vector<int64_t>> list = ExpandList(args, values, static_cast<int>(N), name);
+  if (!list.ok()) return list.status();
+  std::array<int64_t, N> out;
+  for (size_t i = 0; i < N; ++i) out[i] = (*list)[i];
+  return out;
+}
+
+inline absl::StatusOr<std::array<int64_t, 2>> ExpandPair(const NodeArgs& args,
+                                                         const std::vector<int64_t>& values,
+                                                         const char* name) {
+  return ExpandArray<2>(args, values, name);
+}
+
+// A tensor seen as lines along one dim, as the scans, sorts and softmax
+// walk it: outer * inner independent lines of n elements, element k of the
+// line starting at `base` at base + k * inner. A 0-dim tensor is one line
+// of one element (along dim 0 or -1, as PyTorch accepts).
+struct DimLines {
+  int dim = 0;
+  int64_t outer = 1, n = 1, inner = 1;
+  int64_t lines() const { return outer * inner; }
+  // The offset of the first element of line `line` in [0, lines()).
+  int64_t base(int64_t line) const { return (line / inner) * n * inner + line % inner; }
+};
+// Lines per ParallelFor task so a task walks at least ~16K elements.
+inline int64_t LineGrain(const DimLines& l) {
+  return std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(l.n, 1));
+}
+absl::StatusOr<DimLines> LinesAlong(const NodeArgs& args, const TensorMeta& t, int64_t dim);
 
 // "[1,2,3]" for messages.
 std::string ShapeString(const std::vector<int64_t>& shape);

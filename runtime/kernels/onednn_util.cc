@@ -19,9 +19,6 @@
 namespace kiln::runtime {
 namespace {
 
-constexpr size_t kAlign = 64;
-size_t AlignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-
 }  // namespace
 
 const dnnl::engine& CpuEngine() {
@@ -86,11 +83,11 @@ ScratchReorder ScratchReorder::Make(const dnnl::memory::desc& from,
   ScratchReorder r;
   r.pd = dnnl::reorder::primitive_desc(CpuEngine(), from, CpuEngine(), to, ReentrantAttr());
   r.prim = dnnl::reorder(r.pd);
-  *scratch_bytes = AlignUp(*scratch_bytes);
+  *scratch_bytes = AlignScratch(*scratch_bytes);
   r.buffer_offset = *scratch_bytes;
-  *scratch_bytes += AlignUp(to.get_size());
+  *scratch_bytes += AlignScratch(to.get_size());
   r.pad_offset = *scratch_bytes;
-  *scratch_bytes += AlignUp(r.pd.scratchpad_desc().get_size());
+  *scratch_bytes += AlignScratch(r.pd.scratchpad_desc().get_size());
   return r;
 }
 

@@ -85,6 +85,10 @@ dnnl::memory::data_type ComputeType(const CompileOptions& options);
 // are fastest in the 8-channel blocked layout for most shapes.
 bool HasAvx512Kernels();
 
+// The size of a piece of a kernel's run scratch, rounded up so the next
+// piece starts 64-byte aligned.
+inline size_t AlignScratch(size_t n) { return (n + 63) / 64 * 64; }
+
 // A per-run reorder (layout or data-type conversion) whose destination and
 // own scratchpad are carved out of a kernel's run scratch.
 struct ScratchReorder {

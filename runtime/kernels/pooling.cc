@@ -171,10 +171,6 @@ class AvgPool2dKernel final : public Kernel {
   std::optional<int64_t> divisor_override_;
 };
 
-// ATen's adaptive window of output index o: [floor(o*in/out), ceil((o+1)*in/out)).
-int64_t AdaptiveStart(int64_t o, int64_t in, int64_t out) { return o * in / out; }
-int64_t AdaptiveEnd(int64_t o, int64_t in, int64_t out) { return ((o + 1) * in + out - 1) / out; }
-
 class AdaptiveAvgPool2dKernel final : public Kernel {
  public:
   explicit AdaptiveAvgPool2dKernel(PoolGeometry g) : g_(g) {}

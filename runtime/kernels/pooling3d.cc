@@ -151,8 +151,8 @@ class AvgPool3dKernel final : public Kernel {
 // ATen's adaptive window of output index o: [floor(o*in/out), ceil((o+1)*in/out)).
 void AdaptiveWindow(const Pool3d& g, const Dims3& o, Dims3* lo, Dims3* hi) {
   for (int i = 0; i < 3; ++i) {
-    (*lo)[i] = o[i] * g.in[i] / g.out[i];
-    (*hi)[i] = ((o[i] + 1) * g.in[i] + g.out[i] - 1) / g.out[i];
+    (*lo)[i] = AdaptiveStart(o[i], g.in[i], g.out[i]);
+    (*hi)[i] = AdaptiveEnd(o[i], g.in[i], g.out[i]);
   }
 }
 
@@ -208,11 +208,7 @@ absl::StatusOr<std::vector<int64_t>> ReadInput(const NodeArgs& args, Pool3d* g) 
 absl::StatusOr<Dims3> Triple(const NodeArgs& args, int pos, const char* name,
                              std::vector<int64_t> def) {
   KILN_ASSIGN_OR_RETURN(std::vector<int64_t> list, args.IntList(pos, name, std::move(def)));
-  if (list.size() == 1) return Dims3{list[0], list[0], list[0]};
-  if (list.size() != 3) {
-    return args.Error(absl::StrCat(name, " ", ShapeString(list), " must have one value or 3"));
-  }
-  return Dims3{list[0], list[1], list[2]};
+  return ExpandArray<3>(args, list, name);
 }
 
 // kernel_size, stride (empty: the kernel size), padding and, with

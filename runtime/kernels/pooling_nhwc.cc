@@ -197,10 +197,10 @@ class AvgPool2dNhwcKernel final : public Kernel {
           float* y = out + (row * g.ow + ox) * c;
           int64_t y0, y1, x0, x1, divisor;
           if (adaptive_) {
-            y0 = oy * g.ih / g.oh;
-            y1 = ((oy + 1) * g.ih + g.oh - 1) / g.oh;
-            x0 = ox * g.iw / g.ow;
-            x1 = ((ox + 1) * g.iw + g.ow - 1) / g.ow;
+            y0 = AdaptiveStart(oy, g.ih, g.oh);
+            y1 = AdaptiveEnd(oy, g.ih, g.oh);
+            x0 = AdaptiveStart(ox, g.iw, g.ow);
+            x1 = AdaptiveEnd(ox, g.iw, g.ow);
             divisor = (y1 - y0) * (x1 - x0);
           } else {
             y0 = oy * g.sh - g.ph;

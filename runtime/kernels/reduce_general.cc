@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/exec/parallel.h"
+#include "runtime/kernels/element_nan.h"
 #include "runtime/kernels/kernel_util.h"
 #include "runtime/kernels/reduce_plan.h"
 #include "runtime/kernels/typed_elementwise.h"
@@ -152,15 +153,6 @@ struct ProdR {
   }
   Out Finish(const Acc& a, int64_t) const { return static_cast<Out>(a); }
 };
-
-template <typename T>
-bool IsNan(T x) {
-  if constexpr (std::is_floating_point_v<T>) {
-    return x != x;
-  } else {
-    return false;
-  }
-}
 
 // Extremum with its first index; a NaN wins and stays.
 template <typename T, bool kMax>

@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/exec/parallel.h"
 #include "runtime/kernels/broadcast.h"
+#include "runtime/kernels/element_nan.h"
 #include "runtime/kernels/kernel_util.h"
 #include "runtime/kernels/strided_loop.h"
 #include "runtime/ops/prepare_fns.h"
@@ -32,15 +33,6 @@ namespace kiln::runtime {
 namespace {
 
 enum class Reduce { kAssign, kSum, kProd, kMean, kMax, kMin };
-
-template <typename T>
-bool IsNan(T v) {
-  if constexpr (std::is_floating_point_v<T>) {
-    return v != v;
-  } else {
-    return false;
-  }
-}
 
 // dst combined with v; a NaN wins amax and amin (ATen's scatter_reduce).
 template <typename T>

@@ -124,16 +124,10 @@ absl::StatusOr<PreparedOp> PrepareSoftmaxOf(const NodeArgs& args, bool log) {
   if (half_to_float) {
     return args.Error("half_to_float is only valid for f16 inputs");
   }
-  KILN_ASSIGN_OR_RETURN(int dim, WrapDim(args, dim_arg, self.rank()));
-  int64_t outer = 1, size = 1, inner = 1;
-  if (self.rank() > 0) {
-    outer = Product(self.shape, 0, dim);
-    size = self.shape[dim];
-    inner = Product(self.shape, dim + 1, self.rank());
-  }
+  KILN_ASSIGN_OR_RETURN(DimLines lines, LinesAlong(args, self, dim_arg));
   PreparedOp op;
   op.outputs.push_back(self);
-  op.kernel = std::make_unique<SoftmaxKernel>(outer, size, inner, log);
+  op.kernel = std::make_unique<SoftmaxKernel>(lines.outer, lines.n, lines.inner, log);
   return op;
 }
 

@@ -130,12 +130,11 @@ absl::StatusOr<PreparedOp> PrepareOrdering(const NodeArgs& args, const TensorMet
   if (self.dtype != DType::kF32 && self.dtype != DType::kI64) {
     return args.Error(absl::StrCat("self must be f32 or i64, got ", self.ToString()));
   }
-  KILN_ASSIGN_OR_RETURN(int dim, WrapDim(args, dim_arg, self.rank()));
-  const std::vector<int64_t> shape = self.rank() == 0 ? std::vector<int64_t>{1} : self.shape;
-  const int rank = static_cast<int>(shape.size());
-  c.outer = Product(shape, 0, dim);
-  c.n = shape[dim];
-  c.inner = Product(shape, dim + 1, rank);
+  KILN_ASSIGN_OR_RETURN(DimLines lines, LinesAlong(args, self, dim_arg));
+  const int dim = lines.dim;
+  c.outer = lines.outer;
+  c.n = lines.n;
+  c.inner = lines.inner;
   if (c.mode == Mode::kSort) c.k = c.n;
   if ((c.mode == Mode::kMedian || c.mode == Mode::kNanMedian) && c.n == 0) {
     return args.Error("median of an empty dim");

@@ -145,7 +145,7 @@ TEST(MaxPoolTest, MaxPoolRejectsTwoDimensionalInput) {
 TEST(MaxPoolTest, MaxPoolRejectsThreeValueKernel) {
   EXPECT_TRUE(IsInvalidArgument(
       PrepareMaxPool({1, 1, 8, 8}, {IntListArg({2, 2, 2})}),
-      "kernel_size must have 1 or 2 values"));
+      "must have one value or 2"));
 }
 
 // ---- avg_pool2d ----
