@@ -88,9 +88,9 @@ void CallChannel::Loop() {
     if (s == kChannelRequest) {
       if (CompareExchange(state, kChannelRequest, kChannelRunning)) {
         g_serving.fetch_add(1);
-        Serve();
+        const bool client_next = Serve();
         g_serving.fetch_sub(1);
-        SpinForNextCall(state);
+        if (!client_next) SpinForNextCall(state);
       }
       continue;
     }
@@ -121,13 +121,14 @@ void CallChannel::SpinForNextCall(const uint32_t* state) {
   g_spinning.store(0);
 }
 
-void CallChannel::Serve() {
+bool CallChannel::Serve() {
   const auto start = std::chrono::steady_clock::now();
   // Copy the request out first: the client may scribble on the block while
   // the call runs, and nothing checked may change under us.
   const uint64_t seq = ReadField<uint64_t>(base_, kRequestSeqOffset);
   ChannelCall call;
   call.handle = ReadField<uint64_t>(base_, kRequestHandleOffset);
+  call.flags = ReadField<uint32_t>(base_, kRequestFlagsOffset);
   const uint64_t n_in = ReadField<uint32_t>(base_, kRequestInputsOffset);
   const uint64_t n_out = ReadField<uint32_t>(base_, kRequestOutputsOffset);
   absl::Status status;
@@ -149,6 +150,7 @@ void CallChannel::Serve() {
   Reply(seq, status,
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
             .count());
+  return (call.flags & kRequestFlagClientComputesNext) != 0;
 }
 
 void CallChannel::Reply(uint64_t seq, const absl::Status& status, double run_us) {

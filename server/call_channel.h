@@ -36,6 +36,7 @@ struct TensorSlot {
 // A request copied out of the block.
 struct ChannelCall {
   uint64_t handle = 0;
+  uint32_t flags = 0;  // kRequestFlag* bits
   std::vector<TensorSlot> inputs;
   std::vector<TensorSlot> outputs;
 };
@@ -68,7 +69,9 @@ class CallChannel {
  private:
   CallChannel(std::shared_ptr<ShmRegion> block, uint8_t* base, ChannelRunner runner);
   void Loop();
-  void Serve();
+  // Runs the posted call and replies; whether the client said it computes
+  // next (then this thread sleeps at once rather than spinning).
+  bool Serve();
   void SpinForNextCall(const uint32_t* state);
   void Reply(uint64_t seq, const absl::Status& status, double run_us);
   uint32_t* word(uint64_t offset) const { return reinterpret_cast<uint32_t*>(base_ + offset); }

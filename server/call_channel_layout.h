@@ -61,6 +61,12 @@ inline constexpr uint64_t kRequestSeqOffset = 64;
 inline constexpr uint64_t kRequestHandleOffset = 72;
 inline constexpr uint64_t kRequestInputsOffset = 80;
 inline constexpr uint64_t kRequestOutputsOffset = 84;
+// uint32 request flags (a block starts zeroed: no flag set).
+inline constexpr uint64_t kRequestFlagsOffset = 88;
+// The client computes right after this call (eager nodes follow the
+// partition): the daemon's threads sleep after the run instead of
+// spinning for the next one, so they leave the cores to the client.
+inline constexpr uint32_t kRequestFlagClientComputesNext = 1;
 inline constexpr uint64_t kReplySeqOffset = 128;
 inline constexpr uint64_t kReplyCodeOffset = 136;
 inline constexpr uint64_t kReplyMessageBytesOffset = 140;

@@ -34,6 +34,7 @@ absl::Status KilnService::RunChannelCall(const Session& session, const ChannelCa
   absl::Status s = Guarded("running a call", [&]() -> absl::Status {
     KILN_ASSIGN_OR_RETURN(PreparedRun run,
                           PrepareRun(session, call.handle, call.inputs, call.outputs));
+    run.keep_warm = (call.flags & kRequestFlagClientComputesNext) == 0;
     ExecutionSlots::Slot slot(&channel_slots_);
     return RunGated(run);
   });

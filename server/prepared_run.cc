@@ -117,7 +117,9 @@ absl::StatusOr<PreparedRun> PrepareExecuteRequest(const Session& session,
 
 absl::Status RunPrepared(const PreparedRun& run) {
   absl::Status s = Guarded("running a graph",
-                           [&] { return runtime::Execute(*run.graph, run.inputs, run.outputs); });
+                           [&] {
+    return runtime::Execute(*run.graph, run.inputs, run.outputs, run.keep_warm);
+  });
   // A region that shrank during the run read as zeros and swallowed what
   // was written: whatever the run says, its results are void.
   for (const auto& region : run.regions) KILN_RETURN_IF_ERROR(region->Check());

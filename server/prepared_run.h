@@ -36,6 +36,9 @@ struct PreparedRun {
   std::vector<std::shared_ptr<ShmRegion>> regions;
   std::vector<const void*> inputs;
   std::vector<void*> outputs;
+  // False when the client computes right after this run (a channel
+  // request's flag): see runtime::Execute.
+  bool keep_warm = true;
 };
 
 // Resolves bytes [offset, offset + byte_size) of one of the session's

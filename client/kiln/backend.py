@@ -452,6 +452,19 @@ def _copy_graph_module(gm: fx.GraphModule) -> fx.GraphModule:
     return fx.GraphModule(gm, graph)
 
 
+def _eager_compute_follows(node: fx.Node) -> bool:
+    """Whether the split graph computes in eager right after partition
+    `node`: an op other than a view or an item of a partition's results
+    before the next partition (or the output)."""
+    nxt = node.next
+    while nxt.op not in ("call_module", "output", "root"):
+        if nxt.op == "call_function" and nxt.target is not operator.getitem \
+                and not getattr(nxt.target, "is_view", False):
+            return True
+        nxt = nxt.next
+    return False
+
+
 def _compile_partitions(split: fx.GraphModule, constant_inputs: frozenset[int],
                         example_inputs: Sequence[Any], opts: KilnOptions,
                         conn: Connection) -> list[KilnSubgraph]:
@@ -480,6 +493,7 @@ def _compile_partitions(split: fx.GraphModule, constant_inputs: frozenset[int],
                            conn, model_caching=opts.model_caching,
                            compile_options=opts.config.to_request(),
                            timeout_s=opts.timeout)
+        sub.client_computes_next = _eager_compute_follows(node)
         setattr(split, node.target, sub)
         subgraphs.append(sub)
     split.recompile()

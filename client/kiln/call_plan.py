@@ -12,6 +12,7 @@ daemon's Specialize answer and checked against eager's symbolic ones.
 """
 from __future__ import annotations
 
+import os
 from typing import Mapping, Sequence
 
 import torch
@@ -62,6 +63,13 @@ class CallPlan:
     # client takes the core that another client's call needs.
     SPIN_BELOW_US = 20.0
     SPIN_US = 50.0
+    # A graph whose last run took at least this long is waited for with
+    # PyTorch's OpenMP workers asleep when they are spinning (an eager op
+    # just ran; client/native/omp_park.h): they would take a core from the
+    # daemon's run, and waking them afterwards costs far less than the run.
+    PARK_FROM_US = 300.0
+    PARK = os.environ.get("KILN_OMP_PARK", "1").strip().lower() not in ("0", "false", "no",
+                                                                          "off")
 
     def __init__(self, input_positions: Sequence[int],
                  input_metas: Sequence[tuple[torch.Size, torch.dtype]],
@@ -176,6 +184,9 @@ class CallPlan:
 
     def spin_s(self, last_run_us: float) -> float:
         return self.SPIN_US * 1e-6 if 0 < last_run_us < self.SPIN_BELOW_US else 0.0
+
+    def park(self, last_run_us: float) -> bool:
+        return self.PARK and last_run_us >= self.PARK_FROM_US
 
     def request(self, session_id: str, handle: int,
                 blocks: Mapping[int, shm.Region]) -> kiln_pb2.ExecuteRequest:

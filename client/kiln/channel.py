@@ -31,9 +31,10 @@ import grpc
 
 from kiln import native, shm
 from kiln.channel_layout import (  # server/call_channel_layout.h's numbers
-    _CLOSED, _MAGIC, _REP_CODE, _REP_MSG, _REP_MSG_BYTES, _REP_RUN_US, _REP_SEQ, _REQ_HANDLE,
-    _REQ_INPUTS, _REQ_OUTPUTS, _REQ_SEQ, _STATE, _VERSION, LAYOUT_VERSION, MAGIC, SLOT_BYTES,
-    SLOTS_OFFSET, STATE_IDLE, STATE_REPLY, STATE_REQUEST, STATE_RUNNING)
+    _CLOSED, _MAGIC, _REP_CODE, _REP_MSG, _REP_MSG_BYTES, _REP_RUN_US, _REP_SEQ, _REQ_FLAGS,
+    _REQ_HANDLE, _REQ_INPUTS, _REQ_OUTPUTS, _REQ_SEQ, _STATE, _VERSION,
+    FLAG_CLIENT_COMPUTES_NEXT, LAYOUT_VERSION, MAGIC, SLOT_BYTES, SLOTS_OFFSET, STATE_IDLE,
+    STATE_REPLY, STATE_REQUEST, STATE_RUNNING)
 
 BLOCK_BYTES = 64 << 10
 # While waiting, how often to check the daemon is alive (and the deadline).
@@ -107,6 +108,7 @@ class Channel:
         self._req_handle = ctypes.c_uint64.from_address(base + _REQ_HANDLE)
         self._req_inputs = ctypes.c_uint32.from_address(base + _REQ_INPUTS)
         self._req_outputs = ctypes.c_uint32.from_address(base + _REQ_OUTPUTS)
+        self._req_flags = ctypes.c_uint32.from_address(base + _REQ_FLAGS)
         self._rep_seq = ctypes.c_uint64.from_address(base + _REP_SEQ)
         self._rep_code = ctypes.c_int32.from_address(base + _REP_CODE)
         self._rep_msg_bytes = ctypes.c_uint32.from_address(base + _REP_MSG_BYTES)
@@ -117,6 +119,15 @@ class Channel:
         self._seq = 0
         self.channel_id, self.max_tensors = open_fn(self.region.region_id)
         self.last_run_us = 0.0
+
+    def set_client_computes_next(self, on: bool) -> None:
+        """Whether the next calls say the client computes right after them
+        (eager nodes follow the partition): the daemon's threads then sleep
+        after the run rather than spin on the cores the client needs. Kept
+        in the block until changed; both call paths post it."""
+        flags = FLAG_CLIENT_COMPUTES_NEXT if on else 0
+        if self._req_flags.value != flags:
+            self._req_flags.value = flags
 
     @property
     def closed(self) -> bool:
@@ -182,7 +193,8 @@ class Channel:
         return self._finish(seq)
 
     def call_native(self, args: tuple, plan: bytes, handle: int, num_tensors: int,
-                    timeout_s: float, spin_s: float) -> tuple[list, bool] | None:
+                    timeout_s: float, spin_s: float,
+                    park: bool = False) -> tuple[list, bool] | None:
         """The call through native.channel_call: (outputs, done), or None
         when that path does not take it (nothing was posted). Not done: the
         reply was read here, and the outputs are fresh tensors the caller
@@ -196,7 +208,7 @@ class Channel:
         seq = self._seq
         deadline = time.monotonic() + timeout_s
         got = native.channel_call(args, plan, self._base, seq, handle, spin_s,
-                                  min(timeout_s, LIVENESS_CHECK_S))
+                                  min(timeout_s, LIVENESS_CHECK_S), park)
         if got is None:
             return None
         outputs, run_us = got

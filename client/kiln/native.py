@@ -7,7 +7,9 @@
   non-temporal stores (client/native/stream_copy.cc);
 - channel_call: a whole call through a call channel, from the input
   checks and copies to the output copies (client/native/channel_call.cc),
-  given a plan that pack_plan writes.
+  given a plan that pack_plan writes; while it waits for a long run it
+  can put PyTorch's spinning OpenMP workers to sleep
+  (client/native/omp_park.h; parked_calls counts those calls).
 
 The module reads torch's own structures, so it is used only when it was
 built against the torch this process runs and passes a self-test at
@@ -34,9 +36,9 @@ log = logging.getLogger(__name__)
 WeightsCheck = Callable[[tuple, tuple, bytes], "bool | None"]
 # stream_copy(dst_address, src_address, nbytes)
 StreamCopy = Callable[[int, int, int], None]
-# channel_call(args, plan, channel_address, seq, handle, spin_s, wait_s)
+# channel_call(args, plan, channel_address, seq, handle, spin_s, wait_s, park)
 #   -> None | (outputs, run_us | None)
-ChannelCall = Callable[[tuple, bytes, int, int, int, float, float], "tuple | None"]
+ChannelCall = Callable[[tuple, bytes, int, int, int, float, float, bool], "tuple | None"]
 
 
 _version_of = operator.attrgetter("_version")
@@ -183,3 +185,4 @@ _loaded = _load()
 weights_unchanged: WeightsCheck | None = _loaded and _loaded.weights_unchanged
 stream_copy: StreamCopy | None = _loaded and _loaded.stream_copy
 channel_call: ChannelCall | None = _loaded and _loaded.channel_call
+parked_calls: Callable[[], int] | None = _loaded and _loaded.parked_calls

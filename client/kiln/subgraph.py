@@ -68,6 +68,9 @@ class KilnSubgraph(torch.nn.Module):
         self.constant_positions = tuple(constant_positions)
         self.num_nodes = sum(1 for n in gm.graph.nodes if n.op == "call_function")
         self.timeout_s = timeout_s
+        # Set by the backend when nodes left in eager compute right after
+        # this partition: its calls tell the daemon (channel.py).
+        self.client_computes_next = False
         self.fallback = False
         self.fallback_reason = ""
         # Set once the partition is in service under fallback="error": a
@@ -346,6 +349,7 @@ class KilnSubgraph(torch.nn.Module):
         try:
             chan = conn.channel()
             if chan is not None:
+                chan.set_client_computes_next(self.client_computes_next)
                 try:
                     chan.call(plan.handle, plan.num_inputs, plan.num_outputs, slots,
                               self.timeout_s, plan.spin_s(chan.last_run_us))
@@ -383,10 +387,11 @@ class KilnSubgraph(torch.nn.Module):
             return None
         if type(args) is not tuple:
             args = tuple(args)
+        chan.set_client_computes_next(self.client_computes_next)
         try:
             got = chan.call_native(args, plan.native_plan, plan.handle,
                                    plan.num_inputs + plan.num_outputs, self.timeout_s,
-                                   plan.spin_s(chan.last_run_us))
+                                   plan.spin_s(chan.last_run_us), plan.park(chan.last_run_us))
         except channel_mod.ChannelError as e:
             if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
                 self.conn.discard_thread_state()

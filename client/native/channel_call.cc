@@ -36,6 +36,7 @@
 #include <exception>
 #include <vector>
 
+#include "client/native/omp_park.h"
 #include "client/native/stream_copy.h"
 #include "server/call_channel_layout.h"
 
@@ -178,8 +179,20 @@ bool PostAndWait(uint8_t* base, const Plan& plan, uint64_t seq, uint64_t handle,
   }
 }
 
+struct WaitArgs {
+  uint8_t* base;
+  const Plan* plan;
+  uint64_t seq, handle;
+  double spin_s, wait_s;
+};
+
+bool PostAndWaitFor(void* p) {
+  const auto* w = static_cast<const WaitArgs*>(p);
+  return PostAndWait(w->base, *w->plan, w->seq, w->handle, w->spin_s, w->wait_s);
+}
+
 PyObject* Call(PyObject* call_args, const Plan& plan, uint8_t* base, uint64_t seq,
-               uint64_t handle, double spin_s, double wait_s) {
+               uint64_t handle, double spin_s, double wait_s, bool park) {
   const Py_ssize_t n_args = PyTuple_GET_SIZE(call_args);
   std::vector<const char*> sources(plan.inputs.size());
   for (size_t i = 0; i < plan.inputs.size(); ++i) {
@@ -223,7 +236,8 @@ PyObject* Call(PyObject* call_args, const Plan& plan, uint8_t* base, uint64_t se
       std::memcpy(dst, sources[i], in.nbytes);
     }
   }
-  if (PostAndWait(base, plan, seq, handle, spin_s, wait_s) &&
+  WaitArgs wait{base, &plan, seq, handle, spin_s, wait_s};
+  if ((park ? WaitParked(&PostAndWaitFor, &wait) : PostAndWaitFor(&wait)) &&
       layout::ReadField<int32_t>(base, layout::kReplyCodeOffset) == 0 &&
       layout::ReadField<uint64_t>(base, layout::kReplySeqOffset) == seq) {
     replied = true;
@@ -258,8 +272,9 @@ PyObject* channel_call(PyObject* /*module*/, PyObject* args) {
   Py_buffer plan_bytes;
   unsigned long long address, seq, handle;
   double spin_s, wait_s;
-  if (!PyArg_ParseTuple(args, "O!y*KKKdd", &PyTuple_Type, &call_args, &plan_bytes, &address, &seq,
-                        &handle, &spin_s, &wait_s))
+  int park = 0;
+  if (!PyArg_ParseTuple(args, "O!y*KKKdd|p", &PyTuple_Type, &call_args, &plan_bytes, &address,
+                        &seq, &handle, &spin_s, &wait_s, &park))
     return nullptr;
   PyObject* result = nullptr;
   Plan plan;  // points into plan_bytes: released last
@@ -268,7 +283,7 @@ PyObject* channel_call(PyObject* /*module*/, PyObject* args) {
   } else {
     try {
       result = Call(call_args, plan, reinterpret_cast<uint8_t*>(address), seq, handle, spin_s,
-                    wait_s);
+                    wait_s, park != 0);
     } catch (const std::exception& e) {  // torch's checks throw; never across the C API
       PyErr_SetString(PyExc_RuntimeError, e.what());
       result = nullptr;
@@ -279,6 +294,10 @@ PyObject* channel_call(PyObject* /*module*/, PyObject* args) {
   }
   PyBuffer_Release(&plan_bytes);
   return result;
+}
+
+PyObject* parked_calls(PyObject* /*module*/, PyObject* /*args*/) {
+  return PyLong_FromUnsignedLongLong(ParkedCalls());
 }
 
 PyObject* scalar_type(PyObject* /*module*/, PyObject* args) {

@@ -14,8 +14,10 @@ PyMethodDef methods[] = {
     {"stream_copy", kiln_native::stream_copy, METH_VARARGS,
      "stream_copy(dst_address, src_address, nbytes): non-temporal copy"},
     {"channel_call", kiln_native::channel_call, METH_VARARGS,
-     "channel_call(args, plan, channel_address, seq, handle, spin_s, wait_s) -> None or "
-     "(outputs, run_us)"},
+     "channel_call(args, plan, channel_address, seq, handle, spin_s, wait_s, park=False) -> "
+     "None or (outputs, run_us)"},
+    {"parked_calls", kiln_native::parked_calls, METH_NOARGS,
+     "parked_calls() -> int: calls that put PyTorch's OpenMP workers to sleep while waiting"},
     {"scalar_type", kiln_native::scalar_type, METH_VARARGS,
      "scalar_type(dtype) -> int: the dtype's code in plans"},
     {nullptr, nullptr, 0, nullptr},

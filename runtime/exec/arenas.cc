@@ -92,7 +92,7 @@ void KeepWarm(SharedArena& a) {
 
 }  // namespace
 
-void RunInArena(int concurrency, bool shared, absl::FunctionRef<void()> fn) {
+void RunInArena(int concurrency, bool shared, absl::FunctionRef<void()> fn, bool keep_warm) {
   if (concurrency < 1) concurrency = 1;
   Registry& r = TheRegistry();
   if (shared) {
@@ -105,7 +105,7 @@ void RunInArena(int concurrency, bool shared, absl::FunctionRef<void()> fn) {
     }
     shared_arena->epoch.fetch_add(1, std::memory_order_relaxed);
     shared_arena->arena.execute([&] { Isolated(fn); });
-    KeepWarm(*shared_arena);
+    if (keep_warm) KeepWarm(*shared_arena);
     return;
   }
   std::unique_ptr<task_arena> arena;

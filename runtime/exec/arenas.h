@@ -24,7 +24,11 @@ namespace kiln::runtime {
 // callers), so concurrent callers never wait for one another. Either way fn
 // runs isolated: while waiting inside its own parallel regions the thread
 // never picks up another caller's run.
-void RunInArena(int concurrency, bool shared, absl::FunctionRef<void()> fn);
+//
+// keep_warm = false: no keep-warm spin after this run (below), for a caller
+// that knows the next work is not the daemon's.
+void RunInArena(int concurrency, bool shared, absl::FunctionRef<void()> fn,
+                bool keep_warm = true);
 
 // How long, after a run in a shared arena of two or more threads, its
 // workers spin waiting for the next run instead of sleeping (0: they sleep

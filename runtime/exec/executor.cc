@@ -259,7 +259,7 @@ ArenaChoice ChooseArena(const CompiledGraph& g) {
 
 absl::Status Execute(const CompiledGraph& g,
                      absl::Span<const void* const> inputs,
-                     absl::Span<void* const> outputs) {
+                     absl::Span<void* const> outputs, bool keep_warm) {
   if (inputs.size() != g.input_metas.size() ||
       outputs.size() != g.output_metas.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -301,7 +301,7 @@ absl::Status Execute(const CompiledGraph& g,
       if (value == outputs[i]) continue;
       std::memcpy(outputs[i], value, static_cast<size_t>(g.output_metas[i].ByteSize()));
     }
-  });
+  }, keep_warm);
   if (status.ok()) {
     const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                            std::chrono::steady_clock::now() - start)

@@ -68,9 +68,11 @@ int64_t TrimIdleArenas(const CompiledGraph& graph, std::chrono::steady_clock::du
 
 // Runs `graph` with `inputs[i]` pointing at dense data of input_metas[i] and
 // `outputs[i]` at room for output_metas[i]. Thread-safe; the caller has
-// bounds-checked every pointer.
+// bounds-checked every pointer. keep_warm = false: the threads that ran
+// it sleep right after rather than spinning for the next run (RunInArena),
+// when the caller knows its client computes next.
 absl::Status Execute(const CompiledGraph& graph,
                      absl::Span<const void* const> inputs,
-                     absl::Span<void* const> outputs);
+                     absl::Span<void* const> outputs, bool keep_warm = true);
 
 }  // namespace kiln::runtime

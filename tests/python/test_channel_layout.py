@@ -26,6 +26,8 @@ MIRRORED = {
     "kRequestHandleOffset": "_REQ_HANDLE",
     "kRequestInputsOffset": "_REQ_INPUTS",
     "kRequestOutputsOffset": "_REQ_OUTPUTS",
+    "kRequestFlagsOffset": "_REQ_FLAGS",
+    "kRequestFlagClientComputesNext": "FLAG_CLIENT_COMPUTES_NEXT",
     "kReplySeqOffset": "_REP_SEQ",
     "kReplyCodeOffset": "_REP_CODE",
     "kReplyMessageBytesOffset": "_REP_MSG_BYTES",

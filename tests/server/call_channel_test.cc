@@ -123,6 +123,18 @@ TEST_F(CallChannelTest, ExecutesThroughSharedMemory) {
   for (int i = 0; i < 3; ++i) ExpectReluThroughChannel(block, h);
 }
 
+TEST_F(CallChannelTest, RequestFlagsOnlyChangeWhatTheDaemonDoesAfterTheRun) {
+  uint8_t* block = OpenBlock();
+  const uint64_t h = CompileRelu(16);
+  // The client-computes-next flag, then every bit (unknown ones included):
+  // same answers, and the flag stays the client's business.
+  for (uint32_t flags : {kRequestFlagClientComputesNext, 0xffffffffu, 0u}) {
+    Put<uint32_t>(block, kRequestFlagsOffset, flags);
+    for (int i = 0; i < 3; ++i) ExpectReluThroughChannel(block, h);
+    EXPECT_EQ(Get<uint32_t>(block, kRequestFlagsOffset), flags);
+  }
+}
+
 TEST_F(CallChannelTest, ChannelCallsAreCountedAndTimedLikeExecuteCalls) {
   uint8_t* block = OpenBlock();
   const uint64_t h = CompileRelu(16);

@@ -116,7 +116,7 @@ TEST(Arenas, OneDnnUsesOnlyTheThreadsOfTheCallersArena) {
 // Runs fn in the shared two-thread arena as a parallel loop of two
 // iterations that must meet: true if both ran at once (on two threads)
 // within the deadline.
-bool TwoThreadsMeet() {
+bool TwoThreadsMeet(bool keep_warm = true) {
   std::atomic<int> arrived{0};
   std::atomic<bool> met{true};
   RunInArena(2, /*shared=*/true, [&] {
@@ -133,7 +133,7 @@ bool TwoThreadsMeet() {
         }
       }
     });
-  });
+  }, keep_warm);
   return met.load();
 }
 
@@ -164,6 +164,19 @@ TEST(Arenas, WorkersSpinAfterARunOnlyWhenKeptWarm) {
   const uint64_t before_cold = GetKeepWarmStats().queued;
   EXPECT_TRUE(TwoThreadsMeet());
   EXPECT_EQ(GetKeepWarmStats().queued, before_cold) << "a spinner queued with keep-warm off";
+  SetKeepWarm(kDefaultKeepWarmUs);
+}
+
+TEST(Arenas, ARunWhoseCallerComputesNextQueuesNoSpinner) {
+  if (std::thread::hardware_concurrency() < 2) GTEST_SKIP() << "needs 2 cores";
+  SetKeepWarm(300'000);
+  // keep_warm = false (a channel call whose client computes next): none
+  // queued although keep-warm is on; the next ordinary run queues again.
+  const uint64_t before = GetKeepWarmStats().queued;
+  EXPECT_TRUE(TwoThreadsMeet(/*keep_warm=*/false));
+  EXPECT_EQ(GetKeepWarmStats().queued, before) << "a spinner queued after a keep_warm=false run";
+  EXPECT_TRUE(TwoThreadsMeet());
+  EXPECT_GT(GetKeepWarmStats().queued, before);
   SetKeepWarm(kDefaultKeepWarmUs);
 }
 
