@@ -19,6 +19,10 @@ so machine noise hits them alike:
                               client puts PyTorch's OpenMP workers to sleep
                               if they are spinning (client/native/omp_park.h)
   - kiln, no parking          without that (KILN_OMP_PARK=0)
+  - kiln, no flag, no parking neither parking nor the request flag that
+                              lets the daemon's threads sleep after a run
+                              the client's eager work follows: Kiln before
+                              either measure
   - kiln, daemon no spin      the daemon's workers sleep right after a run
                               (kilnd --spin-us 0)
   - kiln, client passive omp  no parking, and the client's OpenMP threads
@@ -71,14 +75,17 @@ with torch.no_grad():
         import torch._inductor.config as inductor_config
         inductor_config.freezing = True
         fn = torch.compile(model, backend="inductor")
-    elif mode == "kiln":
+    elif mode in ("kiln", "kiln-noflag"):
+        if mode == "kiln-noflag":
+            from kiln import backend
+            backend._eager_compute_follows = lambda node: False
         fn = torch.compile(model, backend="kiln")
     else:
         fn = model
     out = fn(x)
     err = ((out - expected).abs().max() / expected.abs().max()).item()
     partitions = parked = None
-    if mode == "kiln":
+    if mode.startswith("kiln"):
         import kiln
         from kiln import native
         partitions = kiln.explain(model, x).partitions
@@ -90,7 +97,7 @@ with torch.no_grad():
         t = time.perf_counter()
         fn(x)
         ts.append(time.perf_counter() - t)
-    if mode == "kiln" and native.parked_calls:
+    if mode.startswith("kiln") and native.parked_calls:
         parked = (native.parked_calls() - parked_before) / calls
 print(json.dumps({"median_ms": statistics.median(ts) * 1e3, "rel_err": err,
                   "partitions": partitions, "parked": parked}))
@@ -122,6 +129,7 @@ def main() -> int:
         "inductor": ("inductor", "default", {}),
         "kiln": ("kiln", "default", {}),
         "kiln, no parking": ("kiln", "default", {"KILN_OMP_PARK": "0"}),
+        "kiln, no flag, no parking": ("kiln-noflag", "default", {"KILN_OMP_PARK": "0"}),
         "kiln, daemon no spin": ("kiln", "no-spin", {}),
         "kiln, client passive omp": ("kiln", "default",
                                      {"OMP_WAIT_POLICY": "passive", "KILN_OMP_PARK": "0"}),

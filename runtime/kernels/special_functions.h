@@ -584,52 +584,33 @@ inline double BesselK1Series(double x) {
 
 }  // namespace detail
 
-// Modified Bessel K0 (aten.special_modified_bessel_k0): logarithmic power series for
-// x <= 9.5, asymptotic series beyond. inf at +-0, NaN for x < 0, 0 at +inf (as ATen).
-inline double ModifiedBesselK0(double x) {
-  using namespace detail;
+namespace detail {
+
+// K_order(x), times e^x when `scaled`: the logarithmic power series for
+// x <= 9.5, the asymptotic series beyond (without the exponential when
+// scaled, so huge x stays finite). inf at +-0, NaN for x < 0, 0 at +inf
+// (as ATen).
+inline double ModifiedBesselK(double x, int order, bool scaled) {
   if (std::isnan(x)) return x;
   if (x == 0.0) return kInf;
   if (x < 0.0) return kNaN;
   if (std::isinf(x)) return 0.0;
-  if (x <= kKSeriesLimit) return BesselK0Series(x);
-  return std::exp(-x) * std::sqrt(kPi / (2.0 * x)) * BesselKAsymptotic(x, 0);
+  if (x <= kKSeriesLimit) {
+    const double k = order == 0 ? BesselK0Series(x) : BesselK1Series(x);
+    return scaled ? std::exp(x) * k : k;
+  }
+  const double a = std::sqrt(kPi / (2.0 * x)) * BesselKAsymptotic(x, order);
+  return scaled ? a : std::exp(-x) * a;
 }
 
-// Modified Bessel K1 (aten.special_modified_bessel_k1): logarithmic power series for
-// x <= 9.5, asymptotic series beyond. inf at +-0, NaN for x < 0, 0 at +inf (as ATen).
-inline double ModifiedBesselK1(double x) {
-  using namespace detail;
-  if (std::isnan(x)) return x;
-  if (x == 0.0) return kInf;
-  if (x < 0.0) return kNaN;
-  if (std::isinf(x)) return 0.0;
-  if (x <= kKSeriesLimit) return BesselK1Series(x);
-  return std::exp(-x) * std::sqrt(kPi / (2.0 * x)) * BesselKAsymptotic(x, 1);
-}
+}  // namespace detail
 
-// e^x K0(x) (aten.special_scaled_modified_bessel_k0): scaled series for x <= 9.5, the
-// asymptotic series without the exponential beyond (finite for huge x, 0 at +inf).
-inline double ScaledModifiedBesselK0(double x) {
-  using namespace detail;
-  if (std::isnan(x)) return x;
-  if (x == 0.0) return kInf;
-  if (x < 0.0) return kNaN;
-  if (std::isinf(x)) return 0.0;
-  if (x <= kKSeriesLimit) return std::exp(x) * BesselK0Series(x);
-  return std::sqrt(kPi / (2.0 * x)) * BesselKAsymptotic(x, 0);
-}
-
-// e^x K1(x) (aten.special_scaled_modified_bessel_k1): as ScaledModifiedBesselK0 for K1.
-inline double ScaledModifiedBesselK1(double x) {
-  using namespace detail;
-  if (std::isnan(x)) return x;
-  if (x == 0.0) return kInf;
-  if (x < 0.0) return kNaN;
-  if (std::isinf(x)) return 0.0;
-  if (x <= kKSeriesLimit) return std::exp(x) * BesselK1Series(x);
-  return std::sqrt(kPi / (2.0 * x)) * BesselKAsymptotic(x, 1);
-}
+// Modified Bessel K0 and K1 (aten.special_modified_bessel_k0/k1).
+inline double ModifiedBesselK0(double x) { return detail::ModifiedBesselK(x, 0, false); }
+inline double ModifiedBesselK1(double x) { return detail::ModifiedBesselK(x, 1, false); }
+// e^x K0(x) and e^x K1(x) (aten.special_scaled_modified_bessel_k0/k1).
+inline double ScaledModifiedBesselK0(double x) { return detail::ModifiedBesselK(x, 0, true); }
+inline double ScaledModifiedBesselK1(double x) { return detail::ModifiedBesselK(x, 1, true); }
 
 // Spherical Bessel j0(x) = sin(x)/x (aten.special_spherical_bessel_j0): 1 at 0, 0 at +-inf.
 inline double SphericalBesselJ0(double x) {
