@@ -5,7 +5,9 @@
 //     group, eps) -> (out, mean [N, group], rstd [N, group]).
 // Each normalized group is contiguous; statistics accumulate in double
 // (two passes: mean, then centred variance), so they are at least as
-// accurate as ATen's float Welford.
+// accurate as ATen's float Welford. A group too large for one thread (one
+// group over a whole feature map) is summed by every thread in chunks.
+#include <algorithm>
 #include <cmath>
 #include <memory>
 
@@ -18,20 +20,77 @@
 namespace kiln::runtime {
 namespace {
 
+// Sum of x[0, n) and sum of (x - mean)^2, in double. Eight independent
+// accumulators: a single one makes every add wait for the previous one
+// (and the compiler may not reorder double adds), which left a group norm
+// over a whole feature map far slower than a pass over memory.
+inline double SumOf(const float* x, int64_t n) {
+  double acc[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) acc[j] += x[i + j];
+  }
+  double tail = 0.0;
+  for (; i < n; ++i) tail += x[i];
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) +
+         tail;
+}
+
+inline double SquaredDeviations(const float* x, int64_t n, double mean) {
+  double acc[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) {
+      const double d = x[i + j] - mean;
+      acc[j] += d * d;
+    }
+  }
+  double tail = 0.0;
+  for (; i < n; ++i) {
+    const double d = x[i] - mean;
+    tail += d * d;
+  }
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) +
+         tail;
+}
+
+void StoreMoments(double sum, double squares, int64_t n, double eps, float* mean_out,
+                  float* rstd_out) {
+  const double var = n > 0 ? squares / static_cast<double>(n) : 0.0;
+  *mean_out = static_cast<float>(n > 0 ? sum / static_cast<double>(n) : 0.0);
+  *rstd_out = static_cast<float>(1.0 / std::sqrt(var + eps));
+}
+
 // Mean and 1/sqrt(var + eps) of n contiguous floats.
 inline void Moments(const float* x, int64_t n, double eps, float* mean_out,
                     float* rstd_out) {
-  double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) sum += x[i];
+  const double sum = SumOf(x, n);
   const double mean = n > 0 ? sum / static_cast<double>(n) : 0.0;
-  double sq = 0.0;
-  for (int64_t i = 0; i < n; ++i) {
-    const double d = x[i] - mean;
-    sq += d * d;
-  }
-  const double var = n > 0 ? sq / static_cast<double>(n) : 0.0;
-  *mean_out = static_cast<float>(mean);
-  *rstd_out = static_cast<float>(1.0 / std::sqrt(var + eps));
+  StoreMoments(sum, SquaredDeviations(x, n, mean), n, eps, mean_out, rstd_out);
+}
+
+// Moments of one large group with every thread: each pass sums fixed
+// chunks in parallel (kMaxChunks partial sums), then adds the partials in
+// order, so the result does not depend on the thread count.
+constexpr int64_t kMaxChunks = 64;
+void ParallelMoments(const float* x, int64_t n, double eps, float* mean_out, float* rstd_out) {
+  const int64_t chunk = std::max<int64_t>(int64_t{1} << 13, (n + kMaxChunks - 1) / kMaxChunks);
+  const int64_t chunks = (n + chunk - 1) / chunk;
+  double partial[kMaxChunks];
+  ParallelFor(chunks, 1, [&](int64_t b, int64_t e) {
+    for (int64_t k = b; k < e; ++k) partial[k] = SumOf(x + k * chunk, std::min(chunk, n - k * chunk));
+  });
+  double sum = 0.0;
+  for (int64_t k = 0; k < chunks; ++k) sum += partial[k];
+  const double mean = n > 0 ? sum / static_cast<double>(n) : 0.0;
+  ParallelFor(chunks, 1, [&](int64_t b, int64_t e) {
+    for (int64_t k = b; k < e; ++k) {
+      partial[k] = SquaredDeviations(x + k * chunk, std::min(chunk, n - k * chunk), mean);
+    }
+  });
+  double squares = 0.0;
+  for (int64_t k = 0; k < chunks; ++k) squares += partial[k];
+  StoreMoments(sum, squares, n, eps, mean_out, rstd_out);
 }
 
 class LayerNormKernel final : public Kernel {
@@ -91,25 +150,36 @@ class GroupNormKernel final : public Kernel {
     float* rstd = ctx.outputs[2].as<float>();
     const int64_t cpg = c_ / g_;
     const int64_t group_elems = cpg * hw_;
-    ParallelFor(n_ * g_, 1, [&](int64_t b, int64_t e) {
-      for (int64_t ng = b; ng < e; ++ng) {
-        const float* xg = x + ng * group_elems;
-        float* yg = out + ng * group_elems;
-        Moments(xg, group_elems, eps_, &mean[ng], &rstd[ng]);
-        const float mu = mean[ng], rs = rstd[ng];
-        const int64_t c0 = (ng % g_) * cpg;
-        for (int64_t c = 0; c < cpg; ++c) {
-          // y = x * scale + shift per channel.
-          const float wc = w != nullptr ? w[c0 + c] : 1.0f;
-          const float bc = bias != nullptr ? bias[c0 + c] : 0.0f;
-          const float scale = rs * wc;
-          const float shift = bc - mu * scale;
-          const float* xc = xg + c * hw_;
-          float* yc = yg + c * hw_;
-          for (int64_t i = 0; i < hw_; ++i) yc[i] = xc[i] * scale + shift;
-        }
+    // y = x * scale + shift per channel of group ng.
+    auto normalize = [&](int64_t ng, int64_t c_begin, int64_t c_end) {
+      const float mu = mean[ng], rs = rstd[ng];
+      const int64_t c0 = (ng % g_) * cpg;
+      for (int64_t c = c_begin; c < c_end; ++c) {
+        const float wc = w != nullptr ? w[c0 + c] : 1.0f;
+        const float bc = bias != nullptr ? bias[c0 + c] : 0.0f;
+        const float scale = rs * wc;
+        const float shift = bc - mu * scale;
+        const float* xc = x + ng * group_elems + c * hw_;
+        float* yc = out + ng * group_elems + c * hw_;
+        for (int64_t i = 0; i < hw_; ++i) yc[i] = xc[i] * scale + shift;
       }
-    });
+    };
+    if (n_ * g_ >= 2 * MaxWorkers()) {
+      ParallelFor(n_ * g_, 1, [&](int64_t b, int64_t e) {
+        for (int64_t ng = b; ng < e; ++ng) {
+          Moments(x + ng * group_elems, group_elems, eps_, &mean[ng], &rstd[ng]);
+          normalize(ng, 0, cpg);
+        }
+      });
+      return absl::OkStatus();
+    }
+    // Fewer groups than threads to keep busy (GroupNorm(1, C) at batch 1):
+    // every thread works on each group.
+    for (int64_t ng = 0; ng < n_ * g_; ++ng) {
+      ParallelMoments(x + ng * group_elems, group_elems, eps_, &mean[ng], &rstd[ng]);
+      ParallelFor(cpg, std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(hw_, 1)),
+                  [&](int64_t b, int64_t e) { normalize(ng, b, e); });
+    }
     return absl::OkStatus();
   }
 

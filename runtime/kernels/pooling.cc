@@ -9,6 +9,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/exec/parallel.h"
@@ -131,33 +132,70 @@ class AvgPool2dKernel final : public Kernel {
     const PoolGeometry& g = g_;
     const float* in = ctx.inputs[0].as<const float>();
     float* out = ctx.outputs[0].as<float>();
+    // Outputs whose window lies inside the row horizontally are summed a
+    // whole output row at a time: for each window row and column, one pass
+    // adds that tap to every output (a vectorizable loop over ox), so each
+    // sum still adds its terms in ATen's order (window row, then column)
+    // and the result is the per-output loop's, bit for bit. The few
+    // outputs at the row's ends, whose windows are clipped, go one by one.
+    const int64_t ox_lo = std::min(g.ow, (g.pw + g.sw - 1) / g.sw);  // first with wx0 >= 0
+    int64_t ox_hi = g.iw + g.pw >= g.kw ? (g.iw + g.pw - g.kw) / g.sw + 1 : 0;  // wx0 + kw <= iw
+    ox_hi = std::max(ox_lo, std::min(ox_hi, g.ow));
     ParallelFor(g.planes, PlaneGrain(g), [&](int64_t begin, int64_t end) {
+      std::vector<float> acc(static_cast<size_t>(g.ow));
       for (int64_t plane = begin; plane < end; ++plane) {
         const float* x = in + plane * g.ih * g.iw;
         float* y = out + plane * g.oh * g.ow;
         for (int64_t oy = 0; oy < g.oh; ++oy) {
-          for (int64_t ox = 0; ox < g.ow; ++ox) {
-            int64_t y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
-            int64_t y1 = std::min(y0 + g.kh, g.ih + g.ph);
-            int64_t x1 = std::min(x0 + g.kw, g.iw + g.pw);
-            const int64_t pool_size = (y1 - y0) * (x1 - x0);
-            y0 = std::max<int64_t>(y0, 0);
-            x0 = std::max<int64_t>(x0, 0);
-            y1 = std::min(y1, g.ih);
-            x1 = std::min(x1, g.iw);
+          const int64_t wy0 = oy * g.sh - g.ph;
+          const int64_t wy1 = std::min(wy0 + g.kh, g.ih + g.ph);  // padded window
+          const int64_t y0 = std::max<int64_t>(wy0, 0), y1 = std::min(wy1, g.ih);
+          float* yr = y + oy * g.ow;
+          auto divide = [&](int64_t ox, float sum, int64_t x0, int64_t x1) {
+            const int64_t wx0 = ox * g.sw - g.pw;
+            const int64_t wx1 = std::min(wx0 + g.kw, g.iw + g.pw);
+            const int64_t divisor = divisor_override_ ? *divisor_override_
+                                    : count_include_pad_ ? (wy1 - wy0) * (wx1 - wx0)
+                                                         : (y1 - y0) * (x1 - x0);
+            yr[ox] = sum / static_cast<float>(divisor);
+          };
+          auto one = [&](int64_t ox) {
+            const int64_t wx0 = ox * g.sw - g.pw;
+            const int64_t x0 = std::max<int64_t>(wx0, 0);
+            const int64_t x1 = std::min(std::min(wx0 + g.kw, g.iw + g.pw), g.iw);
             if (y0 >= y1 || x0 >= x1) {
-              y[oy * g.ow + ox] = 0.0f;
-              continue;
+              yr[ox] = 0.0f;
+              return;
             }
             float sum = 0.0f;
             for (int64_t iy = y0; iy < y1; ++iy) {
               for (int64_t ix = x0; ix < x1; ++ix) sum += x[iy * g.iw + ix];
             }
-            const int64_t divisor =
-                divisor_override_ ? *divisor_override_
-                : count_include_pad_ ? pool_size
-                                     : (y1 - y0) * (x1 - x0);
-            y[oy * g.ow + ox] = sum / static_cast<float>(divisor);
+            divide(ox, sum, x0, x1);
+          };
+          for (int64_t ox = 0; ox < ox_lo; ++ox) one(ox);
+          for (int64_t ox = ox_hi; ox < g.ow; ++ox) one(ox);
+          if (ox_lo >= ox_hi) continue;
+          if (y0 >= y1) {
+            std::fill(yr + ox_lo, yr + ox_hi, 0.0f);
+            continue;
+          }
+          float* a = acc.data();
+          std::fill(a + ox_lo, a + ox_hi, 0.0f);
+          for (int64_t iy = y0; iy < y1; ++iy) {
+            for (int64_t kx = 0; kx < g.kw; ++kx) {
+              // Input column of output ox's tap kx: ox * sw - pw + kx.
+              const float* xr = x + iy * g.iw + kx - g.pw;
+              if (g.sw == 1) {
+                for (int64_t ox = ox_lo; ox < ox_hi; ++ox) a[ox] += xr[ox];
+              } else {
+                for (int64_t ox = ox_lo; ox < ox_hi; ++ox) a[ox] += xr[ox * g.sw];
+              }
+            }
+          }
+          for (int64_t ox = ox_lo; ox < ox_hi; ++ox) {
+            const int64_t wx0 = ox * g.sw - g.pw;
+            divide(ox, a[ox], wx0, wx0 + g.kw);
           }
         }
       }

@@ -115,6 +115,38 @@ TEST(GroupNormTest, AffinePerChannelWithStats) {
   EXPECT_TRUE(AllClose(out.As<float>(2), rstd, 1e-5, 0));
 }
 
+// Fewer groups than threads to keep busy, each a whole feature map (as
+// GroupNorm(1, C) at batch 1): the statistics are summed in chunks by every
+// thread. Values far from 0 check that the variance stays two-pass exact.
+TEST(GroupNormTest, OneLargeGroupPerSampleSplitAcrossThreads) {
+  for (int64_t groups : {1, 2}) {
+    const int64_t n = 1, c = 64, h = 56, w = 57, hw = h * w;
+    auto x = RandomFloats(n * c * hw, 11, -1, 1);
+    for (float& v : x) v += 1000.0f;
+    const auto wt = RandomFloats(c, 12), b = RandomFloats(c, 13);
+    OpTester t("aten.native_group_norm.default");
+    t.AddArg(t.Input(F32({n, c, h, w}), x));
+    t.AddArg(t.Constant(F32({c}), wt));
+    t.AddArg(t.Constant(F32({c}), b));
+    for (int64_t v : {n, c, hw, groups}) t.AddArg(IntArg(v));
+    t.AddArg(FloatArg(1e-5));
+    ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+    Outputs out(t);
+    ASSERT_TRUE(out.Run(t).ok());
+    std::vector<double> y, mean, rstd;
+    ReferenceNorm(x, n * groups, (c / groups) * hw, 1e-5, &y, &mean, &rstd);
+    for (int64_t i = 0; i < n * c * hw; ++i) {
+      const int64_t ch = (i / hw) % c;
+      y[i] = y[i] * wt[ch] + b[ch];
+    }
+    // y = x * scale + shift in float cancels two terms near 1700 (as
+    // ATen's kernel does): absolute errors up to ~1e-4.
+    EXPECT_TRUE(AllClose(out.As<float>(0), y, 1e-4, 1e-4)) << "groups=" << groups;
+    EXPECT_TRUE(AllClose(out.As<float>(1), mean, 1e-6, 0)) << "groups=" << groups;
+    EXPECT_TRUE(AllClose(out.As<float>(2), rstd, 1e-5, 0)) << "groups=" << groups;
+  }
+}
+
 TEST(GroupNormTest, RejectsChannelsNotDivisibleByGroups) {
   OpTester t("aten.native_group_norm.default");
   t.AddArg(t.Input(F32({1, 6, 2}), RandomFloats(12, 1)));
