@@ -5,10 +5,12 @@ Every op of torch.testing._internal.common_methods_invocations.op_db with
 fp32 CPU support, every fp32 sample (or the first --limit of each): the
 sample is compiled with backend="kiln" against a private kilnd, compared
 with eager (tests/testing/opinfo.py gives the tolerance and the outcomes)
-and classified as run wholly in the daemon or not. Writes
-bench/opinfo/RESULTS.md (or --results-file): the counts, every op whose
-answer differed, the ATen ops that keep the most OpInfo ops out of the
-daemon, and per op its outcome; plus results.json in --out.
+and classified as run wholly in the daemon or not. Writes a report: the
+counts, every op whose answer differed, the ATen ops that keep the most
+OpInfo ops out of the daemon, and per op its outcome; plus results.json
+in --out. The report goes to bench/opinfo/RESULTS.md, the published one,
+only for a run of every op with every sample; a run of some ops or
+samples writes it to --out unless --results-file says otherwise.
 
     .venv/bin/python bench/opinfo/run.py                 # the whole database
     .venv/bin/python bench/opinfo/run.py --ops abs,sum   # some ops
@@ -168,7 +170,9 @@ def main() -> int:
                     help="samples per op (default: all)")
     ap.add_argument("--out", default=None, help="directory for results.json "
                     "(default: bench/results/opinfo-<time>)")
-    ap.add_argument("--results-file", default=str(REPO / "bench" / "opinfo" / "RESULTS.md"))
+    ap.add_argument("--results-file", default=None,
+                    help="where the report goes (default: bench/opinfo/RESULTS.md for a run of "
+                    "the whole database, else RESULTS.md in --out)")
     ap.add_argument("--jobs", type=int, default=1,
                     help="processes to split the ops over, each with its own kilnd (default 1)")
     ap.add_argument("--in-daemon-list", default=None,
@@ -190,6 +194,10 @@ def main() -> int:
     out = Path(args.out or REPO / "bench" / "results" /
                f"opinfo-{time.strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
+    if args.results_file is None:
+        whole = args.ops is None and args.limit is None
+        args.results_file = str(REPO / "bench" / "opinfo" / "RESULTS.md" if whole
+                                else out / "RESULTS.md")
 
     start = time.monotonic()
     if args.jobs > 1:
