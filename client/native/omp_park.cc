@@ -109,8 +109,12 @@ bool WorkersSpinning(const Gomp& gomp) {
     pool.workers = workers;
     return false;  // just woken by the learning region, not by the user's work
   }
-  for (pid_t tid : workers) {
-    if (tid != 0 && Running(tid)) return true;
+  // The workers leave a region together and spin for the same time: a few
+  // of them tell, and a host with many cores pays a few /proc reads, not
+  // one per core.
+  constexpr size_t kLooked = 4;
+  for (size_t i = 0; i < workers.size() && i < kLooked; ++i) {
+    if (workers[i] != 0 && Running(workers[i])) return true;
   }
   return false;
 }
