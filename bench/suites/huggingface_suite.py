@@ -87,6 +87,12 @@ def build(name: str, batch: int) -> Workload:
         class_name = name
         config = getattr(t, class_name).config_class()
     model_class = getattr(t, class_name)
+    if class_name.startswith("Roberta"):
+        # RoBERTa counts positions from pad_token_id + 1, so 512 tokens need
+        # 514 positions, as roberta-base has; the class default has 512.
+        config.max_position_embeddings = 514
+    if class_name.endswith("ForCausalLM"):
+        config.is_decoder = True
     config.use_cache = False
     model = model_class(config).eval()
     seq = _sequence_length(name)

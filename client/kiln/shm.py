@@ -35,6 +35,7 @@ _DTYPES = {
     torch.int8: kiln_pb2.INT8,
     torch.uint8: kiln_pb2.UINT8,
     torch.bool: kiln_pb2.BOOL,
+    torch.complex64: kiln_pb2.COMPLEX64,
 }
 _TORCH_DTYPES = {v: k for k, v in _DTYPES.items()}
 

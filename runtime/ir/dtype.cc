@@ -14,6 +14,7 @@ size_t ElementSize(DType dtype) {
     case DType::kI8: return 1;
     case DType::kU8: return 1;
     case DType::kBool: return 1;
+    case DType::kC64: return 8;
     case DType::kInvalid: return 0;
   }
   return 0;
@@ -31,6 +32,7 @@ const char* DTypeName(DType dtype) {
     case DType::kI8: return "i8";
     case DType::kU8: return "u8";
     case DType::kBool: return "bool";
+    case DType::kC64: return "c64";
     case DType::kInvalid: return "invalid";
   }
   return "invalid";
@@ -38,7 +40,7 @@ const char* DTypeName(DType dtype) {
 
 bool IsValidDType(int wire_value) {
   return wire_value >= static_cast<int>(DType::kF32) &&
-         wire_value <= static_cast<int>(DType::kBool);
+         wire_value <= static_cast<int>(kLastDType);
 }
 
 }  // namespace kiln::runtime

@@ -19,7 +19,11 @@ enum class DType : int {
   kI8 = 8,
   kU8 = 9,
   kBool = 10,
+  // std::complex<float>: interleaved (real, imaginary) f32 pairs.
+  kC64 = 11,
 };
+// The last value of the enum: the valid dtypes are kF32 ... kLastDType.
+constexpr DType kLastDType = DType::kC64;
 
 // Bit for `dtype` in a DTypeMask (the op registry declares masks).
 constexpr uint32_t DTypeBit(DType dtype) { return 1u << static_cast<int>(dtype); }
@@ -28,14 +32,15 @@ constexpr DTypeMask kF32Only = DTypeBit(DType::kF32);
 constexpr DTypeMask kF32I64 = kF32Only | DTypeBit(DType::kI64);
 constexpr DTypeMask kF32I64Bool = kF32I64 | DTypeBit(DType::kBool);
 constexpr DTypeMask kI64Bool = DTypeBit(DType::kI64) | DTypeBit(DType::kBool);
-// Every dtype of the enum.
+// Every real dtype of the enum (not c64: ops that compute declare complex
+// support themselves).
 constexpr DTypeMask kAllDTypes = kF32I64Bool | DTypeBit(DType::kF64) | DTypeBit(DType::kF16) |
                                  DTypeBit(DType::kBF16) | DTypeBit(DType::kI32) |
                                  DTypeBit(DType::kI16) | DTypeBit(DType::kI8) |
                                  DTypeBit(DType::kU8);
 // What the data movement ops (views, copies, concatenation, gathers) move:
-// they copy elements by size, so any dtype.
-constexpr DTypeMask kMovable = kAllDTypes;
+// they copy elements by size, so any dtype, complex included.
+constexpr DTypeMask kMovable = kAllDTypes | DTypeBit(DType::kC64);
 
 // Bytes per element; 0 for kInvalid or values outside the enum.
 size_t ElementSize(DType dtype);

@@ -1,6 +1,6 @@
-// Dtype casts: aten._to_copy.default between f32, i64, i32 and bool
-// (float -> int truncates toward zero, -> bool is `!= 0`; see
-// dtype_convert.h).
+// Dtype casts: aten._to_copy.default between any two runtime dtypes, c64
+// included (float -> int truncates toward zero, -> bool is `!= 0`, complex
+// -> real keeps the real part; see dtype_convert.h).
 // Layout, device (CPU) and memory format do not change values here:
 // runtime tensors are dense and the client restores eager's strides.
 #include <cstring>

@@ -146,8 +146,52 @@ inline bool IsElementwiseDType(DType d) {
 // The dtypes ConvertElements converts between (casts, aten._to_copy): all.
 inline bool IsConvertibleDType(DType d) { return IsValidDType(static_cast<int>(d)); }
 
+// Casts to and from c64, as ATen: a real value v becomes (v, 0); a complex
+// value cast to bool is true when either part is nonzero, and cast to any
+// other real dtype keeps its real part (ATen warns that the imaginary part
+// is discarded) converted as an f32 would be.
+inline void ConvertComplexElements(DType from, const void* in, DType to, void* out, int64_t n) {
+  if (from == to) {
+    std::memcpy(out, in, static_cast<size_t>(n) * ElementSize(from));
+    return;
+  }
+  if (to == DType::kC64) {
+    float* o = static_cast<float*>(out);
+    VisitDType(from, [&](auto from_tag) {
+      using From = decltype(from_tag);
+      const From* i = static_cast<const From*>(in);
+      ParallelFor(n, int64_t{1} << 15, [&](int64_t b, int64_t e) {
+        for (int64_t k = b; k < e; ++k) {
+          o[2 * k] = ConvertElement<float>(i[k]);
+          o[2 * k + 1] = 0.0f;
+        }
+      });
+    });
+    return;
+  }
+  const float* i = static_cast<const float*>(in);
+  if (to == DType::kBool) {
+    bool* o = static_cast<bool*>(out);
+    ParallelFor(n, int64_t{1} << 15, [&](int64_t b, int64_t e) {
+      for (int64_t k = b; k < e; ++k) o[k] = i[2 * k] != 0.0f || i[2 * k + 1] != 0.0f;
+    });
+    return;
+  }
+  VisitDType(to, [&](auto to_tag) {
+    using To = decltype(to_tag);
+    To* o = static_cast<To*>(out);
+    ParallelFor(n, int64_t{1} << 15, [&](int64_t b, int64_t e) {
+      for (int64_t k = b; k < e; ++k) o[k] = ConvertElement<To>(i[2 * k]);
+    });
+  });
+}
+
 // out[i] = convert(in[i]) for IsConvertibleDType pairs.
 inline void ConvertElements(DType from, const void* in, DType to, void* out, int64_t n) {
+  if (from == DType::kC64 || to == DType::kC64) {
+    ConvertComplexElements(from, in, to, out, n);
+    return;
+  }
   VisitDType(from, [&](auto from_tag) {
     using From = decltype(from_tag);
     VisitDType(to, [&](auto to_tag) {

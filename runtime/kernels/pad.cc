@@ -1,6 +1,8 @@
-// aten.constant_pad_nd.default on f32: pads (or, with negative amounts,
-// crops) the trailing dims, `pad` listing (before, after) pairs from the
-// last dim backwards like ATen, new elements set to `value`.
+// aten.constant_pad_nd.default on any runtime dtype: pads (or, with
+// negative amounts, crops) the trailing dims, `pad` listing (before, after)
+// pairs from the last dim backwards like ATen, new elements set to `value`
+// converted to the dtype as a cast converts it (a complex value is its
+// real part plus zero imaginary part).
 //
 // The output is filled with `value` only where no input lands, then the
 // kept input box is copied row by row (the innermost run is one memcpy).
@@ -10,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/exec/parallel.h"
+#include "runtime/kernels/dtype_convert.h"
 #include "runtime/kernels/kernel_util.h"
 #include "runtime/ops/prepare_fns.h"
 #include "runtime/util/status_macros.h"
@@ -22,16 +25,18 @@ struct PadPlan {
   // Per dim: first output index that receives input, first input index
   // read, and how many are copied.
   std::vector<int64_t> out_start, in_start, len;
-  float value = 0.0f;
 };
 
+// T: an unsigned integer of the element's size; `value` holds the fill
+// element's bytes.
+template <typename T>
 class ConstantPadKernel final : public Kernel {
  public:
-  explicit ConstantPadKernel(PadPlan p) : p_(std::move(p)) {}
+  ConstantPadKernel(PadPlan p, T value) : p_(std::move(p)), value_(value) {}
 
   absl::Status Run(const KernelContext& ctx) const override {
-    const float* in = ctx.inputs[0].as<const float>();
-    float* out = ctx.outputs[0].as<float>();
+    const T* in = ctx.inputs[0].as<const T>();
+    T* out = ctx.outputs[0].as<T>();
     const int rank = static_cast<int>(p_.out_shape.size());
     const int64_t out_numel = Product(p_.out_shape, 0, rank);
     if (out_numel == 0) return absl::OkStatus();
@@ -47,10 +52,10 @@ class ConstantPadKernel final : public Kernel {
     const int64_t ow = p_.out_shape[rank - 1];
     const int64_t rows = out_numel / ow;
     const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 14) / ow);
-    const float v = p_.value;
+    const T v = value_;
     ParallelFor(rows, grain, [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) {
-        float* y = out + r * ow;
+        T* y = out + r * ow;
         // Output coordinates of this row; inside the box on every outer dim?
         int64_t rem = r, in_off = 0;
         bool inside = !empty_box;
@@ -69,7 +74,7 @@ class ConstantPadKernel final : public Kernel {
         const int64_t x0 = p_.out_start[last], n = p_.len[last];
         std::fill(y, y + x0, v);
         std::memcpy(y + x0, in + in_off + p_.in_start[last],
-                    n * sizeof(float));
+                    n * sizeof(T));
         std::fill(y + x0 + n, y + ow, v);
       }
     });
@@ -78,14 +83,22 @@ class ConstantPadKernel final : public Kernel {
 
  private:
   PadPlan p_;
+  T value_;
 };
+
+template <typename T>
+std::unique_ptr<Kernel> MakePadKernel(PadPlan p, DType dtype, double value) {
+  T bits{};
+  ConvertElements(DType::kF64, &value, dtype, &bits, 1);
+  return std::make_unique<ConstantPadKernel<T>>(std::move(p), bits);
+}
 
 }  // namespace
 
 absl::StatusOr<PreparedOp> PrepareConstantPadNd(const NodeArgs& args) {
   // (self, pad: int[], value=0)
   KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
-  KILN_RETURN_IF_ERROR(RequireDType(args, self, "self"));
+  KILN_RETURN_IF_ERROR(RequireMovable(args, self, "self"));
   KILN_ASSIGN_OR_RETURN(std::vector<int64_t> pad, args.IntList(1, "pad"));
   KILN_ASSIGN_OR_RETURN(double value, args.Float(2, "value", 0.0));
   const int rank = self.rank();
@@ -103,7 +116,6 @@ absl::StatusOr<PreparedOp> PrepareConstantPadNd(const NodeArgs& args) {
   p.out_start.assign(rank, 0);
   p.in_start.assign(rank, 0);
   p.len = self.shape;
-  p.value = static_cast<float>(value);
   for (size_t i = 0; i < pad.size() / 2; ++i) {
     const int d = rank - 1 - static_cast<int>(i);
     const int64_t lo = pad[2 * i], hi = pad[2 * i + 1];
@@ -120,11 +132,16 @@ absl::StatusOr<PreparedOp> PrepareConstantPadNd(const NodeArgs& args) {
         0, self.shape[d] - p.in_start[d] - std::max<int64_t>(-hi, 0));
     p.len[d] = std::min(p.len[d], out - p.out_start[d]);
   }
-  TensorMeta out{DType::kF32, p.out_shape};
+  TensorMeta out{self.dtype, p.out_shape};
   KILN_RETURN_IF_ERROR(ValidateMeta(out));
   PreparedOp op;
   op.outputs.push_back(out);
-  op.kernel = std::make_unique<ConstantPadKernel>(std::move(p));
+  switch (ElementSize(self.dtype)) {
+    case 1: op.kernel = MakePadKernel<uint8_t>(std::move(p), self.dtype, value); break;
+    case 2: op.kernel = MakePadKernel<uint16_t>(std::move(p), self.dtype, value); break;
+    case 4: op.kernel = MakePadKernel<uint32_t>(std::move(p), self.dtype, value); break;
+    default: op.kernel = MakePadKernel<uint64_t>(std::move(p), self.dtype, value); break;
+  }
   return op;
 }
 

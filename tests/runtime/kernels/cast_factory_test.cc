@@ -3,6 +3,7 @@
 // written here.
 #include <climits>
 #include <cmath>
+#include <complex>
 #include <limits>
 
 #include "tests/runtime/kernels/typed_test_util.h"
@@ -76,6 +77,24 @@ std::vector<To> Cast(DType from, const std::vector<From>& in, DType to) {
   Outputs out(t);
   EXPECT_TRUE(out.Run(t).ok());
   return out.As<To>(0);
+}
+
+TEST(ToCopyTest, ComplexFromAndToRealKeepsTheRealPart) {
+  // A real value v becomes (v, 0); to a real dtype the real part converts
+  // (ATen warns that the imaginary part is dropped); to bool either part.
+  using C = std::complex<float>;
+  EXPECT_EQ((Cast<C, float>(DType::kF32, {1.5f, -2.0f}, DType::kC64)),
+            (std::vector<C>{C(1.5f, 0), C(-2.0f, 0)}));
+  EXPECT_EQ((Cast<C, int64_t>(DType::kI64, {3, -7}, DType::kC64)),
+            (std::vector<C>{C(3, 0), C(-7, 0)}));
+  const std::vector<C> z = {C(1.5f, 2), C(-2.7f, 0), C(0, 1), C(0, 0)};
+  EXPECT_EQ((Cast<float, C>(DType::kC64, z, DType::kF32)),
+            (std::vector<float>{1.5f, -2.7f, 0, 0}));
+  EXPECT_EQ((Cast<int64_t, C>(DType::kC64, z, DType::kI64)),
+            (std::vector<int64_t>{1, -2, 0, 0}));
+  EXPECT_EQ((Cast<uint8_t, C>(DType::kC64, z, DType::kBool)),
+            (std::vector<uint8_t>{1, 1, 1, 0}));
+  EXPECT_EQ((Cast<C, C>(DType::kC64, z, DType::kC64)), z);
 }
 
 // The bit patterns are ATen's (torch 2.14 on x86): round to nearest even,

@@ -167,6 +167,13 @@ class OpTester {
     if (n > 0) std::memcpy(v.data(), outputs_[i].data(), n * sizeof(float));
     return v;
   }
+  // A c64 output as interleaved (real, imaginary) floats.
+  std::vector<float> OutputC64(int i) const {
+    const int64_t n = outputs_meta_[i].NumElements();
+    std::vector<float> v(2 * n);
+    if (n > 0) std::memcpy(v.data(), outputs_[i].data(), 2 * n * sizeof(float));
+    return v;
+  }
   // Bool outputs, one 0/1 byte per element.
   std::vector<uint8_t> OutputBool(int i) const {
     const int64_t n = outputs_meta_[i].NumElements();

@@ -1,6 +1,6 @@
 // Tests aten.constant_pad_nd.default: padding and cropping of trailing dims
-// against an index-by-index reference.
-#include "tests/runtime/kernels/kernel_test_util.h"
+// against an index-by-index reference, on f32 and other dtypes.
+#include "tests/runtime/kernels/typed_test_util.h"
 
 namespace kiln::runtime::testing {
 namespace {
@@ -67,6 +67,34 @@ TEST(ConstantPadTest, ConstantPadRejectsNegativeOutputSize) {
   OpTester t("aten.constant_pad_nd.default");
   t.SetArgs({t.Input(F32({2, 3}), RandomFloats(6, 1)), IntListArg({-2, -2})});
   EXPECT_TRUE(IsInvalidArgument(t.Prepare(), "negative size"));
+}
+
+}  // namespace
+}  // namespace kiln::runtime::testing
+
+namespace kiln::runtime::testing {
+namespace {
+
+TEST(ConstantPadTest, OtherDTypesPadWithTheValueCastToThem) {
+  // i64 with value 7; c64 (what torch.fft.irfft pads) with value 2 -> (2, 0),
+  // cropping one value and padding two.
+  OpTester t("aten.constant_pad_nd.default");
+  t.AddArg(I64Input(t, {2}, {-1, 5}));
+  t.AddArg(IntListArg({1, 0}));
+  t.AddArg(FloatArg(7));
+  ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+  EXPECT_EQ(t.output_metas()[0], I64({3}));
+  ASSERT_TRUE(t.Run().ok());
+  EXPECT_EQ(t.OutputI64(0), (std::vector<int64_t>{7, -1, 5}));
+
+  OpTester c("aten.constant_pad_nd.default");
+  c.AddArg(c.Input(TensorMeta{DType::kC64, {3}}, {1, 2, 3, 4, 5, 6}));
+  c.AddArg(IntListArg({-1, 2}));
+  c.AddArg(FloatArg(2));
+  ASSERT_TRUE(c.Prepare().ok()) << c.Prepare();
+  EXPECT_EQ(c.output_metas()[0], (TensorMeta{DType::kC64, {4}}));
+  ASSERT_TRUE(c.Run().ok());
+  EXPECT_TRUE(AllClose(c.OutputC64(0), {3, 4, 5, 6, 2, 0, 2, 0}, 0, 0));
 }
 
 }  // namespace

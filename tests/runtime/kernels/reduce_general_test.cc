@@ -42,11 +42,6 @@ double Prod(const std::vector<double>& g) {
   for (double v : g) s *= v;
   return s;
 }
-double Max(const std::vector<double>& g) {
-  double m = g[0];
-  for (double v : g) m = std::max(m, v);
-  return m;
-}
 double Var(const std::vector<double>& g) {
   const double mean = Sum(g) / g.size();
   double s = 0;

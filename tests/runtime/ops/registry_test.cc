@@ -127,7 +127,7 @@ std::string OpsDoc() {
       "| op | dtypes | traits |\n|---|---|---|\n";
   auto dtypes = [](DTypeMask mask) {
     std::vector<std::string> names;
-    for (int d = 1; d <= static_cast<int>(DType::kBool); ++d) {
+    for (int d = 1; d <= static_cast<int>(kLastDType); ++d) {
       if (mask & DTypeBit(static_cast<DType>(d))) names.push_back(DTypeName(static_cast<DType>(d)));
     }
     return absl::StrJoin(names, ", ");

@@ -1,0 +1,421 @@
+// Discrete Fourier transforms and the complex views around them:
+// aten._fft_c2c, _fft_r2c and _fft_c2r (what torch.fft's functions lower
+// to), aten.view_as_real and view_as_complex, and complex conjugation
+// (aten._conj, _conj_physical, conj_physical, resolve_conj).
+//
+// A transform over several dims runs one pass per dim: each pass gathers
+// the lines along its dim, transforms them with an FftPlan and scatters
+// them back, the last pass scaling by the normalization. Lines along an
+// inner dim are gathered a few neighbours at a time, so that each read
+// takes a whole cache line.
+//
+// ATen's normalization argument: 0 none, 1 by 1/sqrt(n), 2 by 1/n, where
+// n is the product of the signal sizes over the transformed dims.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/exec/parallel.h"
+#include "runtime/kernels/fft_plan.h"
+#include "runtime/kernels/kernel_util.h"
+#include "runtime/kernels/worker_scratch.h"
+#include "runtime/ops/prepare_fns.h"
+#include "runtime/util/status_macros.h"
+
+namespace kiln::runtime {
+namespace {
+
+// Lines gathered together along an inner dim (8 complex values are one
+// 64-byte cache line).
+constexpr int64_t kLineBlock = 8;
+
+// Where a pass reads and writes.
+enum class Buffer { kInput, kOutput, kScratch };
+
+// What a pass reads: complex lines of the plan's length, real lines
+// (imaginary parts zero), or the first n/2 + 1 values of a Hermitian
+// line, whose other half is the mirror image's conjugate.
+enum class Read { kComplex, kReal, kHermitian };
+
+struct Pass {
+  const FftPlan* plan = nullptr;
+  Buffer src = Buffer::kInput, dst = Buffer::kOutput;
+  Read read = Read::kComplex;
+  bool real_out = false;  // keep the real parts (c2r's last pass)
+  // outer and inner are the same in both; n is the line's length there.
+  DimLines in, out;
+  float scale = 1.0f;
+};
+
+class FftKernel final : public Kernel {
+ public:
+  FftKernel(std::vector<std::unique_ptr<FftPlan>> plans, std::vector<Pass> passes,
+            int64_t scratch_elements)
+      : plans_(std::move(plans)), passes_(std::move(passes)), scratch_elements_(scratch_elements) {
+    int64_t per_worker = 0;
+    for (const Pass& p : passes_) {
+      per_worker = std::max(per_worker, Block(p) * p.plan->size() + p.plan->WorkSize());
+    }
+    const size_t shared = static_cast<size_t>(scratch_elements_) * sizeof(Complex);
+    const size_t shared_end = (shared + 63) / 64 * 64;
+    lines_ = WorkerScratch(shared_end, static_cast<size_t>(per_worker) * sizeof(Complex));
+  }
+
+  size_t ScratchBytes() const override { return lines_.End(); }
+
+  absl::Status Run(const KernelContext& ctx) const override {
+    if (absl::Status arena = lines_.CheckArena(); !arena.ok()) return arena;
+    for (const Pass& p : passes_) RunPass(ctx, p);
+    return absl::OkStatus();
+  }
+
+ private:
+  static int64_t Block(const Pass& p) { return std::min(p.in.inner, kLineBlock); }
+
+  static void* Address(const KernelContext& ctx, Buffer b) {
+    switch (b) {
+      case Buffer::kInput: return const_cast<void*>(ctx.inputs[0].data);
+      case Buffer::kOutput: return ctx.outputs[0].data;
+      case Buffer::kScratch: return ctx.scratch;
+    }
+    return nullptr;
+  }
+
+  void RunPass(const KernelContext& ctx, const Pass& p) const {
+    const void* src = Address(ctx, p.src);
+    void* dst = Address(ctx, p.dst);
+    const int64_t n = p.plan->size();
+    const int64_t block = Block(p);
+    const int64_t blocks_per_outer = (p.in.inner + block - 1) / block;
+    const int64_t tasks = p.in.outer * blocks_per_outer;
+    const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(n * block, 1));
+    ParallelFor(tasks, grain, [&](int64_t begin, int64_t end) {
+      Complex* lines = lines_.Mine<Complex>(ctx.scratch);
+      Complex* work = lines + block * n;
+      for (int64_t t = begin; t < end; ++t) {
+        const int64_t o = t / blocks_per_outer;
+        const int64_t i0 = (t % blocks_per_outer) * block;
+        const int64_t count = std::min(block, p.in.inner - i0);
+        Gather(p, src, o, i0, count, lines);
+        for (int64_t b = 0; b < count; ++b) p.plan->Run(lines + b * n, work);
+        Scatter(p, lines, o, i0, count, dst);
+      }
+    });
+  }
+
+  // lines[b * n + j] = element j of the line (o, i0 + b), extended to n.
+  static void Gather(const Pass& p, const void* src, int64_t o, int64_t i0, int64_t count,
+                     Complex* lines) {
+    const int64_t n = p.plan->size(), inner = p.in.inner;
+    const int64_t base = o * p.in.n * inner + i0;
+    if (p.read == Read::kReal) {
+      const float* s = static_cast<const float*>(src) + base;
+      for (int64_t j = 0; j < n; ++j) {
+        for (int64_t b = 0; b < count; ++b) lines[b * n + j] = Complex(s[j * inner + b], 0.0f);
+      }
+      return;
+    }
+    const Complex* s = static_cast<const Complex*>(src) + base;
+    const int64_t have = p.read == Read::kHermitian ? n / 2 + 1 : n;
+    for (int64_t j = 0; j < have; ++j) {
+      for (int64_t b = 0; b < count; ++b) lines[b * n + j] = s[j * inner + b];
+    }
+    for (int64_t j = have; j < n; ++j) {
+      for (int64_t b = 0; b < count; ++b) lines[b * n + j] = std::conj(lines[b * n + n - j]);
+    }
+  }
+
+  static void Scatter(const Pass& p, const Complex* lines, int64_t o, int64_t i0, int64_t count,
+                      void* dst) {
+    const int64_t n = p.plan->size(), inner = p.out.inner, keep = p.out.n;
+    const int64_t base = o * keep * inner + i0;
+    const float scale = p.scale;
+    if (p.real_out) {
+      float* d = static_cast<float*>(dst) + base;
+      for (int64_t j = 0; j < keep; ++j) {
+        for (int64_t b = 0; b < count; ++b) d[j * inner + b] = lines[b * n + j].real() * scale;
+      }
+      return;
+    }
+    Complex* d = static_cast<Complex*>(dst) + base;
+    for (int64_t j = 0; j < keep; ++j) {
+      for (int64_t b = 0; b < count; ++b) {
+        const Complex v = lines[b * n + j];
+        d[j * inner + b] = Complex(v.real() * scale, v.imag() * scale);
+      }
+    }
+  }
+
+  std::vector<std::unique_ptr<FftPlan>> plans_;
+  std::vector<Pass> passes_;
+  int64_t scratch_elements_;
+  WorkerScratch lines_;
+};
+
+// The plan for n and sign among `plans`, made once.
+const FftPlan* PlanFor(std::vector<std::unique_ptr<FftPlan>>* plans, int64_t n, int sign,
+                       std::vector<int>* signs) {
+  for (size_t i = 0; i < plans->size(); ++i) {
+    if ((*plans)[i]->size() == n && (*signs)[i] == sign) return (*plans)[i].get();
+  }
+  plans->push_back(std::make_unique<FftPlan>(n, sign));
+  signs->push_back(sign);
+  return plans->back().get();
+}
+
+// The transformed dims, wrapped, distinct, each of a nonzero size in
+// `shape`.
+absl::StatusOr<std::vector<int>> FftDims(const NodeArgs& args, const TensorMeta& t,
+                                         const std::vector<int64_t>& shape, bool need_one) {
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> list, args.IntList(1, "dim"));
+  if (need_one && list.empty()) return args.Error("dim must name at least one dimension");
+  std::vector<int> dims;
+  for (int64_t d : list) {
+    KILN_ASSIGN_OR_RETURN(int w, WrapDim(args, d, t.rank()));
+    if (std::find(dims.begin(), dims.end(), w) != dims.end()) {
+      return args.Error(absl::StrCat("dim ", d, " is listed twice"));
+    }
+    if (shape[w] < 1) {
+      return args.Error(absl::StrCat("invalid number of data points (", shape[w],
+                                     ") along dim ", d));
+    }
+    dims.push_back(w);
+  }
+  return dims;
+}
+
+// 1, 1/sqrt(n) or 1/n for ATen's normalization modes 0, 1 and 2.
+absl::StatusOr<float> NormScale(const NodeArgs& args, const std::vector<int64_t>& shape,
+                                const std::vector<int>& dims) {
+  KILN_ASSIGN_OR_RETURN(int64_t mode, args.Int(2, "normalization"));
+  double n = 1;
+  for (int d : dims) n *= static_cast<double>(shape[d]);
+  switch (mode) {
+    case 0: return 1.0f;
+    case 1: return static_cast<float>(1.0 / std::sqrt(n));
+    case 2: return static_cast<float>(1.0 / n);
+  }
+  return args.Error(absl::StrCat("normalization ", mode, " is not 0, 1 or 2"));
+}
+
+DimLines Lines(const std::vector<int64_t>& shape, int dim) {
+  DimLines l;
+  l.dim = dim;
+  l.outer = Product(shape, 0, dim);
+  l.n = shape[dim];
+  l.inner = Product(shape, dim + 1, static_cast<int>(shape.size()));
+  return l;
+}
+
+PreparedOp Finish(const NodeArgs& args, TensorMeta out, std::vector<std::unique_ptr<FftPlan>> plans,
+                  std::vector<Pass> passes, int64_t scratch_elements) {
+  PreparedOp op;
+  op.outputs.push_back(std::move(out));
+  if (!args.shape_only()) {
+    op.kernel = std::make_unique<FftKernel>(std::move(plans), std::move(passes), scratch_elements);
+  }
+  return op;
+}
+
+// A kernel for a transform of no elements or no dims: copies (c2c with an
+// empty dim list is a copy) or writes nothing.
+class CopyOrNothingKernel final : public Kernel {
+ public:
+  explicit CopyOrNothingKernel(int64_t bytes) : bytes_(bytes) {}
+  absl::Status Run(const KernelContext& ctx) const override {
+    if (bytes_ > 0) std::memcpy(ctx.outputs[0].data, ctx.inputs[0].data, bytes_);
+    return absl::OkStatus();
+  }
+
+ private:
+  int64_t bytes_;
+};
+
+class ConjKernel final : public Kernel {
+ public:
+  explicit ConjKernel(int64_t n) : n_(n) {}
+  absl::Status Run(const KernelContext& ctx) const override {
+    const float* in = static_cast<const float*>(ctx.inputs[0].data);
+    float* out = static_cast<float*>(ctx.outputs[0].data);
+    ParallelFor(n_, int64_t{1} << 15, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        out[2 * i] = in[2 * i];
+        out[2 * i + 1] = -in[2 * i + 1];
+      }
+    });
+    return absl::OkStatus();
+  }
+
+ private:
+  int64_t n_;
+};
+
+PreparedOp ByteCopyAs(const NodeArgs& args, TensorMeta out, int64_t bytes) {
+  PreparedOp op;
+  op.outputs.push_back(std::move(out));
+  if (!args.shape_only()) op.kernel = std::make_unique<CopyOrNothingKernel>(bytes);
+  return op;
+}
+
+}  // namespace
+
+absl::StatusOr<PreparedOp> PrepareFftC2c(const NodeArgs& args) {
+  // (self, dim, normalization, forward)
+  KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
+  KILN_RETURN_IF_ERROR(RequireDType(args, self, "self", DType::kC64));
+  KILN_ASSIGN_OR_RETURN(std::vector<int> dims, FftDims(args, self, self.shape, false));
+  KILN_ASSIGN_OR_RETURN(float scale, NormScale(args, self.shape, dims));
+  KILN_ASSIGN_OR_RETURN(bool forward, args.Bool(3, "forward", true));
+  if (dims.empty() || self.NumElements() == 0) {
+    return ByteCopyAs(args, self, self.ByteSize());
+  }
+  std::vector<std::unique_ptr<FftPlan>> plans;
+  std::vector<int> signs;
+  std::vector<Pass> passes;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    Pass p;
+    if (!args.shape_only()) p.plan = PlanFor(&plans, self.shape[dims[i]], forward ? -1 : 1, &signs);
+    p.src = i == 0 ? Buffer::kInput : Buffer::kOutput;
+    p.dst = Buffer::kOutput;
+    p.in = p.out = Lines(self.shape, dims[i]);
+    p.scale = i + 1 == dims.size() ? scale : 1.0f;
+    passes.push_back(p);
+  }
+  return Finish(args, self, std::move(plans), std::move(passes), 0);
+}
+
+absl::StatusOr<PreparedOp> PrepareFftR2c(const NodeArgs& args) {
+  // (self, dim, normalization, onesided): forward transforms of real
+  // input; `onesided` keeps n/2 + 1 values along the last dim listed.
+  KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
+  KILN_RETURN_IF_ERROR(RequireDType(args, self, "self", DType::kF32));
+  KILN_ASSIGN_OR_RETURN(std::vector<int> dims, FftDims(args, self, self.shape, true));
+  KILN_ASSIGN_OR_RETURN(float scale, NormScale(args, self.shape, dims));
+  KILN_ASSIGN_OR_RETURN(bool onesided, args.Bool(3, "onesided", true));
+  const int last = dims.back();
+  std::vector<int64_t> out_shape = self.shape;
+  if (onesided) out_shape[last] = self.shape[last] / 2 + 1;
+  TensorMeta out{DType::kC64, out_shape};
+  if (self.NumElements() == 0) return ByteCopyAs(args, out, 0);
+  std::vector<std::unique_ptr<FftPlan>> plans;
+  std::vector<int> signs;
+  std::vector<Pass> passes;
+  // The last dim first, from the real input, keeping what the output
+  // holds; then every other dim over the output.
+  Pass first;
+  if (!args.shape_only()) first.plan = PlanFor(&plans, self.shape[last], -1, &signs);
+  first.src = Buffer::kInput;
+  first.read = Read::kReal;
+  first.in = Lines(self.shape, last);
+  first.out = Lines(out_shape, last);
+  first.scale = dims.size() == 1 ? scale : 1.0f;
+  passes.push_back(first);
+  for (size_t i = 0; i + 1 < dims.size(); ++i) {
+    Pass p;
+    if (!args.shape_only()) p.plan = PlanFor(&plans, out_shape[dims[i]], -1, &signs);
+    p.src = p.dst = Buffer::kOutput;
+    p.in = p.out = Lines(out_shape, dims[i]);
+    p.scale = i + 2 == dims.size() ? scale : 1.0f;
+    passes.push_back(p);
+  }
+  return Finish(args, out, std::move(plans), std::move(passes), 0);
+}
+
+absl::StatusOr<PreparedOp> PrepareFftC2r(const NodeArgs& args) {
+  // (self, dim, normalization, last_dim_size): backward transforms to real
+  // output whose last dim listed has last_dim_size values; self holds the
+  // first last_dim_size / 2 + 1 of them along it (ATen reads no more).
+  KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
+  KILN_RETURN_IF_ERROR(RequireDType(args, self, "self", DType::kC64));
+  KILN_ASSIGN_OR_RETURN(int64_t last_size, args.Int(3, "last_dim_size"));
+  if (last_size < 1) {
+    return args.Error(absl::StrCat("invalid number of data points (", last_size, ")"));
+  }
+  KILN_ASSIGN_OR_RETURN(std::vector<int> dims, FftDims(args, self, self.shape, true));
+  const int last = dims.back();
+  if (self.shape[last] < last_size / 2 + 1) {
+    return args.Error(absl::StrCat("last_dim_size ", last_size, " needs ", last_size / 2 + 1,
+                                   " values along dim ", last, " of ", self.ToString()));
+  }
+  std::vector<int64_t> out_shape = self.shape;
+  out_shape[last] = last_size;
+  KILN_ASSIGN_OR_RETURN(float scale, NormScale(args, out_shape, dims));
+  TensorMeta out{DType::kF32, out_shape};
+  KILN_RETURN_IF_ERROR(ValidateMeta(out));
+  if (out.NumElements() == 0) return ByteCopyAs(args, out, 0);
+  std::vector<std::unique_ptr<FftPlan>> plans;
+  std::vector<int> signs;
+  std::vector<Pass> passes;
+  // Every dim but the last over a copy of self in scratch (the first
+  // reading self itself), then the last from there into the real output.
+  const bool staged = dims.size() > 1;
+  for (size_t i = 0; i + 1 < dims.size(); ++i) {
+    Pass p;
+    if (!args.shape_only()) p.plan = PlanFor(&plans, self.shape[dims[i]], 1, &signs);
+    p.src = i == 0 ? Buffer::kInput : Buffer::kScratch;
+    p.dst = Buffer::kScratch;
+    p.in = p.out = Lines(self.shape, dims[i]);
+    passes.push_back(p);
+  }
+  Pass final_pass;
+  if (!args.shape_only()) final_pass.plan = PlanFor(&plans, last_size, 1, &signs);
+  final_pass.src = staged ? Buffer::kScratch : Buffer::kInput;
+  final_pass.read = Read::kHermitian;
+  final_pass.real_out = true;
+  final_pass.in = Lines(self.shape, last);
+  final_pass.out = Lines(out_shape, last);
+  final_pass.scale = scale;
+  passes.push_back(final_pass);
+  return Finish(args, out, std::move(plans), std::move(passes),
+                staged ? self.NumElements() : 0);
+}
+
+absl::StatusOr<PreparedOp> PrepareViewAsReal(const NodeArgs& args) {
+  // (self): c64 [...] as f32 [..., 2] with the same bytes.
+  KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
+  KILN_RETURN_IF_ERROR(RequireDType(args, self, "self", DType::kC64));
+  std::vector<int64_t> shape = self.shape;
+  shape.push_back(2);
+  TensorMeta out{DType::kF32, shape};
+  KILN_RETURN_IF_ERROR(ValidateMeta(out));
+  return ByteCopyAs(args, out, self.ByteSize());
+}
+
+absl::StatusOr<PreparedOp> PrepareViewAsComplex(const NodeArgs& args) {
+  // (self): f32 [..., 2] as c64 [...] with the same bytes.
+  KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
+  KILN_RETURN_IF_ERROR(RequireDType(args, self, "self", DType::kF32));
+  if (self.rank() == 0 || self.shape.back() != 2) {
+    return args.Error(absl::StrCat("view_as_complex needs a last dimension of size 2, got ",
+                                   self.ToString()));
+  }
+  std::vector<int64_t> shape(self.shape.begin(), self.shape.end() - 1);
+  return ByteCopyAs(args, TensorMeta{DType::kC64, shape}, self.ByteSize());
+}
+
+absl::StatusOr<PreparedOp> PrepareConj(const NodeArgs& args) {
+  // (self): the complex conjugate; real tensors are their own. ATen's
+  // _conj is a lazy view; runtime tensors are dense, so this writes the
+  // conjugated values, which is what every reader of that view sees.
+  KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
+  KILN_RETURN_IF_ERROR(RequireMovable(args, self, "self"));
+  if (self.dtype != DType::kC64) return ByteCopyAs(args, self, self.ByteSize());
+  PreparedOp op;
+  op.outputs.push_back(self);
+  if (!args.shape_only()) op.kernel = std::make_unique<ConjKernel>(self.NumElements());
+  return op;
+}
+
+absl::StatusOr<PreparedOp> PrepareResolveConj(const NodeArgs& args) {
+  // (self): runtime tensors hold their values, never a pending conjugation
+  // or negation, so resolving one is a copy.
+  KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
+  KILN_RETURN_IF_ERROR(RequireMovable(args, self, "self"));
+  return ByteCopyAs(args, self, self.ByteSize());
+}
+
+}  // namespace kiln::runtime
