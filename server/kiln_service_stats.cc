@@ -40,7 +40,7 @@ absl::Status KilnService::DoGetCapabilities(kiln::v1::CapabilitiesResponse* resp
     if (op.internal) continue;
     auto* support = resp->add_ops();
     support->set_target(op.target);
-    for (int d = 1; d <= static_cast<int>(runtime::DType::kBool); ++d) {
+    for (int d = 1; d <= static_cast<int>(runtime::kLastDType); ++d) {
       if (op.dtypes & runtime::DTypeBit(static_cast<runtime::DType>(d))) {
         support->add_dtypes(static_cast<kiln::v1::DType>(d));
       }
