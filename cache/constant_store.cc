@@ -87,6 +87,15 @@ void ConstantStore::Drop(const std::string& hash, const void* bytes) {
   entries_.erase(it);
 }
 
+bool ConstantStore::ReleaseIfUnheld(const std::string& hash) {
+  absl::MutexLock lock(&mu_);
+  auto it = entries_.find(hash);
+  if (it == entries_.end() || it->second.data.bytes.use_count() != 1) return false;
+  bytes_ -= it->second.data.size;
+  entries_.erase(it);
+  return true;
+}
+
 ConstantStore::Evicted ConstantStore::EvictUnreferenced(absl::Duration grace, absl::Time now) {
   Evicted evicted;
   absl::MutexLock lock(&mu_);

@@ -60,6 +60,10 @@ class ConstantStore {
   // Forgets `hash` if its entry holds these bytes (a copy mapped from the
   // cache directory that failed its deferred check).
   void Drop(const std::string& hash, const void* bytes);
+  // Forgets `hash` now, grace or not, if nothing but the store holds its
+  // bytes: a compile that packed it and reads it no more says so
+  // (runtime::CompileHints::release_constant). True when dropped.
+  bool ReleaseIfUnheld(const std::string& hash);
 
   size_t count() const;
   int64_t bytes() const;

@@ -47,6 +47,12 @@ absl::StatusOr<std::shared_ptr<const runtime::CompiledGraph>> GraphCache::Build(
   };
   runtime::CompileHints hints;
   hints.keep_derived_constants = shape_variant;
+  // A weight packed by the compile and read by no run need not wait out
+  // the grace period beside its packed copy: during the compile of a large
+  // model that doubling is what runs the host out of memory. A client that
+  // compiles it again uploads it again (or it is read from the cache
+  // directory).
+  hints.release_constant = [this](const std::string& hash) { constants_->ReleaseIfUnheld(hash); };
   absl::StatusOr<std::unique_ptr<runtime::CompiledGraph>> compiled;
   // DATA_LOSS: a constant mapped from the cache directory failed the check
   // made before reading it (it is gone). The second attempt derives every

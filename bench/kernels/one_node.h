@@ -19,21 +19,24 @@
 
 namespace kiln::bench {
 
-// One op node over f32 inputs/constants. Not thread-safe.
+// One op node over f32 (or c64) inputs/constants. Not thread-safe.
 class OneNode {
  public:
   explicit OneNode(std::string target) : target_(std::move(target)) {}
 
-  // A tensor argument filled with uniform values in [lo, hi).
-  runtime::Arg Tensor(std::vector<int64_t> shape, bool constant, float lo = -1, float hi = 1) {
+  // A tensor argument filled with uniform values in [lo, hi): f32, or c64
+  // with both parts drawn so.
+  runtime::Arg Tensor(std::vector<int64_t> shape, bool constant, float lo = -1, float hi = 1,
+                      runtime::DType dtype = runtime::DType::kF32) {
     runtime::Node n;
     n.kind = constant ? runtime::Node::Kind::kConstant : runtime::Node::Kind::kInput;
-    n.outputs.push_back(runtime::TensorMeta{runtime::DType::kF32, std::move(shape)});
+    n.outputs.push_back(runtime::TensorMeta{dtype, std::move(shape)});
     buffers_.push_back(Alloc(n.outputs[0].ByteSize()));
     std::mt19937 gen(buffers_.size());
     std::uniform_real_distribution<float> dist(lo, hi);
     float* p = static_cast<float*>(buffers_.back().get());
-    for (int64_t i = 0; i < n.outputs[0].NumElements(); ++i) p[i] = dist(gen);
+    const int64_t floats = n.outputs[0].ByteSize() / static_cast<int64_t>(sizeof(float));
+    for (int64_t i = 0; i < floats; ++i) p[i] = dist(gen);
     graph_.nodes.push_back(std::move(n));
     return runtime::TensorArg(runtime::ValueRef{static_cast<int>(graph_.nodes.size()) - 1, 0});
   }

@@ -182,6 +182,70 @@ absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
     return slot.kind == ValueSlot::Kind::kConstant ? cg->constants[slot.index].bytes.get()
                                                    : nullptr;
   };
+  // Constants let go of as soon as their last kernel is prepared, when no
+  // run reads them: a large model's weights then do not sit in memory
+  // twice (original and packed) for the whole compile. Per constant's
+  // bytes: the kernels still to prepare that take it, its entries in
+  // `resolved` and, for a client's, its hash. Constants read through an
+  // alias or as a graph output, and those a check has yet to read in,
+  // stay to the end.
+  struct Pending {
+    int kernels = 0;
+    bool pinned = false;
+    std::vector<size_t> entries;
+    std::string hash;
+  };
+  absl::flat_hash_map<const void*, Pending> pending;
+  for (size_t k = 0; k < resolved.size(); ++k) {
+    Pending& p = pending[resolved[k].bytes.get()];
+    p.entries.push_back(k);
+    p.pinned |= k >= client_constants && hints.keep_derived_constants;
+  }
+  for (int i = 0; i < n; ++i) {
+    const Node& node = graph.nodes[i];
+    if (node.kind == Node::Kind::kConstant && i < static_cast<int>(constant_data.size())) {
+      if (auto it = pending.find(constant_data[i]); it != pending.end() &&
+                                                    !node.constant_hash.empty()) {
+        it->second.hash = node.constant_hash;
+      }
+    }
+    if (node.dead || node.kind != Node::Kind::kOp) continue;
+    const bool alias = HasTrait(node, kAlias);
+    for (const ValueRef& ref : TensorInputsOf(node)) {
+      const Node& src = graph.nodes[ref.node];
+      if (src.kind != Node::Kind::kConstant) continue;
+      auto it = pending.find(constant_data[ref.node]);
+      if (it == pending.end()) continue;
+      ++it->second.kernels;
+      it->second.pinned |= alias;
+    }
+  }
+  for (const ValueRef& out : graph.outputs) {
+    if (graph.nodes[out.node].kind != Node::Kind::kConstant) continue;
+    if (auto it = pending.find(constant_data[out.node]); it != pending.end()) {
+      it->second.pinned = true;
+    }
+  }
+  auto let_go = [&](const void* data) {
+    auto it = pending.find(data);
+    if (it == pending.end()) return;
+    Pending& p = it->second;
+    if (p.pinned || p.kernels > 0 || read_at_run.contains(data) || NotReadIn(data)) return;
+    bool client = false;
+    for (size_t k : p.entries) {
+      client |= k < client_constants;
+      resolved[k].bytes.reset();
+    }
+    if (client && !p.hash.empty() && hints.release_constant) hints.release_constant(p.hash);
+    pending.erase(it);
+  };
+  {
+    std::vector<const void*> unused;
+    for (const auto& [data, p] : pending) {
+      if (p.kernels == 0) unused.push_back(data);
+    }
+    for (const void* data : unused) let_go(data);
+  }
   for (int i = 0; i < n; ++i) {
     Node& node = graph.nodes[i];
     if (node.dead || node.kind != Node::Kind::kOp) continue;
@@ -242,6 +306,13 @@ absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
     for (const ValueRef& ref : inputs) {
       const void* data = constant_of(ref);
       if (data != nullptr && !consumed.contains(data)) read_at_run.insert(data);
+    }
+    for (const ValueRef& ref : inputs) {
+      if (graph.nodes[ref.node].kind != Node::Kind::kConstant) continue;
+      auto it = pending.find(constant_data[ref.node]);
+      if (it == pending.end()) continue;
+      --it->second.kernels;
+      let_go(it->first);
     }
     cg->slots[i].resize(node.outputs.size());
     for (int o = 0; o < static_cast<int>(node.outputs.size()); ++o) {

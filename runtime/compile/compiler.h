@@ -26,6 +26,12 @@ struct CompileHints {
   // would otherwise derive them again (compile/shared_constants.h finds
   // them only while some graph holds them).
   bool keep_derived_constants = false;
+  // Called with the hash of a client constant once every kernel that takes
+  // it is prepared, none reads it at run time (they packed or copied it)
+  // and the compile has let go of its bytes: the caller may drop its own
+  // copy now rather than hold it beside the packed one until the compile
+  // ends. Not called for constants the compile derived or keeps.
+  std::function<void(const std::string& hash)> release_constant;
 };
 
 // FAILED_PRECONDITION for constants a graph names that the daemon's store

@@ -1,5 +1,7 @@
 #include "runtime/kernels/fft_plan.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -8,9 +10,12 @@
 namespace kiln::runtime {
 namespace {
 
+constexpr int64_t kL = FftPlan::kLines;
+static_assert(kL == 8, "one AVX2 vector of floats per plane");
+
 // Prime factors up to this run as a direct butterfly of O(p^2) operations;
 // a length with a larger one goes through Bluestein.
-constexpr int64_t kMaxDirectRadix = 61;
+constexpr int kMaxDirectRadix = 61;
 
 // exp(sign * 2*pi*i * num / den), with num reduced modulo den first so that
 // large products keep double precision.
@@ -20,18 +25,28 @@ Complex Root(int sign, int64_t num, int64_t den) {
   return Complex(static_cast<float>(std::cos(angle)), static_cast<float>(std::sin(angle)));
 }
 
-// Plain complex arithmetic: std::complex's operator* also handles infinite
-// and NaN parts specially (C Annex G), which costs a library call here and
-// which ATen's FFT libraries do not do either.
-inline Complex Mul(Complex a, Complex b) {
-  return Complex(a.real() * b.real() - a.imag() * b.imag(),
-                 a.real() * b.imag() + a.imag() * b.real());
+// The same complex value in each of the eight lines, or eight values.
+struct V {
+  __m256 r, i;
+};
+inline V Splat(Complex c) { return {_mm256_set1_ps(c.real()), _mm256_set1_ps(c.imag())}; }
+inline V Load(const float* re, const float* im, int64_t j) {
+  return {_mm256_loadu_ps(re + j * kL), _mm256_loadu_ps(im + j * kL)};
 }
-inline Complex Add(Complex a, Complex b) { return Complex(a.real() + b.real(), a.imag() + b.imag()); }
-inline Complex Sub(Complex a, Complex b) { return Complex(a.real() - b.real(), a.imag() - b.imag()); }
+inline void Store(float* re, float* im, int64_t j, V v) {
+  _mm256_storeu_ps(re + j * kL, v.r);
+  _mm256_storeu_ps(im + j * kL, v.i);
+}
+inline V Add(V a, V b) { return {_mm256_add_ps(a.r, b.r), _mm256_add_ps(a.i, b.i)}; }
+inline V Sub(V a, V b) { return {_mm256_sub_ps(a.r, b.r), _mm256_sub_ps(a.i, b.i)}; }
+inline V Mul(V a, V w) {
+  return {_mm256_fmsub_ps(a.r, w.r, _mm256_mul_ps(a.i, w.i)),
+          _mm256_fmadd_ps(a.r, w.i, _mm256_mul_ps(a.i, w.r))};
+}
 // i * sign * a
-inline Complex RotateQuarter(Complex a, int sign) {
-  return sign > 0 ? Complex(-a.imag(), a.real()) : Complex(a.imag(), -a.real());
+inline V RotateQuarter(V a, int sign) {
+  const __m256 zero = _mm256_setzero_ps();
+  return sign > 0 ? V{_mm256_sub_ps(zero, a.i), a.r} : V{a.i, _mm256_sub_ps(zero, a.r)};
 }
 
 // The radices of n, fours first; empty when n has a prime factor above
@@ -55,11 +70,10 @@ std::vector<int> Factor(int64_t n) {
 }  // namespace
 
 // One radix-p pass. Before it, for every s in [0, n/L) and k in [0, L),
-// src[s + (n/L) * k] holds the L-point transform, at k, of the samples
-// x[s + (n/L) * j]; after it, dst holds the same for L' = L * p. With
+// value s + (n/L) * k holds the L-point transform, at k, of the samples
+// x[s + (n/L) * j]; after it, the same holds for L' = L * p. With
 // m = n / L' and s = s' + m * r:
 //   Y'[s'][k + L*q] = sum_r w_p^(r*q) * (w_L'^(r*k) * Y[s' + m*r][k]).
-// Reads and writes run along s', contiguous in both arrays.
 struct FftPlan::Stage {
   int p = 0;
   int64_t L = 0, m = 0;
@@ -111,111 +125,133 @@ FftPlan::FftPlan(int64_t n, int sign) : n_(n), sign_(sign) {
     const double angle = sign * M_PI * static_cast<double>(sq) / static_cast<double>(n);
     b->chirp[j] = Complex(static_cast<float>(std::cos(angle)), static_cast<float>(std::sin(angle)));
   }
-  b->kernel.assign(b->m, Complex(0, 0));
+  // The kernel's transform, as line 0 of a block.
+  std::vector<float> re(b->m * kL, 0.0f), im(b->m * kL, 0.0f), work(b->forward->WorkFloats());
   for (int64_t j = 0; j < n; ++j) {
-    b->kernel[j] = std::conj(b->chirp[j]);
-    if (j > 0) b->kernel[b->m - j] = std::conj(b->chirp[j]);
+    const Complex c = std::conj(b->chirp[j]);
+    re[j * kL] = c.real();
+    im[j * kL] = c.imag();
+    if (j > 0) {
+      re[(b->m - j) * kL] = c.real();
+      im[(b->m - j) * kL] = c.imag();
+    }
   }
-  std::vector<Complex> work(b->forward->WorkSize());
-  b->forward->Run(b->kernel.data(), work.data());
+  b->forward->RunLines(re.data(), im.data(), work.data());
   const float inv_m = 1.0f / static_cast<float>(b->m);
-  for (Complex& v : b->kernel) v *= inv_m;
+  b->kernel.resize(b->m);
+  for (int64_t j = 0; j < b->m; ++j) b->kernel[j] = Complex(re[j * kL] * inv_m, im[j * kL] * inv_m);
   bluestein_ = std::move(b);
 }
 
 FftPlan::~FftPlan() = default;
 
-int64_t FftPlan::WorkSize() const {
-  if (bluestein_ == nullptr) return n_;
-  return 2 * bluestein_->m;
+int64_t FftPlan::WorkFloats() const {
+  if (bluestein_ == nullptr) return 2 * n_ * kL;
+  // The convolution's two planes, and the power-of-two plan's work.
+  return 4 * bluestein_->m * kL;
 }
 
-void FftPlan::Run(Complex* data, Complex* work) const {
+void FftPlan::RunLines(float* re, float* im, float* work) const {
   if (bluestein_ != nullptr) {
-    RunBluestein(data, work);
+    RunBluestein(re, im, work);
   } else {
-    RunStockham(data, work);
+    RunStockham(re, im, work);
   }
 }
 
-void FftPlan::RunStockham(Complex* data, Complex* work) const {
-  Complex* src = data;
-  Complex* dst = work;
+void FftPlan::RunStockham(float* re, float* im, float* work) const {
+  float* src_re = re;
+  float* src_im = im;
+  float* dst_re = work;
+  float* dst_im = work + n_ * kL;
   for (const Stage& st : stages_) {
     const int p = st.p;
     const int64_t L = st.L, m = st.m;
     const Complex* tw = st.twiddles.data();
     for (int64_t k = 0; k < L; ++k) {
-      const Complex* in = src + m * p * k;  // + m * r + s'
-      Complex* out = dst + m * k;           // + m * L * q + s'
-      if (p == 2) {
-        const Complex w1 = tw[k];
+      // Input values m*p*k + m*r + s', output values m*k + m*L*q + s'.
+      const float* ir = src_re + m * p * k * kL;
+      const float* ii = src_im + m * p * k * kL;
+      float* orr = dst_re + m * k * kL;
+      float* oi = dst_im + m * k * kL;
+      const int64_t ml = m * L;
+      if (p == 4) {
+        const V w1 = Splat(tw[k]), w2 = Splat(tw[L + k]), w3 = Splat(tw[2 * L + k]);
         for (int64_t s = 0; s < m; ++s) {
-          const Complex a0 = in[s], a1 = Mul(in[m + s], w1);
-          out[s] = Add(a0, a1);
-          out[m * L + s] = Sub(a0, a1);
+          const V a0 = Load(ir, ii, s), a1 = Mul(Load(ir, ii, m + s), w1),
+                  a2 = Mul(Load(ir, ii, 2 * m + s), w2), a3 = Mul(Load(ir, ii, 3 * m + s), w3);
+          const V e0 = Add(a0, a2), e1 = Sub(a0, a2);
+          const V o0 = Add(a1, a3), o1 = RotateQuarter(Sub(a1, a3), sign_);
+          Store(orr, oi, s, Add(e0, o0));
+          Store(orr, oi, ml + s, Add(e1, o1));
+          Store(orr, oi, 2 * ml + s, Sub(e0, o0));
+          Store(orr, oi, 3 * ml + s, Sub(e1, o1));
         }
-      } else if (p == 4) {
-        const Complex w1 = tw[k], w2 = tw[L + k], w3 = tw[2 * L + k];
+      } else if (p == 2) {
+        const V w1 = Splat(tw[k]);
         for (int64_t s = 0; s < m; ++s) {
-          const Complex a0 = in[s], a1 = Mul(in[m + s], w1), a2 = Mul(in[2 * m + s], w2),
-                        a3 = Mul(in[3 * m + s], w3);
-          const Complex e0 = Add(a0, a2), e1 = Sub(a0, a2);
-          const Complex o0 = Add(a1, a3), o1 = RotateQuarter(Sub(a1, a3), sign_);
-          out[s] = Add(e0, o0);
-          out[m * L + s] = Add(e1, o1);
-          out[2 * m * L + s] = Sub(e0, o0);
-          out[3 * m * L + s] = Sub(e1, o1);
+          const V a0 = Load(ir, ii, s), a1 = Mul(Load(ir, ii, m + s), w1);
+          Store(orr, oi, s, Add(a0, a1));
+          Store(orr, oi, ml + s, Sub(a0, a1));
         }
       } else if (p == 3) {
-        const Complex w1 = tw[k], w2 = tw[L + k];
-        const float h = static_cast<float>(sign_ * std::sqrt(3.0) / 2.0);
+        const V w1 = Splat(tw[k]), w2 = Splat(tw[L + k]);
+        const __m256 half = _mm256_set1_ps(0.5f);
+        const __m256 h = _mm256_set1_ps(static_cast<float>(sign_ * std::sqrt(3.0) / 2.0));
         for (int64_t s = 0; s < m; ++s) {
-          const Complex a0 = in[s], a1 = Mul(in[m + s], w1), a2 = Mul(in[2 * m + s], w2);
-          const Complex t1 = Add(a1, a2);
-          const Complex t2(a0.real() - 0.5f * t1.real(), a0.imag() - 0.5f * t1.imag());
-          const Complex d = Sub(a1, a2);
-          const Complex t3(-h * d.imag(), h * d.real());  // i * h * (a1 - a2)
-          out[s] = Add(a0, t1);
-          out[m * L + s] = Add(t2, t3);
-          out[2 * m * L + s] = Sub(t2, t3);
+          const V a0 = Load(ir, ii, s), a1 = Mul(Load(ir, ii, m + s), w1),
+                  a2 = Mul(Load(ir, ii, 2 * m + s), w2);
+          const V t1 = Add(a1, a2);
+          const V t2 = {_mm256_fnmadd_ps(half, t1.r, a0.r), _mm256_fnmadd_ps(half, t1.i, a0.i)};
+          const V d = Sub(a1, a2);
+          // i * h * (a1 - a2)
+          const V t3 = {_mm256_sub_ps(_mm256_setzero_ps(), _mm256_mul_ps(h, d.i)),
+                        _mm256_mul_ps(h, d.r)};
+          Store(orr, oi, s, Add(a0, t1));
+          Store(orr, oi, ml + s, Add(t2, t3));
+          Store(orr, oi, 2 * ml + s, Sub(t2, t3));
         }
       } else {
-        Complex a[kMaxDirectRadix];
-        const Complex* roots = st.roots.data();
+        V w[kMaxDirectRadix], roots[kMaxDirectRadix], a[kMaxDirectRadix];
+        for (int r = 1; r < p; ++r) w[r] = Splat(tw[(r - 1) * L + k]);
+        for (int t = 0; t < p; ++t) roots[t] = Splat(st.roots[t]);
         for (int64_t s = 0; s < m; ++s) {
-          a[0] = in[s];
-          for (int r = 1; r < p; ++r) a[r] = Mul(in[r * m + s], tw[(r - 1) * L + k]);
+          a[0] = Load(ir, ii, s);
+          for (int r = 1; r < p; ++r) a[r] = Mul(Load(ir, ii, r * m + s), w[r]);
           for (int q = 0; q < p; ++q) {
-            float re = 0, im = 0;
-            int t = 0;  // r * q mod p
-            for (int r = 0; r < p; ++r) {
-              const Complex v = Mul(a[r], roots[t]);
-              re += v.real();
-              im += v.imag();
+            V acc = a[0];
+            int t = q;  // r * q mod p
+            for (int r = 1; r < p; ++r) {
+              acc = Add(acc, Mul(a[r], roots[t]));
               t += q;
               if (t >= p) t -= p;
             }
-            out[q * m * L + s] = Complex(re, im);
+            Store(orr, oi, q * ml + s, acc);
           }
         }
       }
     }
-    std::swap(src, dst);
+    std::swap(src_re, dst_re);
+    std::swap(src_im, dst_im);
   }
-  if (src != data) std::memcpy(data, src, static_cast<size_t>(n_) * sizeof(Complex));
+  if (src_re != re) {
+    std::memcpy(re, src_re, static_cast<size_t>(n_ * kL) * sizeof(float));
+    std::memcpy(im, src_im, static_cast<size_t>(n_ * kL) * sizeof(float));
+  }
 }
 
-void FftPlan::RunBluestein(Complex* data, Complex* work) const {
+void FftPlan::RunBluestein(float* re, float* im, float* work) const {
   const Bluestein& b = *bluestein_;
-  Complex* a = work;
-  Complex* sub_work = work + b.m;
-  for (int64_t j = 0; j < n_; ++j) a[j] = Mul(data[j], b.chirp[j]);
-  std::fill(a + n_, a + b.m, Complex(0, 0));
-  b.forward->Run(a, sub_work);
-  for (int64_t j = 0; j < b.m; ++j) a[j] = Mul(a[j], b.kernel[j]);
-  b.backward->Run(a, sub_work);
-  for (int64_t k = 0; k < n_; ++k) data[k] = Mul(a[k], b.chirp[k]);
+  float* ar = work;
+  float* ai = work + b.m * kL;
+  float* sub_work = work + 2 * b.m * kL;
+  for (int64_t j = 0; j < n_; ++j) Store(ar, ai, j, Mul(Load(re, im, j), Splat(b.chirp[j])));
+  std::fill(ar + n_ * kL, ar + b.m * kL, 0.0f);
+  std::fill(ai + n_ * kL, ai + b.m * kL, 0.0f);
+  b.forward->RunLines(ar, ai, sub_work);
+  for (int64_t j = 0; j < b.m; ++j) Store(ar, ai, j, Mul(Load(ar, ai, j), Splat(b.kernel[j])));
+  b.backward->RunLines(ar, ai, sub_work);
+  for (int64_t k = 0; k < n_; ++k) Store(re, im, k, Mul(Load(ar, ai, k), Splat(b.chirp[k])));
 }
 
 }  // namespace kiln::runtime

@@ -1,4 +1,5 @@
-// One-dimensional complex discrete Fourier transforms of any length n:
+// One-dimensional complex discrete Fourier transforms of any length n,
+// eight lines at a time:
 //
 //   out[k] = sum_j in[j] * exp(sign * 2*pi*i * j*k / n),  sign = -1 or +1
 //
@@ -7,6 +8,10 @@
 // mixed-radix FFT; a length with a larger prime factor runs Bluestein's
 // chirp convolution through a power-of-two FFT, so every length costs
 // O(n log n). Twiddles are computed in double precision and rounded once.
+//
+// The eight lines are transformed together, split into real and imaginary
+// planes with the lines innermost (value j of line b at [j * 8 + b]): every
+// butterfly is then the same arithmetic on one AVX2 vector per plane.
 #pragma once
 
 #include <complex>
@@ -20,6 +25,8 @@ using Complex = std::complex<float>;
 
 class FftPlan {
  public:
+  static constexpr int kLines = 8;
+
   // n >= 1; sign -1 is ATen's forward transform, +1 its backward one.
   FftPlan(int64_t n, int sign);
   ~FftPlan();
@@ -27,17 +34,18 @@ class FftPlan {
   FftPlan& operator=(const FftPlan&) = delete;
 
   int64_t size() const { return n_; }
-  // Complex values of work memory Run needs besides the data.
-  int64_t WorkSize() const;
-  // Transforms data[0, n) in place; work holds WorkSize() values and does
-  // not overlap data.
-  void Run(Complex* data, Complex* work) const;
+  // Floats of work memory RunLines needs besides the data.
+  int64_t WorkFloats() const;
+  // Transforms kLines lines in place: re and im hold n * kLines floats
+  // each (value j of line b at [j * kLines + b]); work holds WorkFloats()
+  // floats. None of them overlap.
+  void RunLines(float* re, float* im, float* work) const;
 
  private:
   struct Stage;
   struct Bluestein;
-  void RunStockham(Complex* data, Complex* work) const;
-  void RunBluestein(Complex* data, Complex* work) const;
+  void RunStockham(float* re, float* im, float* work) const;
+  void RunBluestein(float* re, float* im, float* work) const;
 
   int64_t n_;
   int sign_;

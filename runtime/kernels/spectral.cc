@@ -4,9 +4,9 @@
 // (aten._conj, _conj_physical, conj_physical, resolve_conj).
 //
 // A transform over several dims runs one pass per dim: each pass gathers
-// the lines along its dim, transforms them with an FftPlan and scatters
-// them back, the last pass scaling by the normalization. Lines along an
-// inner dim are gathered a few neighbours at a time, so that each read
+// the lines along its dim, eight at a time, transforms them with an
+// FftPlan and scatters them back, the last pass scaling by the
+// normalization. Along an inner dim the eight are neighbours, so each read
 // takes a whole cache line.
 //
 // ATen's normalization argument: 0 none, 1 by 1/sqrt(n), 2 by 1/n, where
@@ -29,9 +29,7 @@
 namespace kiln::runtime {
 namespace {
 
-// Lines gathered together along an inner dim (8 complex values are one
-// 64-byte cache line).
-constexpr int64_t kLineBlock = 8;
+constexpr int64_t kLines = FftPlan::kLines;
 
 // Where a pass reads and writes.
 enum class Buffer { kInput, kOutput, kScratch };
@@ -51,18 +49,21 @@ struct Pass {
   float scale = 1.0f;
 };
 
+// Each pass transforms its lines kLines at a time (FftPlan::RunLines):
+// a group is kLines consecutive lines in (outer, inner) order, so along an
+// inner dim its values sit side by side in memory, and along the last dim
+// it is kLines rows.
 class FftKernel final : public Kernel {
  public:
   FftKernel(std::vector<std::unique_ptr<FftPlan>> plans, std::vector<Pass> passes,
             int64_t scratch_elements)
-      : plans_(std::move(plans)), passes_(std::move(passes)), scratch_elements_(scratch_elements) {
+      : plans_(std::move(plans)), passes_(std::move(passes)) {
     int64_t per_worker = 0;
     for (const Pass& p : passes_) {
-      per_worker = std::max(per_worker, Block(p) * p.plan->size() + p.plan->WorkSize());
+      per_worker = std::max(per_worker, 2 * p.plan->size() * kLines + p.plan->WorkFloats());
     }
-    const size_t shared = static_cast<size_t>(scratch_elements_) * sizeof(Complex);
-    const size_t shared_end = (shared + 63) / 64 * 64;
-    lines_ = WorkerScratch(shared_end, static_cast<size_t>(per_worker) * sizeof(Complex));
+    const size_t shared = static_cast<size_t>(scratch_elements) * sizeof(Complex);
+    lines_ = WorkerScratch((shared + 63) / 64 * 64, static_cast<size_t>(per_worker) * sizeof(float));
   }
 
   size_t ScratchBytes() const override { return lines_.End(); }
@@ -74,8 +75,6 @@ class FftKernel final : public Kernel {
   }
 
  private:
-  static int64_t Block(const Pass& p) { return std::min(p.in.inner, kLineBlock); }
-
   static void* Address(const KernelContext& ctx, Buffer b) {
     switch (b) {
       case Buffer::kInput: return const_cast<void*>(ctx.inputs[0].data);
@@ -89,70 +88,91 @@ class FftKernel final : public Kernel {
     const void* src = Address(ctx, p.src);
     void* dst = Address(ctx, p.dst);
     const int64_t n = p.plan->size();
-    const int64_t block = Block(p);
-    const int64_t blocks_per_outer = (p.in.inner + block - 1) / block;
-    const int64_t tasks = p.in.outer * blocks_per_outer;
-    const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(n * block, 1));
-    ParallelFor(tasks, grain, [&](int64_t begin, int64_t end) {
-      Complex* lines = lines_.Mine<Complex>(ctx.scratch);
-      Complex* work = lines + block * n;
-      for (int64_t t = begin; t < end; ++t) {
-        const int64_t o = t / blocks_per_outer;
-        const int64_t i0 = (t % blocks_per_outer) * block;
-        const int64_t count = std::min(block, p.in.inner - i0);
-        Gather(p, src, o, i0, count, lines);
-        for (int64_t b = 0; b < count; ++b) p.plan->Run(lines + b * n, work);
-        Scatter(p, lines, o, i0, count, dst);
+    const int64_t lines = p.in.outer * p.in.inner;
+    const int64_t groups = (lines + kLines - 1) / kLines;
+    const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 14) / (n * kLines));
+    ParallelFor(groups, grain, [&](int64_t begin, int64_t end) {
+      float* re = lines_.Mine<float>(ctx.scratch);
+      float* im = re + n * kLines;
+      float* work = im + n * kLines;
+      for (int64_t g = begin; g < end; ++g) {
+        const int64_t first = g * kLines;
+        const int64_t count = std::min(kLines, lines - first);
+        Gather(p, src, first, count, re, im);
+        p.plan->RunLines(re, im, work);
+        Scatter(p, re, im, first, count, dst);
       }
     });
   }
 
-  // lines[b * n + j] = element j of the line (o, i0 + b), extended to n.
-  static void Gather(const Pass& p, const void* src, int64_t o, int64_t i0, int64_t count,
-                     Complex* lines) {
+  // Offset of element 0 of line `line` in a tensor with these lines.
+  static int64_t LineBase(const DimLines& l, int64_t line) {
+    return (line / l.inner) * l.n * l.inner + line % l.inner;
+  }
+
+  // Value j of line first + b into [j * kLines + b] of re and im, extended
+  // to the plan's length; lines past `count` are zeros.
+  static void Gather(const Pass& p, const void* src, int64_t first, int64_t count, float* re,
+                     float* im) {
     const int64_t n = p.plan->size(), inner = p.in.inner;
-    const int64_t base = o * p.in.n * inner + i0;
-    if (p.read == Read::kReal) {
-      const float* s = static_cast<const float*>(src) + base;
+    int64_t base[kLines];
+    for (int64_t b = 0; b < count; ++b) base[b] = LineBase(p.in, first + b);
+    if (count < kLines) {
       for (int64_t j = 0; j < n; ++j) {
-        for (int64_t b = 0; b < count; ++b) lines[b * n + j] = Complex(s[j * inner + b], 0.0f);
+        for (int64_t b = count; b < kLines; ++b) re[j * kLines + b] = im[j * kLines + b] = 0.0f;
+      }
+    }
+    if (p.read == Read::kReal) {
+      const float* s = static_cast<const float*>(src);
+      for (int64_t j = 0; j < n; ++j) {
+        for (int64_t b = 0; b < count; ++b) {
+          re[j * kLines + b] = s[base[b] + j * inner];
+          im[j * kLines + b] = 0.0f;
+        }
       }
       return;
     }
-    const Complex* s = static_cast<const Complex*>(src) + base;
+    const Complex* s = static_cast<const Complex*>(src);
     const int64_t have = p.read == Read::kHermitian ? n / 2 + 1 : n;
     for (int64_t j = 0; j < have; ++j) {
-      for (int64_t b = 0; b < count; ++b) lines[b * n + j] = s[j * inner + b];
+      for (int64_t b = 0; b < count; ++b) {
+        const Complex v = s[base[b] + j * inner];
+        re[j * kLines + b] = v.real();
+        im[j * kLines + b] = v.imag();
+      }
     }
     for (int64_t j = have; j < n; ++j) {
-      for (int64_t b = 0; b < count; ++b) lines[b * n + j] = std::conj(lines[b * n + n - j]);
+      for (int64_t b = 0; b < count; ++b) {
+        re[j * kLines + b] = re[(n - j) * kLines + b];
+        im[j * kLines + b] = -im[(n - j) * kLines + b];
+      }
     }
   }
 
-  static void Scatter(const Pass& p, const Complex* lines, int64_t o, int64_t i0, int64_t count,
-                      void* dst) {
-    const int64_t n = p.plan->size(), inner = p.out.inner, keep = p.out.n;
-    const int64_t base = o * keep * inner + i0;
+  // The first out.n values of each line, scaled, into dst.
+  static void Scatter(const Pass& p, const float* re, const float* im, int64_t first,
+                      int64_t count, void* dst) {
+    const int64_t inner = p.out.inner, keep = p.out.n;
     const float scale = p.scale;
+    int64_t base[kLines];
+    for (int64_t b = 0; b < count; ++b) base[b] = LineBase(p.out, first + b);
     if (p.real_out) {
-      float* d = static_cast<float*>(dst) + base;
+      float* d = static_cast<float*>(dst);
       for (int64_t j = 0; j < keep; ++j) {
-        for (int64_t b = 0; b < count; ++b) d[j * inner + b] = lines[b * n + j].real() * scale;
+        for (int64_t b = 0; b < count; ++b) d[base[b] + j * inner] = re[j * kLines + b] * scale;
       }
       return;
     }
-    Complex* d = static_cast<Complex*>(dst) + base;
+    Complex* d = static_cast<Complex*>(dst);
     for (int64_t j = 0; j < keep; ++j) {
       for (int64_t b = 0; b < count; ++b) {
-        const Complex v = lines[b * n + j];
-        d[j * inner + b] = Complex(v.real() * scale, v.imag() * scale);
+        d[base[b] + j * inner] = Complex(re[j * kLines + b] * scale, im[j * kLines + b] * scale);
       }
     }
   }
 
   std::vector<std::unique_ptr<FftPlan>> plans_;
   std::vector<Pass> passes_;
-  int64_t scratch_elements_;
   WorkerScratch lines_;
 };
 

@@ -56,6 +56,23 @@ TEST(ConstantStore, EvictsOnlyUnheldConstantsPastTheirGrace) {
   EXPECT_EQ(store.bytes(), 0);
 }
 
+TEST(ConstantStore, ReleasesAConstantAtOnceOnlyWhenNothingElseHoldsIt) {
+  // What a compile that packed a weight asks for: held elsewhere (another
+  // compile, a graph template), it stays; unheld, it goes within its grace.
+  ConstantStore store;
+  Blob weight(3.f);
+  ASSERT_TRUE(store.PutCopy(weight.hash, weight.values.data(), weight.size()).ok());
+  auto other = store.Get(weight.hash, weight.size());
+  ASSERT_TRUE(other.ok());
+  EXPECT_FALSE(store.ReleaseIfUnheld(weight.hash));
+  EXPECT_TRUE(store.InMemory(weight.hash));
+  *other = {};
+  EXPECT_TRUE(store.ReleaseIfUnheld(weight.hash));
+  EXPECT_FALSE(store.Contains(weight.hash));
+  EXPECT_EQ(store.bytes(), 0);
+  EXPECT_FALSE(store.ReleaseIfUnheld(weight.hash));  // gone already
+}
+
 TEST(ConstantStore, AskingAboutAConstantRestartsItsGrace) {
   ConstantStore store;
   Blob a(3.f);

@@ -152,6 +152,44 @@ TEST(Compiler, CloneIsAnAliasNotACopy) {
   }
 }
 
+TEST(Compiler, LetsGoOfAWeightOnceItsKernelPackedIt) {
+  // A linear (weight packed at prepare time) and an offset every run reads:
+  // the compile reports the weight's hash as soon as its kernel is
+  // prepared, never the offset's, and the graph still computes the linear.
+  GraphBuilder b;
+  const std::vector<float> w = kiln::testing::UniformFloats(128 * 64, -1, 1, 3);
+  const std::vector<float> offset = kiln::testing::UniformFloats(128, -1, 1, 4);
+  int x = b.Input({4, 64});
+  int wc = b.Constant(w, {128, 64});
+  int oc = b.Constant(offset, {128});
+  int wt = b.Call("aten.t.default", {Ref(wc)});
+  int mm = b.Call("aten.mm.default", {Ref(x), Ref(wt)});
+  int add = b.Call("aten.add.Tensor", {Ref(mm), Ref(oc)});
+  b.Output(add);
+  Constants consts;
+  consts.Add(w);
+  consts.Add(offset);
+  std::vector<std::string> released;
+  CompileHints hints;
+  hints.release_constant = [&](const std::string& hash) { released.push_back(hash); };
+  auto cg = Compile(*GraphFromProto(b.graph()), consts.Resolver(), {}, hints);
+  ASSERT_TRUE(cg.ok()) << cg.status();
+  EXPECT_EQ(released, (std::vector<std::string>{Sha256Hex(w.data(), w.size() * 4)}));
+
+  const std::vector<float> in = kiln::testing::UniformFloats(4 * 64, -1, 1, 5);
+  std::vector<float> out(4 * 128);
+  const void* inputs[] = {in.data()};
+  void* outputs[] = {out.data()};
+  ASSERT_TRUE(Execute(**cg, inputs, outputs).ok());
+  for (int r = 0; r < 4; ++r) {
+    for (int c = 0; c < 128; ++c) {
+      double sum = offset[c];
+      for (int k = 0; k < 64; ++k) sum += static_cast<double>(in[r * 64 + k]) * w[c * 64 + k];
+      EXPECT_NEAR(out[r * 128 + c], sum, 1e-4) << r << "," << c;
+    }
+  }
+}
+
 TEST(Compiler, RefusesMissingConstant) {
   GraphBuilder b;
   int x = b.Input({3});
