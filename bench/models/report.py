@@ -136,6 +136,8 @@ def _latency(cell: dict[str, Any] | None) -> str:
     mark = "" if cell["correct"] else " (wrong)"
     if cell.get("extra", {}).get("ov_fallbacks"):
         mark += " (fallback)"
+    if cell.get("sequential"):
+        mark += " (seq)"
     return f"{cell['latency_ms']:.2f}{mark}"
 
 
@@ -305,7 +307,9 @@ def markdown(results: dict[str, Any], chart: str | None = None) -> str:
                   "Median latency in ms (lower is better); `kiln vs X` = X ms / kiln ms "
                   "(above 1: kiln is faster); `kiln eager nodes` = FX nodes that ran in "
                   "eager PyTorch / all nodes; `(fallback)`: OpenVINO left part of the "
-                  "model to PyTorch.", ""]
+                  "model to PyTorch; `(seq)`: too large for the backends' processes to "
+                  "wait side by side, timed one backend after another, not in lockstep.",
+                  ""]
         header = ["model"] + backends + [f"kiln vs {r}" for r in refs]
         if TARGET in backends:
             header.append("kiln eager nodes")

@@ -304,16 +304,90 @@ class _Child:
         self._cmd_write = self._reply_read = -1
 
 
+def _session_rss_bytes(sid: int) -> int:
+    """Resident bytes of every process in session `sid` (a child, its
+    compile workers, its private kilnd)."""
+    total = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            if int(fields[3]) != sid:  # field 6: session id
+                continue
+            with open(f"/proc/{entry}/statm") as f:
+                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
+
+
+def _available_bytes() -> int:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _deal_rounds(children: list[_Child], args: argparse.Namespace) -> None:
+    """The timed calls of `children`, dealt out in --rounds blocks."""
+    timeout = args.timeout
+    per_block = -(-args.runs // args.rounds)
+    least = -(-args.min_runs // args.rounds)
+    seconds = args.max_seconds / args.rounds
+    for r in range(args.rounds):
+        live = [c for c in children if c.record is None]
+        if not live:
+            break
+        k = r % len(live)
+        order = live[k:] + live[:k]
+        if r % 2:
+            order.reverse()
+        for child in order:
+            time.sleep(SETTLE_S)
+            t0 = time.perf_counter()
+            child.send(f"run {per_block} {seconds} {least} {BLOCK_WARMUP_S}")
+            try:
+                reply = child.message(timeout)
+            except TimeoutError:
+                child.finish(timeout, {"status": "timeout",
+                                       "error": f"timed out after {timeout:.0f} s"})
+                reply = None
+            if reply is None and child.record is None:
+                child.finish(timeout)
+            elif reply is not None:
+                child.runs += len(reply["ms"])
+            child.wall_s += time.perf_counter() - t0
+
+
 def _run_group(specs: list[dict[str, Any]], log_paths: list[str],
                args: argparse.Namespace) -> list[dict[str, Any]]:
     """The cells of one model and batch size, one per backend, in lockstep
-    (see the module docstring); returns their records with wall_s and load."""
+    (see the module docstring); returns their records with wall_s and load.
+
+    A model too large for another process to hold beside the waiting ones
+    (the host's available memory below 1.5 times the largest waiting
+    cell's resident bytes) is not run in lockstep: the waiting cells take
+    their timed calls and exit before the next starts, and the group's
+    records say `sequential`."""
     timeout = args.timeout
     with tempfile.TemporaryDirectory(prefix="kiln-bench-cell-") as tmp:
         children: list[_Child] = []
         loads: list[list[float]] = []
+        sequential: set[int] = set()
         try:
             for spec, log_path in zip(specs, log_paths):
+                waiting = [c for c in children if c.record is None]
+                if waiting:
+                    largest = max(_session_rss_bytes(c.proc.pid) for c in waiting)
+                    if _available_bytes() < 1.5 * largest:
+                        _deal_rounds(waiting, args)
+                        for child in waiting:
+                            if child.record is None:
+                                child.finish(timeout)
+                            sequential.add(id(child))
                 loads.append([round(os.getloadavg()[0], 2)])
                 t0 = time.perf_counter()
                 child = _Child(spec, log_path, os.path.join(tmp, spec["backend"]))
@@ -325,32 +399,7 @@ def _run_group(specs: list[dict[str, Any]], log_paths: list[str],
                     child.finish(timeout, {"status": "timeout",
                                            "error": f"timed out after {timeout:.0f} s"})
                 child.wall_s = time.perf_counter() - t0
-            per_block = -(-args.runs // args.rounds)
-            least = -(-args.min_runs // args.rounds)
-            seconds = args.max_seconds / args.rounds
-            for r in range(args.rounds):
-                live = [c for c in children if c.record is None]
-                if not live:
-                    break
-                k = r % len(live)
-                order = live[k:] + live[:k]
-                if r % 2:
-                    order.reverse()
-                for child in order:
-                    time.sleep(SETTLE_S)
-                    t0 = time.perf_counter()
-                    child.send(f"run {per_block} {seconds} {least} {BLOCK_WARMUP_S}")
-                    try:
-                        reply = child.message(timeout)
-                    except TimeoutError:
-                        child.finish(timeout, {"status": "timeout",
-                                               "error": f"timed out after {timeout:.0f} s"})
-                        reply = None
-                    if reply is None and child.record is None:
-                        child.finish(timeout)
-                    elif reply is not None:
-                        child.runs += len(reply["ms"])
-                    child.wall_s += time.perf_counter() - t0
+            _deal_rounds(children, args)
             for child in children:
                 if child.record is None:
                     child.finish(timeout)
@@ -359,8 +408,14 @@ def _run_group(specs: list[dict[str, Any]], log_paths: list[str],
                 child.kill()
         for load in loads:
             load.append(round(os.getloadavg()[0], 2))
-        return [dict(c.record or {"status": "crash", "error": "no record"},
-                     wall_s=c.wall_s, load=load) for c, load in zip(children, loads)]
+        records = []
+        for c, load in zip(children, loads):
+            record = dict(c.record or {"status": "crash", "error": "no record"},
+                          wall_s=c.wall_s, load=load)
+            if sequential:  # no cell of this group was timed in lockstep
+                record["sequential"] = True
+            records.append(record)
+        return records
 
 
 def _progress_line(i: int, total: int, cell: dict[str, Any]) -> str:
