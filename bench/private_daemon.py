@@ -38,6 +38,15 @@ def resident_bytes(pid: int) -> int:
     return 0
 
 
+def peak_resident_bytes(pid: int) -> int:
+    """VmHWM of a process (its peak resident memory so far), in bytes."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
 def resident_split(pid: int) -> dict[str, int]:
     """VmRSS split into anonymous, file-backed and shared-memory pages (bytes)."""
     out = {}

@@ -12,7 +12,7 @@ releases N client processes together, and reports
     its first result,
   - the daemon's resident memory before and after, against the model's
     weight bytes (target: growth <= 1.3x the weights), with the constants,
-    packed weights the daemon reports,
+    packed weights the daemon reports, and its peak during the compile,
   - the same N processes running the model in eager PyTorch: the weight
     copies they hold between them (N x the weights).
 
@@ -34,7 +34,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO / "client"))
 
-from private_daemon import PrivateDaemon, find_kilnd, resident_bytes, resident_split  # noqa: E402
+from private_daemon import (PrivateDaemon, find_kilnd, peak_resident_bytes,  # noqa: E402
+                            resident_bytes, resident_split)
 
 MiB = 1 << 20
 
@@ -117,11 +118,13 @@ def main() -> int:
         """Right after the compile, and once the grace period has passed
         (the uploaded originals of packed weights gone)."""
         now = (kilnd.stats(), resident_bytes(kilnd.proc.pid))
+        peak.append(peak_resident_bytes(kilnd.proc.pid))
         time.sleep(args.grace + 2.5)
         split.update(resident_split(kilnd.proc.pid))
         return now, (kilnd.stats(), resident_bytes(kilnd.proc.pid))
 
     split: dict[str, int] = {}
+    peak: list[int] = []  # the daemon's VmHWM right after the compile
 
     try:
         if args.warm_up:
@@ -148,6 +151,7 @@ def main() -> int:
         "daemon_cache_hits": after.cache_hits - before.cache_hits,
         "daemon_rss_before": rss0, "daemon_rss_after_compile": rss_early,
         "daemon_rss_after_grace": rss1, "grace_s": args.grace,
+        "daemon_peak_rss": peak[0],
         "daemon_constant_bytes_after_compile": early.constant_bytes,
         "daemon_constant_bytes": after.constant_bytes,
         "daemon_packed_weight_bytes": after.packed_weight_bytes,
@@ -165,6 +169,8 @@ def main() -> int:
     print(f"  daemon resident memory: {rss0 / MiB:.0f} MiB before; right after the compile "
           f"{rss_early / MiB:.0f} MiB (uploaded constants {early.constant_bytes / MiB:.0f} MiB, "
           f"packed weights {early.packed_weight_bytes / MiB:.0f} MiB)")
+    print(f"  daemon peak resident memory (VmHWM, the compile included): {peak[0] / MiB:.0f} MiB, "
+          f"{(peak[0] - rss0) / weight_bytes:.2f}x the weights above where it started")
     print(f"  after the {args.grace} s grace period: {rss1 / MiB:.0f} MiB, growth "
           f"{growth / MiB:.0f} MiB = {growth / weight_bytes:.2f}x the weights "
           f"(uploaded constants {after.constant_bytes / MiB:.0f} MiB, packed weights "
