@@ -188,11 +188,14 @@ const FftPlan* PlanFor(std::vector<std::unique_ptr<FftPlan>>* plans, int64_t n, 
 }
 
 // The transformed dims, wrapped, distinct, each of a nonzero size in
-// `shape`.
+// `shape` (none of a 0-dim tensor, unlike WrapDim's one).
 absl::StatusOr<std::vector<int>> FftDims(const NodeArgs& args, const TensorMeta& t,
                                          const std::vector<int64_t>& shape, bool need_one) {
   KILN_ASSIGN_OR_RETURN(std::vector<int64_t> list, args.IntList(1, "dim"));
   if (need_one && list.empty()) return args.Error("dim must name at least one dimension");
+  if (!list.empty() && t.rank() == 0) {
+    return args.Error("a 0-dim tensor has no dimension to transform");
+  }
   std::vector<int> dims;
   for (int64_t d : list) {
     KILN_ASSIGN_OR_RETURN(int w, WrapDim(args, d, t.rank()));

@@ -225,6 +225,11 @@ TEST(SpectralTest, RefusesWhatATenRefuses) {
                        {IntListArg({1}), IntArg(0), BoolArg(true)}).ok());
   EXPECT_FALSE(prepare("aten._fft_c2c.default", C64({4}),
                        {IntListArg({0}), IntArg(3), BoolArg(true)}).ok());
+  // A 0-dim tensor has no dim to transform (ATen refuses it too).
+  EXPECT_FALSE(prepare("aten._fft_c2c.default", C64({}),
+                       {IntListArg({0}), IntArg(0), BoolArg(true)}).ok());
+  EXPECT_FALSE(prepare("aten._fft_r2c.default", F32({}),
+                       {IntListArg({-1}), IntArg(0), BoolArg(true)}).ok());
   // r2c of a complex tensor, or over a dim of no points.
   EXPECT_FALSE(prepare("aten._fft_r2c.default", C64({4}),
                        {IntListArg({0}), IntArg(0), BoolArg(true)}).ok());
