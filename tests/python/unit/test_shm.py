@@ -15,14 +15,14 @@ from kiln.v1 import kiln_pb2
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16,
                                    torch.int64, torch.int32, torch.int16, torch.int8,
-                                   torch.uint8, torch.bool])
+                                   torch.uint8, torch.bool, torch.complex64])
 def test_every_wire_dtype_maps_back_to_its_torch_dtype(dtype):
     assert shm.torch_dtype(shm.wire_dtype(dtype)) is dtype
 
 
 def test_a_dtype_without_a_wire_form_is_a_key_error():
     with pytest.raises(KeyError):
-        shm.wire_dtype(torch.complex64)
+        shm.wire_dtype(torch.complex128)
 
 
 def test_contiguous_strides_match_torchs():
