@@ -29,22 +29,23 @@ def find_kilnd() -> str:
     sys.exit("kilnd not found: build it (see README) or set KILN_DAEMON")
 
 
-def resident_bytes(pid: int) -> int:
-    """VmRSS of a process, in bytes."""
+def _status_bytes(pid: int, key: str) -> int:
+    """A size field of /proc/PID/status (reported in KiB), in bytes."""
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(key + ":"):
                 return int(line.split()[1]) * 1024
     return 0
+
+
+def resident_bytes(pid: int) -> int:
+    """VmRSS of a process, in bytes."""
+    return _status_bytes(pid, "VmRSS")
 
 
 def peak_resident_bytes(pid: int) -> int:
     """VmHWM of a process (its peak resident memory so far), in bytes."""
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return 0
+    return _status_bytes(pid, "VmHWM")
 
 
 def resident_split(pid: int) -> dict[str, int]:

@@ -203,7 +203,7 @@ absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
   }
   for (int i = 0; i < n; ++i) {
     const Node& node = graph.nodes[i];
-    if (node.kind == Node::Kind::kConstant && i < static_cast<int>(constant_data.size())) {
+    if (node.kind == Node::Kind::kConstant) {
       if (auto it = pending.find(constant_data[i]); it != pending.end() &&
                                                     !node.constant_hash.empty()) {
         it->second.hash = node.constant_hash;

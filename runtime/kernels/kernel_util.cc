@@ -2,10 +2,12 @@
 #include "runtime/kernels/kernel_util.h"
 
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "runtime/exec/parallel.h"
 #include "runtime/ir/graph.h"
 #include "runtime/util/status_macros.h"
 
@@ -24,6 +26,34 @@ absl::Status RequireMovable(const NodeArgs& args, const TensorMeta& meta, const 
     return absl::OkStatus();
   }
   return args.Error(absl::StrCat(what, " must have a runtime dtype, got ", meta.ToString()));
+}
+
+namespace {
+
+constexpr int64_t kCopyGrainBytes = int64_t{1} << 18;
+
+class ByteCopyKernel final : public Kernel {
+ public:
+  explicit ByteCopyKernel(int64_t bytes) : bytes_(bytes) {}
+
+  absl::Status Run(const KernelContext& ctx) const override {
+    const char* src = static_cast<const char*>(ctx.inputs[0].data);
+    char* dst = static_cast<char*>(ctx.outputs[0].data);
+    if (src == dst || bytes_ <= 0) return absl::OkStatus();
+    ParallelFor(bytes_, kCopyGrainBytes, [&](int64_t b, int64_t e) {
+      std::memcpy(dst + b, src + b, e - b);
+    });
+    return absl::OkStatus();
+  }
+
+ private:
+  int64_t bytes_;
+};
+
+}  // namespace
+
+std::unique_ptr<Kernel> MakeByteCopyKernel(int64_t bytes) {
+  return std::make_unique<ByteCopyKernel>(bytes);
 }
 
 bool KernelSwitchOn(const char* name) {

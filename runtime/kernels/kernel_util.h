@@ -6,12 +6,14 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "runtime/ir/tensor_meta.h"
+#include "runtime/kernels/kernel.h"
 #include "runtime/ops/op_def.h"
 
 namespace kiln::runtime {
@@ -85,6 +87,10 @@ inline int64_t LineGrain(const DimLines& l) {
 absl::StatusOr<DimLines> LinesAlong(const NodeArgs& args, const TensorMeta& t, int64_t dim);
 
 // "[1,2,3]" for messages.
+// A kernel that copies the first `bytes` bytes of its first input to its
+// first output, in parallel; nothing when a later pass aliased the two.
+std::unique_ptr<Kernel> MakeByteCopyKernel(int64_t bytes);
+
 std::string ShapeString(const std::vector<int64_t>& shape);
 
 // Product of shape[begin, end).

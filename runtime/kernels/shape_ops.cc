@@ -26,8 +26,6 @@
 namespace kiln::runtime {
 namespace {
 
-constexpr int64_t kCopyGrainBytes = int64_t{1} << 18;
-
 // Output rows this short whose columns are contiguous runs of the input
 // are interleavings rather than transposes: a channel shuffle in NHWC,
 // [.., g, C/g] -> [.., C/g, g] with g = 2 in shufflenet. The tiled
@@ -56,24 +54,6 @@ void Interleave(const T* src, int64_t cs, int64_t rows, int64_t cols, T* dst) {
     for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] = src[c * cs + r];
   }
 }
-
-class CopyKernel final : public Kernel {
- public:
-  explicit CopyKernel(int64_t bytes) : bytes_(bytes) {}
-
-  absl::Status Run(const KernelContext& ctx) const override {
-    const char* src = static_cast<const char*>(ctx.inputs[0].data);
-    char* dst = static_cast<char*>(ctx.outputs[0].data);
-    if (src == dst) return absl::OkStatus();  // aliased by a later pass
-    ParallelFor(bytes_, kCopyGrainBytes, [&](int64_t b, int64_t e) {
-      std::memcpy(dst + b, src + b, e - b);
-    });
-    return absl::OkStatus();
-  }
-
- private:
-  int64_t bytes_;
-};
 
 // out (contiguous, shape `shape`) [i] = in[sum idx_d * in_strides[d]], with
 // dims coalesced at construction; T is any type of the element's size.
@@ -215,7 +195,7 @@ class OffsetStridedCopyKernel final : public Kernel {
 PreparedOp CopyOp(const TensorMeta& in, std::vector<int64_t> out_shape) {
   PreparedOp op;
   op.outputs.push_back(TensorMeta{in.dtype, std::move(out_shape)});
-  op.kernel = std::make_unique<CopyKernel>(in.ByteSize());
+  op.kernel = MakeByteCopyKernel(in.ByteSize());
   return op;
 }
 

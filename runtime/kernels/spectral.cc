@@ -244,20 +244,6 @@ PreparedOp Finish(const NodeArgs& args, TensorMeta out, std::vector<std::unique_
   return op;
 }
 
-// A kernel for a transform of no elements or no dims: copies (c2c with an
-// empty dim list is a copy) or writes nothing.
-class CopyOrNothingKernel final : public Kernel {
- public:
-  explicit CopyOrNothingKernel(int64_t bytes) : bytes_(bytes) {}
-  absl::Status Run(const KernelContext& ctx) const override {
-    if (bytes_ > 0) std::memcpy(ctx.outputs[0].data, ctx.inputs[0].data, bytes_);
-    return absl::OkStatus();
-  }
-
- private:
-  int64_t bytes_;
-};
-
 class ConjKernel final : public Kernel {
  public:
   explicit ConjKernel(int64_t n) : n_(n) {}
@@ -280,7 +266,7 @@ class ConjKernel final : public Kernel {
 PreparedOp ByteCopyAs(const NodeArgs& args, TensorMeta out, int64_t bytes) {
   PreparedOp op;
   op.outputs.push_back(std::move(out));
-  if (!args.shape_only()) op.kernel = std::make_unique<CopyOrNothingKernel>(bytes);
+  if (!args.shape_only()) op.kernel = MakeByteCopyKernel(bytes);
   return op;
 }
 

@@ -18,26 +18,6 @@
 namespace kiln::runtime {
 namespace {
 
-constexpr int64_t kCopyGrainBytes = int64_t{1} << 18;
-
-class ByteCopyKernel final : public Kernel {
- public:
-  explicit ByteCopyKernel(int64_t bytes) : bytes_(bytes) {}
-
-  absl::Status Run(const KernelContext& ctx) const override {
-    const char* src = static_cast<const char*>(ctx.inputs[0].data);
-    char* dst = static_cast<char*>(ctx.outputs[0].data);
-    if (src == dst || bytes_ == 0) return absl::OkStatus();
-    ParallelFor(bytes_, kCopyGrainBytes, [&](int64_t b, int64_t e) {
-      std::memcpy(dst + b, src + b, e - b);
-    });
-    return absl::OkStatus();
-  }
-
- private:
-  int64_t bytes_;
-};
-
 // out = in viewed at element `offset` with the plan's strides.
 class GatherCopyKernel final : public Kernel {
  public:
@@ -60,7 +40,7 @@ class GatherCopyKernel final : public Kernel {
 PreparedOp ByteCopy(const TensorMeta& in, std::vector<int64_t> shape) {
   PreparedOp op;
   op.outputs.push_back(TensorMeta{in.dtype, std::move(shape)});
-  op.kernel = std::make_unique<ByteCopyKernel>(in.ByteSize());
+  op.kernel = MakeByteCopyKernel(in.ByteSize());
   return op;
 }
 
