@@ -12,13 +12,12 @@ daemon's Specialize answer and checked against eager's symbolic ones.
 """
 from __future__ import annotations
 
-import os
 from typing import Mapping, Sequence
 
 import torch
 
 from kiln import channel as channel_mod
-from kiln import native, serialize, shm
+from kiln import native, options, serialize, shm
 from kiln import output_pool as output_pool_mod
 from kiln.v1 import kiln_pb2
 
@@ -68,8 +67,7 @@ class CallPlan:
     # just ran; client/native/omp_park.h): they would take a core from the
     # daemon's run, and waking them afterwards costs far less than the run.
     PARK_FROM_US = 300.0
-    PARK = os.environ.get("KILN_OMP_PARK", "1").strip().lower() not in ("0", "false", "no",
-                                                                          "off")
+    PARK = options.env_switch("KILN_OMP_PARK")
 
     def __init__(self, input_positions: Sequence[int],
                  input_metas: Sequence[tuple[torch.Size, torch.dtype]],

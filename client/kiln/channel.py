@@ -29,7 +29,7 @@ from typing import Callable
 
 import grpc
 
-from kiln import native, shm
+from kiln import native, options, shm
 from kiln.channel_layout import (  # server/call_channel_layout.h's numbers
     _CLOSED, _MAGIC, _REP_CODE, _REP_MSG, _REP_MSG_BYTES, _REP_RUN_US, _REP_SEQ, _REQ_FLAGS,
     _REQ_HANDLE, _REQ_INPUTS, _REQ_OUTPUTS, _REQ_SEQ, _STATE, _VERSION,
@@ -50,7 +50,7 @@ log = logging.getLogger(__name__)
 
 def supported() -> bool:
     """Whether this process may use channels (see the module doc)."""
-    if os.environ.get("KILN_CALL_CHANNEL", "1").strip().lower() in ("0", "false", "no", "off"):
+    if not options.env_switch("KILN_CALL_CHANNEL"):
         return False
     return platform.machine() in ("x86_64", "AMD64") and os.path.exists("/dev/shm")
 

@@ -22,13 +22,13 @@ from __future__ import annotations
 import ctypes
 import logging
 import operator
-import os
 import struct
 from typing import Callable, Sequence
 
 import torch
 
 from kiln import channel_layout as layout
+from kiln import options
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +152,7 @@ def _self_test(check: WeightsCheck, copy: StreamCopy) -> str | None:
 
 def _load():
     """The module, or None."""
-    if os.environ.get("KILN_NATIVE", "1").strip().lower() in ("0", "false", "no", "off"):
+    if not options.env_switch("KILN_NATIVE"):
         log.debug("native helpers off (KILN_NATIVE)")
         return None
     try:

@@ -263,6 +263,12 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
 
+def env_switch(name: str) -> bool:
+    """A client-wide switch of the environment (docs/options.md lists them):
+    on unless set to 0, false, no or off."""
+    return os.environ.get(name, "1").strip().lower() not in _FALSE - {""}
+
+
 def _coerce(spec: OptionSpec, value: Any) -> Any:
     if value is None:
         return None

@@ -38,42 +38,6 @@ using dnnl::memory;
 using tag = dnnl::memory::format_tag;
 using dt = dnnl::memory::data_type;
 
-// A per-run reorder between a plain and a blocked layout, with its
-// destination (or source) and its scratchpad carved out of run scratch.
-struct StagedReorder {
-  dnnl::reorder::primitive_desc pd;
-  dnnl::reorder prim;
-  size_t buffer_offset = 0;  // the blocked tensor in scratch
-  size_t pad_offset = 0;     // the reorder's own scratchpad
-
-  // Creates the reorder from `from` to `to`; `blocked` (one of them) gets a
-  // scratch region. Advances *scratch_bytes.
-  static StagedReorder Make(const memory::desc& from, const memory::desc& to,
-                            const memory::desc& blocked,
-                            size_t* scratch_bytes) {
-    StagedReorder r;
-    r.pd = dnnl::reorder::primitive_desc(CpuEngine(), from, CpuEngine(), to,
-                                         ReentrantAttr());
-    r.prim = dnnl::reorder(r.pd);
-    r.buffer_offset = *scratch_bytes;
-    *scratch_bytes += AlignScratch(blocked.get_size());
-    r.pad_offset = *scratch_bytes;
-    *scratch_bytes += AlignScratch(r.pd.scratchpad_desc().get_size());
-    return r;
-  }
-
-  void Run(dnnl::stream& stream, const memory& from, const memory& to,
-           char* scratch) const {
-    std::unordered_map<int, memory> args = {{DNNL_ARG_FROM, from},
-                                            {DNNL_ARG_TO, to}};
-    if (pd.scratchpad_desc().get_size() > 0) {
-      args[DNNL_ARG_SCRATCHPAD] =
-          memory(pd.scratchpad_desc(), CpuEngine(), scratch + pad_offset);
-    }
-    prim.execute(stream, args);
-  }
-};
-
 // Depthwise convolutions on AVX2: oneDNN ranks its brgemm-based kernel
 // (brdgmm_dw) first for NHWC, but its direct depthwise kernel runs the
 // mobilenet / efficientnet shapes faster on the AVX2 CPUs timed (AMD EPYC),
@@ -121,7 +85,7 @@ class ConvolutionKernel final : public Kernel {
     size_t residual_pad_offset = 0;
     bool empty = false;  // zero-sized batch: nothing to compute
     // Present when the primitive wants a blocked layout for that tensor.
-    std::optional<StagedReorder> src_reorder, dst_reorder;
+    std::optional<ScratchReorder> src_reorder, dst_reorder;
     // Scratch: [conv scratchpad | staged tensors and reorder pads].
     size_t scratch_bytes = 0;
   };
@@ -139,15 +103,8 @@ class ConvolutionKernel final : public Kernel {
       memory user_src(c_.src_md, engine, ctx.inputs[c_.input_index].data);
       memory user_dst(c_.dst_md, engine, ctx.outputs[0].data);
       memory src = user_src, dst = user_dst;
-      if (c_.src_reorder) {
-        src = memory(c_.pd.src_desc(), engine,
-                     scratch + c_.src_reorder->buffer_offset);
-        c_.src_reorder->Run(stream, user_src, src, scratch);
-      }
-      if (c_.dst_reorder) {
-        dst = memory(c_.pd.dst_desc(), engine,
-                     scratch + c_.dst_reorder->buffer_offset);
-      }
+      if (c_.src_reorder) src = c_.src_reorder->Run(stream, user_src, scratch);
+      if (c_.dst_reorder) dst = c_.dst_reorder->Staging(scratch);
       std::unordered_map<int, memory> exec_args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}};
       c_.weights.AddArgs(ctx, stream, scratch, &exec_args);
       // The executor may pass no scratch at all when none was asked for.
@@ -171,7 +128,7 @@ class ConvolutionKernel final : public Kernel {
         }
       }
       c_.conv.execute(stream, exec_args);
-      if (c_.dst_reorder) c_.dst_reorder->Run(stream, dst, user_dst, scratch);
+      if (c_.dst_reorder) c_.dst_reorder->Execute(stream, dst, user_dst, scratch);
       stream.wait();
       return absl::OkStatus();
     });
@@ -465,12 +422,11 @@ static absl::StatusOr<PreparedOp> PrepareConv(const NodeArgs& args, bool fused) 
     cfg.conv = dnnl::convolution_forward(cfg.pd);
     size_t scratch = AlignScratch(cfg.pd.scratchpad_desc().get_size());
     if (cfg.pd.src_desc() != cfg.src_md) {
-      cfg.src_reorder = StagedReorder::Make(cfg.src_md, cfg.pd.src_desc(),
-                                            cfg.pd.src_desc(), &scratch);
+      cfg.src_reorder = ScratchReorder::Make(cfg.src_md, cfg.pd.src_desc(), &scratch);
     }
     if (cfg.pd.dst_desc() != cfg.dst_md) {
-      cfg.dst_reorder = StagedReorder::Make(cfg.pd.dst_desc(), cfg.dst_md,
-                                            cfg.pd.dst_desc(), &scratch);
+      cfg.dst_reorder = ScratchReorder::Make(cfg.pd.dst_desc(), cfg.dst_md, &scratch,
+                                             ScratchReorder::Staged::kFrom);
       if (residual) {
         dnnl::reorder::primitive_desc rpd(engine, cfg.dst_md, engine, cfg.pd.dst_desc(),
                                           ReentrantAttr());

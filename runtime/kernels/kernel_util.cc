@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "runtime/exec/parallel.h"
 #include "runtime/ir/graph.h"
+#include "runtime/kernels/strided_loop.h"
 #include "runtime/util/status_macros.h"
 
 namespace kiln::runtime {
@@ -50,10 +51,44 @@ class ByteCopyKernel final : public Kernel {
   int64_t bytes_;
 };
 
+// out = in read through `plan`, starting `offset` elements into the input.
+class StridedReadKernel final : public Kernel {
+ public:
+  StridedReadKernel(StridedPlan plan, int elem_size, int64_t offset)
+      : plan_(std::move(plan)), elem_size_(elem_size), offset_(offset) {}
+
+  absl::Status Run(const KernelContext& ctx) const override {
+    const char* in = static_cast<const char*>(ctx.inputs[0].data);
+    StridedCopy(plan_, elem_size_, in + offset_ * elem_size_, ctx.outputs[0].data);
+    return absl::OkStatus();
+  }
+
+ private:
+  StridedPlan plan_;
+  int elem_size_;
+  int64_t offset_;
+};
+
 }  // namespace
 
 std::unique_ptr<Kernel> MakeByteCopyKernel(int64_t bytes) {
   return std::make_unique<ByteCopyKernel>(bytes);
+}
+
+PreparedOp CopyAs(const TensorMeta& in, std::vector<int64_t> shape) {
+  PreparedOp op;
+  op.outputs.push_back(TensorMeta{in.dtype, std::move(shape)});
+  op.kernel = MakeByteCopyKernel(in.ByteSize());
+  return op;
+}
+
+PreparedOp StridedRead(const TensorMeta& in, std::vector<int64_t> shape,
+                       const std::vector<int64_t>& strides, int64_t offset) {
+  PreparedOp op;
+  op.outputs.push_back(TensorMeta{in.dtype, shape});
+  op.kernel = std::make_unique<StridedReadKernel>(
+      MakeStridedPlan(shape, {strides}), static_cast<int>(ElementSize(in.dtype)), offset);
+  return op;
 }
 
 bool KernelSwitchOn(const char* name) {

@@ -91,6 +91,15 @@ absl::StatusOr<DimLines> LinesAlong(const NodeArgs& args, const TensorMeta& t, i
 // first output, in parallel; nothing when a later pass aliased the two.
 std::unique_ptr<Kernel> MakeByteCopyKernel(int64_t bytes);
 
+// The op whose output, `shape` of `in`'s dtype, holds its input's bytes
+// (a reshape, a flatten, a clone).
+PreparedOp CopyAs(const TensorMeta& in, std::vector<int64_t> shape);
+
+// The op whose output, `shape` of `in`'s dtype, is its input read with
+// `strides` (in elements) from element `offset` on.
+PreparedOp StridedRead(const TensorMeta& in, std::vector<int64_t> shape,
+                       const std::vector<int64_t>& strides, int64_t offset);
+
 std::string ShapeString(const std::vector<int64_t>& shape);
 
 // Product of shape[begin, end).

@@ -79,27 +79,39 @@ bool HasAvx512Kernels() {
 }
 
 ScratchReorder ScratchReorder::Make(const dnnl::memory::desc& from,
-                                    const dnnl::memory::desc& to, size_t* scratch_bytes) {
+                                    const dnnl::memory::desc& to, size_t* scratch_bytes,
+                                    Staged staged) {
   ScratchReorder r;
   r.pd = dnnl::reorder::primitive_desc(CpuEngine(), from, CpuEngine(), to, ReentrantAttr());
   r.prim = dnnl::reorder(r.pd);
+  r.staged = staged;
   *scratch_bytes = AlignScratch(*scratch_bytes);
   r.buffer_offset = *scratch_bytes;
-  *scratch_bytes += AlignScratch(to.get_size());
+  *scratch_bytes += AlignScratch((staged == Staged::kTo ? to : from).get_size());
   r.pad_offset = *scratch_bytes;
   *scratch_bytes += AlignScratch(r.pd.scratchpad_desc().get_size());
   return r;
 }
 
-dnnl::memory ScratchReorder::Run(dnnl::stream& stream, const dnnl::memory& src,
-                                 char* scratch) const {
-  dnnl::memory dst(pd.dst_desc(), CpuEngine(), scratch + buffer_offset);
-  std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}};
+dnnl::memory ScratchReorder::Staging(char* scratch) const {
+  return dnnl::memory(staged == Staged::kTo ? pd.dst_desc() : pd.src_desc(), CpuEngine(),
+                      scratch + buffer_offset);
+}
+
+void ScratchReorder::Execute(dnnl::stream& stream, const dnnl::memory& from,
+                             const dnnl::memory& to, char* scratch) const {
+  std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
   if (pd.scratchpad_desc().get_size() > 0) {
     args[DNNL_ARG_SCRATCHPAD] =
         dnnl::memory(pd.scratchpad_desc(), CpuEngine(), scratch + pad_offset);
   }
   prim.execute(stream, args);
+}
+
+dnnl::memory ScratchReorder::Run(dnnl::stream& stream, const dnnl::memory& src,
+                                 char* scratch) const {
+  dnnl::memory dst = Staging(scratch);
+  Execute(stream, src, dst, scratch);
   return dst;
 }
 

@@ -89,19 +89,29 @@ bool HasAvx512Kernels();
 // piece starts 64-byte aligned.
 inline size_t AlignScratch(size_t n) { return (n + 63) / 64 * 64; }
 
-// A per-run reorder (layout or data-type conversion) whose destination and
-// own scratchpad are carved out of a kernel's run scratch.
+// A per-run reorder (layout or data-type conversion) with one side, the
+// staged one, and its own scratchpad carved out of a kernel's run scratch:
+// the destination when a primitive wants its input in another layout, the
+// source when it writes its output in another layout.
 struct ScratchReorder {
+  enum class Staged { kTo, kFrom };
+
   dnnl::reorder::primitive_desc pd;
   dnnl::reorder prim;
-  size_t buffer_offset = 0;  // the destination tensor, in run scratch
+  Staged staged = Staged::kTo;
+  size_t buffer_offset = 0;  // the staged tensor, in run scratch
   size_t pad_offset = 0;     // the reorder's scratchpad, in run scratch
 
-  // A reorder from `from` to `to` whose destination lives in scratch at
+  // A reorder from `from` to `to` whose `staged` side lives in scratch at
   // *scratch_bytes; advances *scratch_bytes (64-byte aligned pieces).
   static ScratchReorder Make(const dnnl::memory::desc& from, const dnnl::memory::desc& to,
-                             size_t* scratch_bytes);
-  // Reorders `src` (of `from`) into scratch; returns the destination.
+                             size_t* scratch_bytes, Staged staged = Staged::kTo);
+  // The staged tensor in `scratch`.
+  dnnl::memory Staging(char* scratch) const;
+  // Reorders `from` into `to`; one of them is Staging(scratch).
+  void Execute(dnnl::stream& stream, const dnnl::memory& from, const dnnl::memory& to,
+               char* scratch) const;
+  // Reorders `src` (of `from`) into the staged destination; returns it.
   dnnl::memory Run(dnnl::stream& stream, const dnnl::memory& src, char* scratch) const;
 };
 

@@ -173,32 +173,6 @@ class BroadcastCopyKernel final : public Kernel {
   int src_index_;
 };
 
-// out = in read through `plan`, starting `offset` elements into the input.
-class OffsetStridedCopyKernel final : public Kernel {
- public:
-  OffsetStridedCopyKernel(StridedPlan plan, int elem_size, int64_t offset)
-      : plan_(std::move(plan)), elem_size_(elem_size), offset_(offset) {}
-
-  absl::Status Run(const KernelContext& ctx) const override {
-    StridedCopy(plan_, elem_size_,
-                static_cast<const char*>(ctx.inputs[0].data) + offset_ * elem_size_,
-                ctx.outputs[0].data);
-    return absl::OkStatus();
-  }
-
- private:
-  StridedPlan plan_;
-  int elem_size_;
-  int64_t offset_;
-};
-
-PreparedOp CopyOp(const TensorMeta& in, std::vector<int64_t> out_shape) {
-  PreparedOp op;
-  op.outputs.push_back(TensorMeta{in.dtype, std::move(out_shape)});
-  op.kernel = MakeByteCopyKernel(in.ByteSize());
-  return op;
-}
-
 PreparedOp PermuteOp(const TensorMeta& in, const std::vector<int>& dims) {
   const std::vector<int64_t> strides = ContiguousStrides(in.shape);
   std::vector<int64_t> out_shape, in_strides;
@@ -269,7 +243,7 @@ absl::StatusOr<PreparedOp> PrepareView(const NodeArgs& args) {
     return args.Error(absl::StrCat("rank of ", ShapeString(size),
                                    " exceeds the limit of ", kMaxRank));
   }
-  return CopyOp(self, std::move(size));
+  return CopyAs(self, std::move(size));
 }
 
 absl::StatusOr<PreparedOp> PrepareFlatten(const NodeArgs& args) {
@@ -285,11 +259,11 @@ absl::StatusOr<PreparedOp> PrepareFlatten(const NodeArgs& args) {
                                    start_arg, ") cannot come after end_dim (",
                                    end_arg, ")"));
   }
-  if (self.rank() == 0) return CopyOp(self, {1});
+  if (self.rank() == 0) return CopyAs(self, {1});
   std::vector<int64_t> shape(self.shape.begin(), self.shape.begin() + start);
   shape.push_back(Product(self.shape, start, end + 1));
   shape.insert(shape.end(), self.shape.begin() + end + 1, self.shape.end());
-  return CopyOp(self, std::move(shape));
+  return CopyAs(self, std::move(shape));
 }
 
 absl::StatusOr<PreparedOp> PreparePermute(const NodeArgs& args) {
@@ -323,7 +297,7 @@ absl::StatusOr<PreparedOp> PrepareT(const NodeArgs& args) {
     return args.Error(absl::StrCat("t() expects a tensor with <= 2 dims, got ",
                                    self.ToString()));
   }
-  if (self.rank() < 2) return CopyOp(self, self.shape);
+  if (self.rank() < 2) return CopyAs(self, self.shape);
   return PermuteOp(self, {1, 0});
 }
 
@@ -343,7 +317,7 @@ absl::StatusOr<PreparedOp> PrepareClone(const NodeArgs& args) {
       return args.Error(absl::StrCat("memory_format ", mf->i, " is not a memory format"));
     }
   }
-  return CopyOp(self, self.shape);
+  return CopyAs(self, self.shape);
 }
 
 absl::StatusOr<PreparedOp> PrepareSqueezeDims(const NodeArgs& args) {
@@ -361,7 +335,7 @@ absl::StatusOr<PreparedOp> PrepareSqueezeDims(const NodeArgs& args) {
   for (int d = 0; d < self.rank(); ++d) {
     if (!drop[d]) shape.push_back(self.shape[d]);
   }
-  return CopyOp(self, std::move(shape));
+  return CopyAs(self, std::move(shape));
 }
 
 absl::StatusOr<PreparedOp> PrepareCopy(const NodeArgs& args) {
@@ -428,19 +402,14 @@ absl::StatusOr<PreparedOp> PrepareAsStrided(const NodeArgs& args) {
                                    " reads past the ", self.NumElements(), " elements of ",
                                    self.ToString()));
   }
-  TensorMeta out{self.dtype, size};
-  KILN_RETURN_IF_ERROR(ValidateMeta(out));
+  KILN_RETURN_IF_ERROR(ValidateMeta(TensorMeta{self.dtype, size}));
   bool identity = size == self.shape && offset == 0;
   const std::vector<int64_t> contiguous = ContiguousStrides(size);
   for (size_t d = 0; identity && d < size.size(); ++d) {
     identity = size[d] == 1 || stride[d] == contiguous[d];
   }
-  if (identity) return CopyOp(self, self.shape);
-  PreparedOp op;
-  op.outputs.push_back(out);
-  op.kernel = std::make_unique<OffsetStridedCopyKernel>(
-      MakeStridedPlan(size, {stride}), static_cast<int>(ElementSize(self.dtype)), offset);
-  return op;
+  if (identity) return CopyAs(self, self.shape);
+  return StridedRead(self, size, stride, offset);
 }
 
 }  // namespace kiln::runtime

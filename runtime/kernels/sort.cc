@@ -192,28 +192,28 @@ absl::StatusOr<PreparedOp> MedianAll(const NodeArgs& args, Mode mode) {
   return op;
 }
 
-}  // namespace
-
-absl::StatusOr<PreparedOp> PrepareSort(const NodeArgs& args) {
-  // (self, dim=-1, descending=False)
+// A sort whose dim and descending flag stand at these positions.
+absl::StatusOr<PreparedOp> PrepareSortWith(const NodeArgs& args, int dim_pos, int descending_pos) {
   KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
-  KILN_ASSIGN_OR_RETURN(int64_t dim, args.Int(1, "dim", -1));
-  KILN_ASSIGN_OR_RETURN(bool descending, args.Bool(2, "descending", false));
+  KILN_ASSIGN_OR_RETURN(int64_t dim, args.Int(dim_pos, "dim", -1));
+  KILN_ASSIGN_OR_RETURN(bool descending, args.Bool(descending_pos, "descending", false));
   SortKernel<float>::Config c;
   c.mode = Mode::kSort;
   c.descending = descending;
   return PrepareOrdering(args, self, dim, c, true);
 }
 
+}  // namespace
+
+absl::StatusOr<PreparedOp> PrepareSort(const NodeArgs& args) {
+  // (self, dim=-1, descending=False)
+  return PrepareSortWith(args, 1, 2);
+}
+
 absl::StatusOr<PreparedOp> PrepareSortStable(const NodeArgs& args) {
-  // (self, *, stable: bool?, dim=-1, descending=False)
-  KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
-  KILN_ASSIGN_OR_RETURN(int64_t dim, args.Int(2, "dim", -1));
-  KILN_ASSIGN_OR_RETURN(bool descending, args.Bool(3, "descending", false));
-  SortKernel<float>::Config c;
-  c.mode = Mode::kSort;
-  c.descending = descending;
-  return PrepareOrdering(args, self, dim, c, true);
+  // (self, *, stable: bool?, dim=-1, descending=False); every sort here is
+  // stable.
+  return PrepareSortWith(args, 2, 3);
 }
 
 absl::StatusOr<PreparedOp> PrepareTopk(const NodeArgs& args) {

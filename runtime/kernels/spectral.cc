@@ -7,7 +7,9 @@
 // the lines along its dim, eight at a time, transforms them with an
 // FftPlan and scatters them back, the last pass scaling by the
 // normalization. Along an inner dim the eight are neighbours, so each read
-// takes a whole cache line.
+// takes a whole cache line. A real input's line of even length n runs
+// as a complex transform of length n/2 (even samples the real parts, odd
+// ones the imaginary), recombined into the line's spectrum.
 //
 // ATen's normalization argument: 0 none, 1 by 1/sqrt(n), 2 by 1/n, where
 // n is the product of the signal sizes over the transformed dims.
@@ -44,6 +46,11 @@ struct Pass {
   Buffer src = Buffer::kInput, dst = Buffer::kOutput;
   Read read = Read::kComplex;
   bool real_out = false;  // keep the real parts (c2r's last pass)
+  // A real line of even length n read as n/2 complex values (even samples
+  // real, odd ones imaginary) and transformed at half length; `twiddles`
+  // holds exp(-2*pi*i * k/n) for k = 0..n/2, to recombine the halves.
+  bool half = false;
+  std::shared_ptr<const std::vector<Complex>> twiddles;
   // outer and inner are the same in both; n is the line's length there.
   DimLines in, out;
   float scale = 1.0f;
@@ -98,6 +105,12 @@ class FftKernel final : public Kernel {
       for (int64_t g = begin; g < end; ++g) {
         const int64_t first = g * kLines;
         const int64_t count = std::min(kLines, lines - first);
+        if (p.half) {
+          GatherHalves(p, src, first, count, re, im);
+          p.plan->RunLines(re, im, work);
+          ScatterRecombined(p, re, im, first, count, dst);
+          continue;
+        }
         Gather(p, src, first, count, re, im);
         p.plan->RunLines(re, im, work);
         Scatter(p, re, im, first, count, dst);
@@ -145,6 +158,53 @@ class FftKernel final : public Kernel {
       for (int64_t b = 0; b < count; ++b) {
         re[j * kLines + b] = re[(n - j) * kLines + b];
         im[j * kLines + b] = -im[(n - j) * kLines + b];
+      }
+    }
+  }
+
+  // Real lines of even length 2m packed as z[j] = x[2j] + i x[2j+1],
+  // j < m (the plan's length).
+  static void GatherHalves(const Pass& p, const void* src, int64_t first, int64_t count,
+                           float* re, float* im) {
+    const int64_t m = p.plan->size(), inner = p.in.inner;
+    const float* s = static_cast<const float*>(src);
+    int64_t base[kLines];
+    for (int64_t b = 0; b < count; ++b) base[b] = LineBase(p.in, first + b);
+    for (int64_t j = 0; j < m; ++j) {
+      for (int64_t b = 0; b < kLines; ++b) {
+        const bool have = b < count;
+        re[j * kLines + b] = have ? s[base[b] + 2 * j * inner] : 0.0f;
+        im[j * kLines + b] = have ? s[base[b] + (2 * j + 1) * inner] : 0.0f;
+      }
+    }
+  }
+
+  // The spectrum of a real line from Z, the m-point transform of its
+  // packed halves: with E and O the spectra of the even and odd samples,
+  //   E[k] = (Z[k] + conj Z[m-k]) / 2,  O[k] = (Z[k] - conj Z[m-k]) / 2i,
+  //   X[k] = E[k] + W^k O[k] for k <= m (W = exp(-2*pi*i / 2m)),
+  //   X[k] = conj X[2m-k] above. The first out.n values, scaled, into dst.
+  static void ScatterRecombined(const Pass& p, const float* re, const float* im, int64_t first,
+                                int64_t count, void* dst) {
+    const int64_t m = p.plan->size(), inner = p.out.inner, keep = p.out.n;
+    const float half = 0.5f * p.scale;
+    const Complex* w = p.twiddles->data();
+    Complex* d = static_cast<Complex*>(dst);
+    int64_t base[kLines];
+    for (int64_t b = 0; b < count; ++b) base[b] = LineBase(p.out, first + b);
+    for (int64_t k = 0; k < keep; ++k) {
+      const bool mirrored = k > m;
+      const int64_t kk = mirrored ? 2 * m - k : k;
+      const int64_t a = kk % m, c = (m - a) % m;
+      const float wr = w[kk].real(), wi = w[kk].imag();
+      for (int64_t b = 0; b < count; ++b) {
+        const float zr = re[a * kLines + b], zi = im[a * kLines + b];
+        const float yr = re[c * kLines + b], yi = im[c * kLines + b];
+        const float er = zr + yr, ei = zi - yi;  // 2 E[kk]
+        const float or_ = zi + yi, oi = yr - zr;  // 2 O[kk]
+        const float xr = (er + wr * or_ - wi * oi) * half;
+        const float xi = (ei + wr * oi + wi * or_) * half;
+        d[base[b] + k * inner] = Complex(xr, mirrored ? -xi : xi);
       }
     }
   }
@@ -316,7 +376,20 @@ absl::StatusOr<PreparedOp> PrepareFftR2c(const NodeArgs& args) {
   // The last dim first, from the real input, keeping what the output
   // holds; then every other dim over the output.
   Pass first;
-  if (!args.shape_only()) first.plan = PlanFor(&plans, self.shape[last], -1, &signs);
+  const int64_t n = self.shape[last];
+  first.half = n % 2 == 0;
+  if (!args.shape_only()) {
+    first.plan = PlanFor(&plans, first.half ? n / 2 : n, -1, &signs);
+    if (first.half) {
+      auto twiddles = std::make_shared<std::vector<Complex>>(n / 2 + 1);
+      for (int64_t k = 0; k <= n / 2; ++k) {
+        const double angle = -2.0 * M_PI * static_cast<double>(k) / static_cast<double>(n);
+        (*twiddles)[k] = Complex(static_cast<float>(std::cos(angle)),
+                                 static_cast<float>(std::sin(angle)));
+      }
+      first.twiddles = std::move(twiddles);
+    }
+  }
   first.src = Buffer::kInput;
   first.read = Read::kReal;
   first.in = Lines(self.shape, last);

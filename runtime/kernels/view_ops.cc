@@ -5,57 +5,13 @@
 // Runtime tensors are dense, so each of these writes its own output: a
 // memcpy when the bytes are unchanged (unsqueeze, alias), else a strided
 // gather over a coalesced plan (strided_loop.h).
-#include <cstring>
-#include <memory>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/exec/parallel.h"
 #include "runtime/kernels/kernel_util.h"
-#include "runtime/kernels/strided_loop.h"
 #include "runtime/ops/prepare_fns.h"
 #include "runtime/util/status_macros.h"
 
 namespace kiln::runtime {
-namespace {
-
-// out = in viewed at element `offset` with the plan's strides.
-class GatherCopyKernel final : public Kernel {
- public:
-  GatherCopyKernel(StridedPlan plan, int elem_size, int64_t offset)
-      : plan_(std::move(plan)), elem_size_(elem_size), offset_(offset) {}
-
-  absl::Status Run(const KernelContext& ctx) const override {
-    const char* in = static_cast<const char*>(ctx.inputs[0].data);
-    StridedCopy(plan_, elem_size_, in + offset_ * elem_size_,
-                ctx.outputs[0].data);
-    return absl::OkStatus();
-  }
-
- private:
-  StridedPlan plan_;
-  int elem_size_;
-  int64_t offset_;
-};
-
-PreparedOp ByteCopy(const TensorMeta& in, std::vector<int64_t> shape) {
-  PreparedOp op;
-  op.outputs.push_back(TensorMeta{in.dtype, std::move(shape)});
-  op.kernel = MakeByteCopyKernel(in.ByteSize());
-  return op;
-}
-
-// The output [shape] read from `in` with `strides` starting at `offset`.
-PreparedOp Gather(const TensorMeta& in, std::vector<int64_t> shape,
-                  const std::vector<int64_t>& strides, int64_t offset) {
-  PreparedOp op;
-  op.outputs.push_back(TensorMeta{in.dtype, shape});
-  op.kernel = std::make_unique<GatherCopyKernel>(
-      MakeStridedPlan(shape, {strides}),
-      static_cast<int>(ElementSize(in.dtype)), offset);
-  return op;
-}
-
-}  // namespace
 
 absl::StatusOr<PreparedOp> PrepareExpand(const NodeArgs& args) {
   // (self, size, *, implicit=False)
@@ -98,7 +54,7 @@ absl::StatusOr<PreparedOp> PrepareExpand(const NodeArgs& args) {
   }
   TensorMeta out{self.dtype, size};
   KILN_RETURN_IF_ERROR(ValidateMeta(out));
-  return Gather(self, size, strides, 0);
+  return StridedRead(self, size, strides, 0);
 }
 
 absl::StatusOr<PreparedOp> PrepareUnsqueeze(const NodeArgs& args) {
@@ -113,13 +69,13 @@ absl::StatusOr<PreparedOp> PrepareUnsqueeze(const NodeArgs& args) {
   KILN_ASSIGN_OR_RETURN(int dim, WrapDim(args, dim_arg, self.rank() + 1));
   std::vector<int64_t> shape = self.shape;
   shape.insert(shape.begin() + dim, 1);
-  return ByteCopy(self, std::move(shape));
+  return CopyAs(self, std::move(shape));
 }
 
 absl::StatusOr<PreparedOp> PrepareAlias(const NodeArgs& args) {
   // (self): alias and lift_fresh_copy both produce the same values.
   KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
-  return ByteCopy(self, self.shape);
+  return CopyAs(self, self.shape);
 }
 
 absl::StatusOr<PreparedOp> PrepareSlice(const NodeArgs& args) {
@@ -145,7 +101,7 @@ absl::StatusOr<PreparedOp> PrepareSlice(const NodeArgs& args) {
   std::vector<int64_t> strides = ContiguousStrides(self.shape);
   const int64_t offset = start * strides[dim];
   strides[dim] *= step;
-  return Gather(self, std::move(shape), strides, offset);
+  return StridedRead(self, std::move(shape), strides, offset);
 }
 
 absl::StatusOr<PreparedOp> PrepareSelect(const NodeArgs& args) {
@@ -166,7 +122,7 @@ absl::StatusOr<PreparedOp> PrepareSelect(const NodeArgs& args) {
   std::vector<int64_t> shape = self.shape;
   shape.erase(shape.begin() + dim);
   strides.erase(strides.begin() + dim);
-  return Gather(self, std::move(shape), strides, offset);
+  return StridedRead(self, std::move(shape), strides, offset);
 }
 
 }  // namespace kiln::runtime

@@ -1,6 +1,8 @@
 // Tests aten._fft_c2c, _fft_r2c and _fft_c2r (spectral.cc) against the
 // DFT's definition summed here in double precision, over several dims with
 // each normalization, and the complex views and conjugation around them.
+#include <algorithm>
+#include <cmath>
 #include <complex>
 #include <vector>
 
@@ -118,6 +120,63 @@ TEST(FftR2cTest, OnesidedKeepsHalfTheLastDimListedOddAndEven) {
       EXPECT_TRUE(AllClose(t.OutputC64(0), Interleave(want, 1.0 / (3 * last)), 1e-5, 1e-6))
           << "last=" << last << " onesided=" << onesided;
     }
+  }
+}
+
+TEST(FftR2cTest, EvenLengthsAlongAnInnerDimIncludingAPrimeHalf) {
+  // Even lengths run at half length: 2 (a half of one value), a power of
+  // two, and 134, whose half 67 is a prime past the direct radices; along
+  // dim 0 of [n, 11], eleven inner lines in a block of 8 and one of 3.
+  for (int64_t n : {2, 4, 64, 134}) {
+    for (bool onesided : {true, false}) {
+      const std::vector<int64_t> shape = {n, 11};
+      const std::vector<float> x = RandomFloats(Numel(shape), 5);
+      OpTester t("aten._fft_r2c.default");
+      t.AddArg(t.Input(F32(shape), x));
+      t.AddArg(IntListArg({0}));
+      t.AddArg(IntArg(0));
+      t.AddArg(BoolArg(onesided));
+      ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+      const int64_t keep = onesided ? n / 2 + 1 : n;
+      EXPECT_EQ(t.output_metas()[0], C64({keep, 11}));
+      ASSERT_TRUE(t.Run().ok());
+      const std::vector<CD> full = Dft(std::vector<CD>(x.begin(), x.end()), shape, {0}, -1);
+      const std::vector<CD> want(full.begin(), full.begin() + keep * 11);
+      EXPECT_TRUE(AllClose(t.OutputC64(0), Interleave(want), 1e-5, 1e-5 * n))
+          << "n=" << n << " onesided=" << onesided;
+    }
+  }
+}
+
+TEST(FftR2cTest, EachLineIsAsExactAsItsOwnScaleAllows) {
+  // Lines of magnitudes 1 down to 1e-9 side by side (loud and silent
+  // frames of a signal): no line's spectrum may carry another line's
+  // rounding error, so each is checked against its own scale.
+  const int64_t rows = 19, n = 256;
+  std::vector<float> x = RandomFloats(rows * n, 6);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < n; ++j) x[r * n + j] *= static_cast<float>(std::pow(10.0, -0.5 * r));
+  }
+  OpTester t("aten._fft_r2c.default");
+  t.AddArg(t.Input(F32({rows, n}), x));
+  t.AddArg(IntListArg({1}));
+  t.AddArg(IntArg(0));
+  t.AddArg(BoolArg(true));
+  ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+  ASSERT_TRUE(t.Run().ok());
+  const std::vector<float> got = t.OutputC64(0);
+  const std::vector<CD> full = Dft(std::vector<CD>(x.begin(), x.end()), {rows, n}, {1}, -1);
+  const int64_t keep = n / 2 + 1;
+  for (int64_t r = 0; r < rows; ++r) {
+    std::vector<double> want;
+    std::vector<float> line(got.begin() + 2 * r * keep, got.begin() + 2 * (r + 1) * keep);
+    double scale = 0;
+    for (int64_t k = 0; k < keep; ++k) {
+      want.push_back(full[r * n + k].real());
+      want.push_back(full[r * n + k].imag());
+      scale = std::max(scale, std::abs(full[r * n + k]));
+    }
+    EXPECT_TRUE(AllClose(line, want, 1e-5, 1e-6 * scale)) << "row " << r;
   }
 }
 
