@@ -60,6 +60,15 @@ def commit(repo: str = REPO) -> str:
     return head + ("+changes" if changed else "")
 
 
+def changed_since(rev: str, paths: list[str], repo: str = REPO) -> list[str]:
+    """Files under `paths` whose text in the working tree differs from
+    `rev`'s (rev "unknown" or not a commit: every path)."""
+    if not _git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", repo=repo):
+        return list(paths)
+    out = _git("diff", "--name-only", rev, "--", *paths, repo=repo)
+    return out.splitlines() if out else []
+
+
 def _kernel_bench() -> str:
     build = os.environ.get("KILN_BUILD_DIR") or os.path.join(REPO, "build")
     return os.path.join(build, "bench", "kiln_kernel_bench")

@@ -235,6 +235,8 @@ def markdown(results: dict[str, Any], chart: str | None = None) -> str:
              "measured and how."]
     lines += _quick_note(settings)
     took = f"; took {results['total_s'] / 60:.1f} min" if "total_s" in results else ""
+    if results.get("resumed"):
+        took += f" (interrupted and resumed at {', '.join(results['resumed'])})"
     facts = [
         ("command", _command_text(results)),
         ("commit", f"`{env['commit']}`" if env.get("commit") else "not recorded"),

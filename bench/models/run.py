@@ -12,6 +12,7 @@ commit and the command.
     .venv/bin/python bench/models/run.py                      # everything
     .venv/bin/python bench/models/run.py --models resnet18,bert_base --batch 8
     .venv/bin/python bench/models/run.py --report-only bench/results/latest
+    .venv/bin/python bench/models/run.py --resume bench/results/timm-full
     .venv/bin/python bench/models/run.py --models mobilenet_v2 --dynamo-dict-tags
 
 Per cell: latency is the median of --runs timed calls after --warmup
@@ -492,6 +493,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--report-only", metavar="DIR",
                    help="rewrite results.md/png of DIR (and --results-file) from its "
                         "results.json and exit")
+    p.add_argument("--resume", metavar="DIR",
+                   help="go on with the interrupted run in DIR, with its settings, from the "
+                        "first model it did not finish (a suite longer than one sitting); "
+                        "refused unless Kiln, the workloads, the CPU and the versions are "
+                        "the ones it ran with")
     p.add_argument("--results-file", metavar="PATH",
                    help="also write the report to PATH and its chart beside it as an SVG "
                         "(`make bench` passes bench/RESULTS.md)")
@@ -542,6 +548,50 @@ def _baseline_paths(args: argparse.Namespace) -> dict[str, str]:
             "kilnd": os.path.join(args.baseline_build, "server", "kilnd")}
 
 
+# What a resumed run must find unchanged since the commit it started on:
+# Kiln itself and the workloads. The driver and the report may change.
+MEASURED_PATHS = ["CMakeLists.txt", "proto", "server", "runtime", "cache", "client",
+                  "bench/models/backends.py", "bench/models/workloads.py",
+                  "bench/models/models.py", "bench/suites/*.py", "bench/suites/*.txt"]
+
+
+def _resumed(args: argparse.Namespace) -> dict[str, Any]:
+    """The results of the run in args.resume, after checking that going on
+    measures what it measured; its settings replace the command line's."""
+    def refuse(why: str) -> None:
+        raise SystemExit(f"--resume {args.resume}: {why}; start a new run instead")
+
+    try:
+        with open(os.path.join(args.resume, "results.json")) as f:
+            results = json.load(f)
+    except (OSError, ValueError) as e:
+        refuse(f"no readable results.json ({e})")
+    env = results["environment"]
+    then = env.get("commit", "unknown")
+    if then.endswith("+changes"):
+        refuse(f"it ran on uncommitted changes to {then.removesuffix('+changes')}")
+    changed = host.changed_since(then, MEASURED_PATHS)
+    if changed:
+        refuse(f"{len(changed)} measured files differ from its commit {then} "
+               f"({', '.join(changed[:5])}{', ...' if len(changed) > 5 else ''})")
+    cpu, flags = host.cpuinfo()
+    if cpu != env.get("cpu") or sorted(flags) != sorted(env.get("cpu_flags", [])) \
+            or os.cpu_count() != env.get("cores"):
+        refuse(f"it ran on {env.get('cpu')} ({env.get('cores')} cores, "
+               f"{' '.join(env.get('cpu_flags', []))}), this is {cpu} "
+               f"({os.cpu_count()} cores, {' '.join(flags)})")
+    versions = json.loads(json.dumps(host.versions()))
+    if versions != env.get("versions"):
+        refuse("package versions differ from the ones it ran with")
+    for key, value in results["settings"].items():
+        if hasattr(args, key):
+            setattr(args, key, value)
+    args.out = args.resume
+    results.setdefault("resumed", []).append(
+        datetime.datetime.now().astimezone().isoformat(timespec="seconds"))
+    return results
+
+
 def _write_outputs(out_dir: str, results: dict[str, Any]) -> None:
     with open(os.path.join(out_dir, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
@@ -574,32 +624,42 @@ def main(argv: list[str] | None = None) -> int:
         print(report.geomean_text(results))
         return 0
 
+    results = _resumed(args) if args.resume else None
     os.makedirs(os.path.join(args.out, "logs"), exist_ok=True)
     print(f"kiln bench: {len(args.models)} models x batch {args.batch} x "
           f"{len(args.backends)} backends, {args.threads} threads -> {args.out}", flush=True)
-    # The FMA peak is measured first, before any cell loads the machine.
-    results: dict[str, Any] = {
-        "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "command": _command(sys.argv[1:] if argv is None else argv),
-        # The make command that ran this one, when it did (Makefile, bench).
-        "make_command": os.environ.get("KILN_BENCH_MAKE_COMMAND"),
-        "settings": {k: getattr(args, k) for k in (
-            "suite", "models", "batch", "backends", "runs", "min_runs", "max_seconds", "warmup",
-            "rounds", "threads", "timeout", "dynamo_dict_tags", "quick")}
-        | {"rel_tolerance": REL_TOLERANCE},
-        "environment": host.environment(args.threads),
-        "baseline": ({"checkout": args.baseline, "commit": host.commit(args.baseline)}
-                     if args.baseline else None),
-        "cells": [],
-    }
+    if results is None:
+        # The FMA peak is measured first, before any cell loads the machine.
+        results = {
+            "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+            "command": _command(sys.argv[1:] if argv is None else argv),
+            # The make command that ran this one, when it did (Makefile, bench).
+            "make_command": os.environ.get("KILN_BENCH_MAKE_COMMAND"),
+            "settings": {k: getattr(args, k) for k in (
+                "suite", "models", "batch", "backends", "runs", "min_runs", "max_seconds",
+                "warmup", "rounds", "threads", "timeout", "dynamo_dict_tags", "quick")}
+            | {"rel_tolerance": REL_TOLERANCE},
+            "environment": host.environment(args.threads),
+            "baseline": ({"checkout": args.baseline, "commit": host.commit(args.baseline)}
+                         if args.baseline else None),
+            "cells": [],
+        }
     print(report.host_text(results), flush=True)
     print("versions: " + ", ".join(f"{k} {v}" for k, v in
                                    results["environment"]["versions"].items()), flush=True)
     groups = [(b, m) for b in args.batch for m in args.models]
     total = len(groups) * len(args.backends)
+    finished = {(c["batch"], c["model"]) for c in results["cells"]}
+    if finished:
+        print(f"resuming: {len(finished)} of {len(groups)} models done", flush=True)
+    # Time spent before an interruption (the cells' own time when the run
+    # did not record it).
+    before_s = results.get("elapsed_s", sum(c.get("wall_s", 0) for c in results["cells"]))
     start = time.perf_counter()
-    done = 0
+    done = len(results["cells"])
     for batch, model in groups:
+        if (batch, model) in finished:
+            continue
         specs = [{"model": model, "batch": batch, "backend": backend, "threads": args.threads,
                   "runs": args.runs, "min_runs": args.min_runs,
                   "max_seconds": args.max_seconds, "warmup": args.warmup,
@@ -615,9 +675,11 @@ def main(argv: list[str] | None = None) -> int:
             results["cells"].append(cell)
             done += 1
             print(_progress_line(done, total, cell), flush=True)
-        # Written after every model, so an interrupted run keeps what it measured.
+        # Written after every model, so an interrupted run keeps what it
+        # measured (and --resume goes on from there).
+        results["elapsed_s"] = before_s + time.perf_counter() - start
         _write_outputs(args.out, results)
-    results["total_s"] = time.perf_counter() - start
+    results["total_s"] = before_s + time.perf_counter() - start
     _write_outputs(args.out, results)
     _write_charts(args.out, results, args.results_file)
     latest = os.path.join(os.path.dirname(os.path.abspath(args.out)), "latest")
