@@ -367,6 +367,13 @@ def markdown(results: dict[str, Any], chart: str | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def can_chart() -> bool:
+    """Whether matplotlib, which draws the charts, is installed (the
+    benchmark's requirements have it; the project's own do not)."""
+    import importlib.util
+    return importlib.util.find_spec("matplotlib") is not None
+
+
 def chart(results: dict[str, Any], path: str) -> None:
     """A PNG of every backend's speedup over eager, one panel per batch size
     (median latencies instead when eager was not run)."""

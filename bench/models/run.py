@@ -601,6 +601,17 @@ def _write_outputs(out_dir: str, results: dict[str, Any]) -> None:
 
 def _write_charts(out_dir: str, results: dict[str, Any], results_file: str | None) -> None:
     """The run's chart, and with results_file that report and its SVG chart."""
+    if not report.can_chart():
+        # The reports then go without their chart rather than the run failing at its end.
+        print("no charts: matplotlib is not installed (`make bench` installs the "
+              "benchmark's requirements, deploy/requirements-bench.txt)")
+        with open(os.path.join(out_dir, "results.md"), "w") as f:
+            f.write(report.markdown(results))
+        if results_file:
+            with open(results_file, "w") as f:
+                f.write(report.markdown(results))
+            print(f"wrote {results_file}")
+        return
     report.chart(results, os.path.join(out_dir, "results.png"))
     if results_file:
         chart = os.path.splitext(results_file)[0] + ".svg"
