@@ -86,6 +86,9 @@ BENCHMARK(BM_Conv2d)
     ->Args({8, 64, 56, 256, 1, 1})   // resnet50 bottleneck expand
     ->Args({1, 256, 56, 256, 3, 1})  // vgg16 conv3
     ->Args({1, 8, 4, 8, 1, 1})       // next to no work: the per-call overhead
+    // NF-Net-F0 at 192x192, stage 3: the block's 1x1 expand and reduce.
+    ->Args({1, 768, 12, 1536, 1, 1})
+    ->Args({1, 1536, 12, 768, 1, 1})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 
@@ -166,6 +169,9 @@ BENCHMARK(BM_GroupedConv3x3)
     ->Args({1, 256, 56, 32, 2})  // ... layer2's first block (8 a group)
     ->Args({1, 256, 28, 32, 1})  // ... layer2
     ->Args({1, 104, 28, 13, 1})  // regnet_y_400mf stage 2 (8 a group)
+    ->Args({1, 768, 12, 6, 1})   // NF-Net-F0 stage 3 at 192x192 (128 a group)
+    ->Args({1, 768, 24, 6, 2})   // ... its first block
+    ->Args({1, 256, 24, 2, 1})   // NF-Net-F0 stage 1
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -42,11 +42,11 @@ absl::Status FoldNode(PassContext& ctx, int i) {
       use(*std::move(done));
       return absl::OkStatus();
     }
-    // The shape sweep inferred the output (one, as the caller checked).
+    // The shape sweep inferred the outputs; only the first is kept.
     if (persistence != nullptr) {
       if (std::optional<ConstantData> saved =
               persistence->Load(key, node.outputs[0].ByteSize(), /*defer_check=*/true)) {
-        use(PublishShared(key, SharedConstant{*std::move(saved), node.outputs}));
+        use(PublishShared(key, SharedConstant{*std::move(saved), {node.outputs[0]}}));
         return absl::OkStatus();
       }
     }
@@ -61,15 +61,19 @@ absl::Status FoldNode(PassContext& ctx, int i) {
   for (const ValueRef& ref : TensorInputsOf(node)) {
     in.push_back({const_cast<void*>(ctx.constant_data[ref.node]), &ctx.graph.MetaOf(ref)});
   }
-  buffers.push_back(std::make_unique<RunArena>(prepared.outputs[0].ByteSize()));
-  out.push_back({buffers.back()->data, &prepared.outputs[0]});
+  // Every output gets memory to be written to; the first is kept (the
+  // caller checked that nothing reads the others).
+  for (const TensorMeta& meta : prepared.outputs) {
+    buffers.push_back(std::make_unique<RunArena>(meta.ByteSize()));
+    out.push_back({buffers.back()->data, &meta});
+  }
   RunArena scratch(static_cast<int64_t>(prepared.kernel->ScratchBytes()));
   KILN_RETURN_IF_ERROR(prepared.kernel->Run(KernelContext{in, out, scratch.data}));
   SharedConstant folded{ConstantData{std::shared_ptr<const uint8_t>(
                                          buffers[0]->data,
                                          [](const uint8_t* p) { std::free(const_cast<uint8_t*>(p)); }),
                                      prepared.outputs[0].ByteSize()},
-                        prepared.outputs};
+                        {prepared.outputs[0]}};
   buffers[0]->data = nullptr;  // ownership moved to `folded`
   if (persistence != nullptr) persistence->Save(key, folded.data);
   use(key.empty() ? std::move(folded) : PublishShared(key, std::move(folded)));

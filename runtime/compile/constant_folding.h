@@ -21,7 +21,8 @@ constexpr int64_t kMaxFoldedBytes = int64_t{64} << 20;
 bool AllInputsConstant(const PassContext& ctx, const Node& node);
 
 // Runs an op whose inputs are all constants once, now, and turns the node
-// into a constant holding its result.
+// into a constant holding its first output (the caller checks that nothing
+// reads the others).
 absl::Status FoldNode(PassContext& ctx, int i);
 
 // Constants the passes built with a share key (batch-norm folds) become

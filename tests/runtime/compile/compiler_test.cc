@@ -25,9 +25,11 @@ namespace kiln::runtime {
 namespace {
 
 using kiln::testing::Bool;
+using kiln::testing::Float;
 using kiln::testing::GraphBuilder;
 using kiln::testing::Int;
 using kiln::testing::IntList;
+using kiln::testing::None;
 using kiln::testing::Ref;
 using kiln::testing::RefList;
 
@@ -187,6 +189,96 @@ TEST(Compiler, LetsGoOfAWeightOnceItsKernelPackedIt) {
       for (int k = 0; k < 64; ++k) sum += static_cast<double>(in[r * 64 + k]) * w[c * 64 + k];
       EXPECT_NEAR(out[r * 128 + c], sum, 1e-4) << r << "," << c;
     }
+  }
+}
+
+// A weight standardized by a training-mode batch norm over its own
+// values, as NF-Nets' convolutions do on every call: conv(x, bn(w)).
+struct StandardizedWeightConv {
+  std::vector<float> w = kiln::testing::UniformFloats(4 * 3 * 3 * 3, -1, 1, 7);
+  int bn = -1, conv = -1;
+  kiln::v1::Graph Build(bool read_mean) {
+    GraphBuilder b;
+    int x = b.Input({1, 3, 6, 6});
+    int wc = b.Constant(w, {4, 3, 3, 3});
+    int rows = b.Call("aten.view.default", {Ref(wc), IntList({1, 4, 27})});
+    bn = b.Call("aten.native_batch_norm.default",
+                {Ref(rows), None(), None(), None(), None(), Bool(true), Float(0.0), Float(1e-5)});
+    int back = b.Call("aten.view.default", {Ref(bn), IntList({4, 3, 3, 3})});
+    conv = b.Call("aten.convolution.default",
+                  {Ref(x), Ref(back), None(), IntList({1, 1}), IntList({0, 0}), IntList({1, 1}),
+                   Bool(false), IntList({0, 0}), Int(1)});
+    b.Output(conv);
+    if (read_mean) b.Output(bn, 1);
+    return b.graph();
+  }
+  // conv(x, w standardized per output channel), in double.
+  std::vector<double> Reference(const std::vector<float>& x) const {
+    std::vector<double> ws(w.size());
+    for (int o = 0; o < 4; ++o) {
+      double mean = 0, var = 0;
+      for (int k = 0; k < 27; ++k) mean += w[o * 27 + k] / 27.0;
+      for (int k = 0; k < 27; ++k) var += (w[o * 27 + k] - mean) * (w[o * 27 + k] - mean) / 27.0;
+      for (int k = 0; k < 27; ++k) ws[o * 27 + k] = (w[o * 27 + k] - mean) / std::sqrt(var + 1e-5);
+    }
+    std::vector<double> y(4 * 4 * 4);
+    for (int o = 0; o < 4; ++o) {
+      for (int r = 0; r < 4; ++r) {
+        for (int c = 0; c < 4; ++c) {
+          double sum = 0;
+          for (int i = 0; i < 3; ++i) {
+            for (int kr = 0; kr < 3; ++kr) {
+              for (int kc = 0; kc < 3; ++kc) {
+                sum += ws[((o * 3 + i) * 3 + kr) * 3 + kc] * x[(i * 6 + r + kr) * 6 + c + kc];
+              }
+            }
+          }
+          y[(o * 4 + r) * 4 + c] = sum;
+        }
+      }
+    }
+    return y;
+  }
+};
+
+TEST(Compiler, FoldsANodeOfSeveralOutputsWhenOnlyItsFirstIsRead) {
+  StandardizedWeightConv m;
+  Constants consts;
+  consts.Add(m.w);
+  auto cg = Compile(*GraphFromProto(m.Build(/*read_mean=*/false)), consts.Resolver());
+  ASSERT_TRUE(cg.ok()) << cg.status();
+  // The batch norm ran at compile time: its result is a constant, and the
+  // convolution's weight with it.
+  EXPECT_EQ(SlotOf(**cg, m.bn).kind, ValueSlot::Kind::kConstant);
+  const std::vector<float> x = kiln::testing::UniformFloats(3 * 6 * 6, -1, 1, 8);
+  std::vector<float> out(4 * 4 * 4);
+  const void* inputs[] = {x.data()};
+  void* outputs[] = {out.data()};
+  ASSERT_TRUE(Execute(**cg, inputs, outputs).ok());
+  const std::vector<double> want = m.Reference(x);
+  for (size_t i = 0; i < out.size(); ++i) EXPECT_NEAR(out[i], want[i], 1e-4) << i;
+}
+
+TEST(Compiler, KeepsANodeOfSeveralOutputsWhoseOtherOutputIsRead) {
+  // The saved mean is a graph output too: the node runs on every call and
+  // gives all three.
+  StandardizedWeightConv m;
+  Constants consts;
+  consts.Add(m.w);
+  auto cg = Compile(*GraphFromProto(m.Build(/*read_mean=*/true)), consts.Resolver());
+  ASSERT_TRUE(cg.ok()) << cg.status();
+  EXPECT_NE(SlotOf(**cg, m.bn).kind, ValueSlot::Kind::kConstant);
+  const std::vector<float> x = kiln::testing::UniformFloats(3 * 6 * 6, -1, 1, 8);
+  std::vector<float> out(4 * 4 * 4), mean(4, 99.f);
+  const void* inputs[] = {x.data()};
+  void* outputs[] = {out.data(), mean.data()};
+  ASSERT_TRUE(Execute(**cg, inputs, outputs).ok());
+  const std::vector<double> want = m.Reference(x);
+  for (size_t i = 0; i < out.size(); ++i) EXPECT_NEAR(out[i], want[i], 1e-4) << i;
+  for (int o = 0; o < 4; ++o) {
+    double sum = 0;
+    for (int k = 0; k < 27; ++k) sum += m.w[o * 27 + k];
+    EXPECT_NEAR(mean[o], sum / 27.0, 1e-5) << o;
   }
 }
 
