@@ -31,6 +31,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))  # the shared helpers: tests/testing/
 
 from testing.daemons import Kilnd  # noqa: E402
+from testing.shared_memory import assert_none_left_behind  # noqa: E402
 
 
 def address_space_limit(limit: int):
@@ -92,7 +93,13 @@ class RawRegion:
         self.bytes = torch.frombuffer(self.map, dtype=torch.uint8)
         self.region_id = 0
         if register:
-            self.register()
+            try:
+                self.register()
+            except BaseException:
+                # A refused registration (the tests of the daemon's caps)
+                # must not leave the object behind in /dev/shm.
+                self.close()
+                raise
 
     def register(self) -> int:
         """Registers the object (again: each call maps it once more)."""
@@ -246,6 +253,14 @@ def kilnd(request):
     finally:
         d.stop()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def no_shared_memory_left_behind():
+    """Whatever a test did (a refused registration included), it leaves no
+    object of this process in /dev/shm: the last fixture to finish."""
+    yield
+    assert_none_left_behind()
 
 
 @pytest.fixture

@@ -21,6 +21,15 @@ sys.path.insert(0, str(REPO / "tests"))  # the shared helpers: tests/testing/
 
 from testing.call_gate import CallGate  # noqa: E402
 from testing.daemons import Kilnd, find_kilnd  # noqa: E402
+from testing.shared_memory import assert_none_left_behind  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def no_shared_memory_left_behind():
+    """No test leaves an object of this process in /dev/shm (the last
+    fixture of every test to finish)."""
+    yield
+    assert_none_left_behind()
 
 
 @pytest.fixture(scope="session")
