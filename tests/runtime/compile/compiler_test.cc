@@ -213,6 +213,12 @@ struct StandardizedWeightConv {
     return b.graph();
   }
   // conv(x, w standardized per output channel), in double.
+  // The graph compiled, with the weight among its constants.
+  absl::StatusOr<std::unique_ptr<CompiledGraph>> Compiled(bool read_mean) {
+    Constants consts;
+    consts.Add(w);
+    return Compile(*GraphFromProto(Build(read_mean)), consts.Resolver());
+  }
   std::vector<double> Reference(const std::vector<float>& x) const {
     std::vector<double> ws(w.size());
     for (int o = 0; o < 4; ++o) {
@@ -243,9 +249,7 @@ struct StandardizedWeightConv {
 
 TEST(Compiler, FoldsANodeOfSeveralOutputsWhenOnlyItsFirstIsRead) {
   StandardizedWeightConv m;
-  Constants consts;
-  consts.Add(m.w);
-  auto cg = Compile(*GraphFromProto(m.Build(/*read_mean=*/false)), consts.Resolver());
+  auto cg = m.Compiled(/*read_mean=*/false);
   ASSERT_TRUE(cg.ok()) << cg.status();
   // The batch norm ran at compile time: its result is a constant, and the
   // convolution's weight with it.
@@ -263,9 +267,7 @@ TEST(Compiler, KeepsANodeOfSeveralOutputsWhoseOtherOutputIsRead) {
   // The saved mean is a graph output too: the node runs on every call and
   // gives all three.
   StandardizedWeightConv m;
-  Constants consts;
-  consts.Add(m.w);
-  auto cg = Compile(*GraphFromProto(m.Build(/*read_mean=*/true)), consts.Resolver());
+  auto cg = m.Compiled(/*read_mean=*/true);
   ASSERT_TRUE(cg.ok()) << cg.status();
   EXPECT_NE(SlotOf(**cg, m.bn).kind, ValueSlot::Kind::kConstant);
   const std::vector<float> x = kiln::testing::UniformFloats(3 * 6 * 6, -1, 1, 8);
