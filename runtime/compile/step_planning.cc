@@ -5,7 +5,7 @@
 #include <limits>
 
 #include "runtime/kernels/kernel_util.h"
-#include "runtime/ops/fused_op_args.h"
+#include "runtime/ops/registry.h"
 #include "runtime/ops/op_table.h"
 #include "runtime/plan/in_place.h"
 #include "runtime/plan/waves.h"
@@ -53,10 +53,11 @@ void ScheduleSteps(BranchMode branches, const std::vector<StepUse>& uses,
   for (auto& ns : cg->threading.step_ns) ns = std::numeric_limits<int64_t>::max();
 }
 
-// Convolutions with a fused residual add write their output over the
-// residual when nothing else reads it any more (plan/in_place.h); the
-// kernel then skips copying the residual into its output. Returns each
-// request's owner. Call after ScheduleSteps (lifetimes in waves).
+// Ops that overwrite an input (ops.def: Overwrites; a convolution's
+// fused residual, a slice_scatter's self) write their output over it when
+// nothing else reads it any more (plan/in_place.h); the kernel then skips
+// copying it into its output. Returns each request's owner. Call after
+// ScheduleSteps (lifetimes in waves).
 std::vector<int> PlanInPlace(const Graph& graph, const CompiledGraph& cg,
                              const std::vector<std::vector<int>>& request_of,
                              const std::vector<int>& output_of_request,
@@ -70,20 +71,21 @@ std::vector<int> PlanInPlace(const Graph& graph, const CompiledGraph& cg,
         reads_in_wave[w].push_back(request_of[ref.node][ref.output]);
       }
       const Node& node = graph.nodes[step.node];
-      if (node.target != "kiln.conv2d" || node.args.size() <= conv2d_arg::kResidual.pos ||
-          node.args[conv2d_arg::kResidual.pos].kind != Arg::Kind::kTensor ||
-          node.outputs.size() != 1) {
+      const OpDef* op = node.kind == Node::Kind::kOp ? OpOf(node) : nullptr;
+      const int pos = op != nullptr ? op->traits.overwrites : -1;
+      if (pos < 0 || static_cast<size_t>(pos) >= node.args.size() ||
+          node.args[pos].kind != Arg::Kind::kTensor || node.outputs.size() != 1) {
         continue;
       }
-      const ValueRef residual = node.args[conv2d_arg::kResidual.pos].tensor;
+      const ValueRef overwritten = node.args[pos].tensor;
       InPlaceCandidate c;
       c.wave = static_cast<int>(w);
       c.output = request_of[step.node][0];
-      c.input = request_of[residual.node][residual.output];
+      c.input = request_of[overwritten.node][overwritten.output];
       if (c.output < 0 || c.input < 0 || output_of_request[c.output] >= 0) continue;
-      bool skipped = false;  // the residual's own read, once
+      bool skipped = false;  // the overwritten input's own read, once
       for (const ValueRef& ref : step.inputs) {
-        if (!skipped && ref == residual) {
+        if (!skipped && ref == overwritten) {
           skipped = true;
           continue;
         }

@@ -113,7 +113,10 @@ class ScatterKernel final : public Kernel {
       if (idx[i] < 0 || idx[i] >= size) return OutOfRange("scatter", idx[i], size);
     }
     T* out = ctx.outputs[0].template as<T>();
-    if (numel > 0) std::memcpy(out, ctx.inputs[c_.self_slot].data, numel * sizeof(T));
+    // Planned in place (ops.def: Overwrites), out is self already.
+    if (numel > 0 && out != ctx.inputs[c_.self_slot].data) {
+      std::memcpy(out, ctx.inputs[c_.self_slot].data, numel * sizeof(T));
+    }
     const T* src = c_.src_slot >= 0 ? ctx.inputs[c_.src_slot].template as<const T>() : nullptr;
     int64_t* counts = NeedsCounts() ? idx + entries : nullptr;
     if (counts != nullptr) std::fill(counts, counts + numel, 0);
@@ -298,7 +301,9 @@ class IndexPutKernel final : public Kernel {
     }
     StridedCopy(c_.values_plan, sizeof(T), ctx.inputs[c_.values_slot].data, values);
     T* out = ctx.outputs[0].template as<T>();
-    if (c_.numel > 0) std::memcpy(out, ctx.inputs[c_.self_slot].data, c_.numel * sizeof(T));
+    if (c_.numel > 0 && out != ctx.inputs[c_.self_slot].data) {  // else in place
+      std::memcpy(out, ctx.inputs[c_.self_slot].data, c_.numel * sizeof(T));
+    }
     const int64_t post = c_.post;
     // Rows of different `pre` never meet: parallel over pre, index order within.
     ParallelFor(c_.pre, 1, [&](int64_t b, int64_t e) {
@@ -341,7 +346,9 @@ class MaskedPutKernel final : public Kernel {
     std::memcpy(&value, ctx.inputs[values_slot_].data, sizeof(T));
     T* out = ctx.outputs[0].template as<T>();
     const int64_t numel = pre_ * count_ * post_;
-    if (numel > 0) std::memcpy(out, ctx.inputs[self_slot_].data, numel * sizeof(T));
+    if (numel > 0 && out != ctx.inputs[self_slot_].data) {  // else in place
+      std::memcpy(out, ctx.inputs[self_slot_].data, numel * sizeof(T));
+    }
     ParallelFor(pre_ * count_, std::max<int64_t>(1, 4096 / std::max<int64_t>(post_, 1)),
                 [&](int64_t b, int64_t e) {
                   for (int64_t r = b; r < e; ++r) {

@@ -69,9 +69,13 @@ class SliceScatterKernel final : public Kernel {
     const float* self = ctx.inputs[self_index_].as<const float>();
     const float* src = ctx.inputs[src_index_].as<const float>();
     float* out = ctx.outputs[0].as<float>();
-    ParallelFor(numel_, int64_t{1} << 16, [&](int64_t b, int64_t e) {
-      std::memcpy(out + b, self + b, (e - b) * sizeof(float));
-    });
+    // Planned in place (ops.def: Overwrites), out is self: only the
+    // window is written.
+    if (out != self) {
+      ParallelFor(numel_, int64_t{1} << 16, [&](int64_t b, int64_t e) {
+        std::memcpy(out + b, self + b, (e - b) * sizeof(float));
+      });
+    }
     ScatterWindow(w_, src, out);
     return absl::OkStatus();
   }

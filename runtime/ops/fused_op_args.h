@@ -38,6 +38,8 @@ inline constexpr ArgSlot kGroups = KILN_ARG("kiln.conv2d", "groups");
 inline constexpr ArgSlot kResidual = KILN_ARG("kiln.conv2d", "residual");
 inline constexpr ArgSlot kPostOps = KILN_ARG("kiln.conv2d", "post_ops");
 inline constexpr ArgSlot kLayoutIn = KILN_ARG("kiln.conv2d", "layout_in");
+static_assert(kOps[OpIndexOf("kiln.conv2d")].traits.overwrites == static_cast<int>(kResidual.pos),
+              "ops.def: kiln.conv2d overwrites its residual");
 inline constexpr ArgSlot kLayoutOut = KILN_ARG("kiln.conv2d", "layout_out");
 }  // namespace conv2d_arg
 

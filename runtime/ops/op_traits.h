@@ -101,6 +101,11 @@ struct OpTraits {
   // name ending in "..." stands for any number of tensors (only last but
   // one). Read through KILN_ARG.
   const char* args = nullptr;
+  // The tensor argument (by position) whose bytes the op's one output may
+  // take over when nothing reads them afterwards (plan/in_place.h): the
+  // output is that input with some elements replaced or added to, and the
+  // kernel skips copying it when the two share memory. -1: none.
+  int overwrites = -1;
 
   constexpr bool Has(uint32_t trait) const { return (flags & trait) == trait; }
   constexpr bool Fusible() const { return ew_op >= 0 || ew_recipe != nullptr; }
@@ -124,6 +129,11 @@ struct OpTraits {
   constexpr OpTraits LayoutForm(const char* target) const {
     OpTraits t = *this;
     t.layout_form = target;
+    return t;
+  }
+  constexpr OpTraits Overwrites(int pos) const {
+    OpTraits t = *this;
+    t.overwrites = pos;
     return t;
   }
   constexpr OpTraits Args(const char* names) const {

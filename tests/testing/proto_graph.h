@@ -79,6 +79,12 @@ class GraphBuilder {
     *n->mutable_placeholder()->mutable_meta() = F32Meta(shape);
     return graph_.nodes_size() - 1;
   }
+  // An input of another dtype (indices: INT64), dense.
+  int Input(const std::vector<int64_t>& shape, kiln::v1::DType dtype) {
+    const int i = Input(shape);
+    graph_.mutable_nodes(i)->mutable_placeholder()->mutable_meta()->set_dtype(dtype);
+    return i;
+  }
   int Constant(const std::vector<float>& data, const std::vector<int64_t>& shape,
                const std::string& name = "") {
     auto* n = graph_.add_nodes();

@@ -35,8 +35,6 @@ using kiln::testing::IntList;
 using kiln::testing::Ref;
 using kiln::testing::RefList;
 
-constexpr ArgSlot kConvResidual = KILN_ARG("kiln.conv2d", "residual");
-
 // Constant bytes by hash, as the daemon's constant store holds them.
 using Constants = kiln::testing::ConstantTable;
 
@@ -105,6 +103,18 @@ struct Interval {
 
 bool IsJoinedCat(const CompiledGraph& cg, int node) {
   return std::find(cg.joined_cats.begin(), cg.joined_cats.end(), node) != cg.joined_cats.end();
+}
+
+// The tensor argument `node` may write its output over (ops.def:
+// Overwrites), or null.
+const ValueRef* OverwrittenInput(const Node& node) {
+  const OpDef* op = node.kind == Node::Kind::kOp ? OpOf(node) : nullptr;
+  const int pos = op != nullptr ? op->traits.overwrites : -1;
+  if (pos < 0 || static_cast<size_t>(pos) >= node.args.size() ||
+      node.args[pos].kind != Arg::Kind::kTensor) {
+    return nullptr;
+  }
+  return &node.args[pos].tensor;
 }
 
 // The step output (or joined cat) whose bytes `ref` reads (through
@@ -197,17 +207,15 @@ void ExpectNoSharedBytesWithinAWave(const CompiledGraph& cg) {
       if (Live* l = find(*v)) l->last = num_waves;
     }
   }
-  // The one sharing allowed: a convolution writing its output over its
-  // residual (plan/in_place.h), in the residual's last wave.
-  auto in_place = [&](const Live& residual, const Live& out) {
-    const Node& node = cg.graph.nodes[out.value.node];
-    if (node.target != "kiln.conv2d" || node.args.size() <= kConvResidual.pos ||
-        node.args[kConvResidual.pos].kind != Arg::Kind::kTensor) {
-      return false;
-    }
-    const auto origin = Origin(cg, step_of, node.args[kConvResidual.pos].tensor);
-    return origin && *origin == residual.value && residual.last == out.first &&
-           residual.bytes.begin == out.bytes.begin;
+  // The one sharing allowed: an op writing its output over the input it
+  // overwrites (ops.def: Overwrites; plan/in_place.h), in that input's
+  // last wave.
+  auto in_place = [&](const Live& overwritten, const Live& out) {
+    const ValueRef* input = OverwrittenInput(cg.graph.nodes[out.value.node]);
+    if (input == nullptr) return false;
+    const auto origin = Origin(cg, step_of, *input);
+    return origin && *origin == overwritten.value && overwritten.last == out.first &&
+           overwritten.bytes.begin == out.bytes.begin;
   };
   // The other: a joined cat's input at its place in the cat's bytes.
   auto joined_in = [&](const Live& piece, const Live& cat) {
@@ -327,19 +335,19 @@ BuiltGraph BuildResidualGraph(bool stem_read_late) {
   return f;
 }
 
-// Per convolution with a fused residual: whether its output lives in the
-// residual's bytes.
-std::vector<bool> WritesOverResidual(const CompiledGraph& cg) {
+// Per step of op `target` with an input it may overwrite: whether its
+// output lives in that input's bytes.
+std::vector<bool> WritesOverItsInput(const CompiledGraph& cg,
+                                     std::string_view target = "kiln.conv2d") {
   std::vector<bool> same;
   for (const CompiledStep& step : cg.steps) {
     const Node& node = cg.graph.nodes[step.node];
-    if (node.target != "kiln.conv2d") continue;
-    const Arg& residual = node.args[kConvResidual.pos];
-    if (residual.kind != Arg::Kind::kTensor) continue;
-    const ValueRef r = residual.tensor;
+    if (node.target != target) continue;
+    const ValueRef* r = OverwrittenInput(node);
+    if (r == nullptr) continue;
     const ValueSlot& out = cg.slots[step.node][0];
-    const ValueSlot& res = cg.slots[r.node][r.output];
-    same.push_back(out.kind == res.kind && out.index == res.index && out.offset == res.offset);
+    const ValueSlot& in = cg.slots[r->node][r->output];
+    same.push_back(out.kind == in.kind && out.index == in.index && out.offset == in.offset);
   }
   return same;
 }
@@ -353,9 +361,9 @@ TEST(StepPlanning, ConvolutionWritesOverAResidualNothingReadsAfterIt) {
     ASSERT_TRUE(separate.ok()) << separate.status();
     ExpectNoSharedBytesWithinAWave(**in_place);
     ExpectNoSharedBytesWithinAWave(**separate);
-    EXPECT_EQ(WritesOverResidual(**in_place), std::vector<bool>({true, true}))
+    EXPECT_EQ(WritesOverItsInput(**in_place), std::vector<bool>({true, true}))
         << DumpCompiledGraph(**in_place);
-    EXPECT_EQ(WritesOverResidual(**separate), std::vector<bool>({false, true}))
+    EXPECT_EQ(WritesOverItsInput(**separate), std::vector<bool>({false, true}))
         << DumpCompiledGraph(**separate);
 
     // The same answer either way, run after run (a residual overwritten
@@ -369,6 +377,122 @@ TEST(StepPlanning, ConvolutionWritesOverAResidualNothingReadsAfterIt) {
       ASSERT_TRUE(Execute(**in_place, inputs, out_a).ok());
       ASSERT_TRUE(Execute(**separate, inputs, out_b).ok());
       EXPECT_EQ(a, b);
+    }
+  }
+}
+
+// ---- In place: slice_scatter over its self ---------------------------------
+
+// relu(x) with two column windows replaced in turn (as a functionalized
+// `t[:, a:b] = ...` does), then exp. With `base_read_late`, a second
+// output adds relu(x) to the result, so the first scatter must not
+// overwrite it.
+kiln::v1::Graph BuildScatterGraph(bool base_read_late) {
+  GraphBuilder b;
+  int x = b.Input({6, 40});
+  int y = b.Input({6, 8});
+  int base = b.Call("aten.relu.default", {Ref(x)});
+  int src1 = b.Call("aten.neg.default", {Ref(y)});
+  int s1 = b.Call("aten.slice_scatter.default", {Ref(base), Ref(src1), Int(1), Int(4), Int(12),
+                                                 Int(1)});
+  int src2 = b.Call("aten.sigmoid.default", {Ref(y)});
+  int s2 = b.Call("aten.slice_scatter.default", {Ref(s1), Ref(src2), Int(1), Int(20), Int(36),
+                                                 Int(2)});
+  b.Output(b.Call("aten.exp.default", {Ref(s2)}));
+  if (base_read_late) b.Output(b.Call("aten.add.Tensor", {Ref(base), Ref(s2)}));
+  return b.graph();
+}
+
+// The graph's outputs, computed element by element in double.
+std::vector<std::vector<double>> ScatterReference(const std::vector<float>& x,
+                                                  const std::vector<float>& y) {
+  std::vector<double> base(6 * 40), s(6 * 40);
+  for (size_t i = 0; i < base.size(); ++i) base[i] = std::max(0.f, x[i]);
+  s = base;
+  for (int r = 0; r < 6; ++r) {
+    for (int c = 0; c < 8; ++c) {
+      s[r * 40 + 4 + c] = -y[r * 8 + c];
+      s[r * 40 + 20 + 2 * c] = 1.0 / (1.0 + std::exp(-double{y[r * 8 + c]}));
+    }
+  }
+  std::vector<double> e(s.size()), sum(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    e[i] = std::exp(s[i]);
+    sum[i] = base[i] + s[i];
+  }
+  return {e, sum};
+}
+
+TEST(StepPlanning, SliceScatterWritesOverASelfNothingReadsAfterIt) {
+  const std::vector<float> x = UniformFloats(6 * 40, -1.f, 1.f, 21);
+  const std::vector<float> y = UniformFloats(6 * 8, -1.f, 1.f, 22);
+  const auto want = ScatterReference(x, y);
+  for (bool late : {false, true}) {
+    for (BranchMode mode : {BranchMode::kOff, BranchMode::kOn}) {
+      auto ir = GraphFromProto(BuildScatterGraph(late));
+      ASSERT_TRUE(ir.ok()) << ir.status();
+      ir->options.branches = mode;
+      Constants none;
+      auto cg = Compile(*std::move(ir), none.Resolver());
+      ASSERT_TRUE(cg.ok()) << cg.status();
+      ExpectNoSharedBytesWithinAWave(**cg);
+      // relu(x) is overwritten only when nothing reads it afterwards; the
+      // second scatter's self, the first's output, always is.
+      EXPECT_EQ(WritesOverItsInput(**cg, "aten.slice_scatter.default"),
+                std::vector<bool>({!late, true}))
+          << DumpCompiledGraph(**cg);
+      std::vector<float> e(6 * 40), sum(6 * 40);
+      const std::vector<const void*> inputs = {x.data(), y.data()};
+      std::vector<void*> outputs = {e.data()};
+      if (late) outputs.push_back(sum.data());
+      for (int run = 0; run < 2; ++run) {
+        const absl::Status run_status = Execute(**cg, inputs, outputs);
+        ASSERT_TRUE(run_status.ok()) << run_status;
+        for (size_t i = 0; i < e.size(); ++i) {
+          EXPECT_NEAR(e[i], want[0][i], 1e-5 * std::abs(want[0][i])) << i;
+          if (late) {
+            EXPECT_NEAR(sum[i], want[1][i], 1e-5) << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+// A cache updated at given rows (index_put, as a functionalized
+// `cache[pos] = new` is), then read: the update writes into the cache's
+// bytes, and gives the answer of a copy.
+TEST(StepPlanning, IndexPutWritesOverItsSelfInPlace) {
+  GraphBuilder b;
+  int x = b.Input({8, 16});
+  int pos = b.Input({3}, kiln::v1::INT64);
+  int rows = b.Input({3, 16});
+  int cache = b.Call("aten.relu.default", {Ref(x)});
+  int put = b.Call("aten.index_put.default",
+                   {Ref(cache), RefList({pos}), Ref(rows), Bool(false)});
+  b.Output(b.Call("aten.neg.default", {Ref(put)}));
+  auto ir = GraphFromProto(b.graph());
+  ASSERT_TRUE(ir.ok()) << ir.status();
+  Constants none;
+  auto cg = Compile(*std::move(ir), none.Resolver());
+  ASSERT_TRUE(cg.ok()) << cg.status();
+  ExpectNoSharedBytesWithinAWave(**cg);
+  EXPECT_EQ(WritesOverItsInput(**cg, "aten.index_put.default"), std::vector<bool>({true}))
+      << DumpCompiledGraph(**cg);
+  const std::vector<float> xs = UniformFloats(8 * 16, -1.f, 1.f, 31);
+  const std::vector<float> new_rows = UniformFloats(3 * 16, -1.f, 1.f, 32);
+  const std::vector<int64_t> at = {6, 1, -3};  // -3: row 5
+  std::vector<float> out(8 * 16);
+  const void* inputs[] = {xs.data(), at.data(), new_rows.data()};
+  void* outputs[] = {out.data()};
+  for (int run = 0; run < 2; ++run) {
+    ASSERT_TRUE(Execute(**cg, inputs, outputs).ok());
+    for (int r = 0; r < 8; ++r) {
+      const int k = r == 6 ? 0 : r == 1 ? 1 : r == 5 ? 2 : -1;
+      for (int c = 0; c < 16; ++c) {
+        const float want = k >= 0 ? -new_rows[k * 16 + c] : -std::max(0.f, xs[r * 16 + c]);
+        EXPECT_EQ(out[r * 16 + c], want) << r << "," << c;
+      }
     }
   }
 }
