@@ -19,10 +19,19 @@ weight check, streaming input copies and whole channel calls; --helpers
 picks some): one daemon, one compiled model, the helpers on for one call
 and off for the next.
 
+With --binaries NEW OLD the switch is the daemon itself: two kilnd
+builds (say, of two commits, for a change that has no switch), NEW as
+side 1 and OLD as side 0.
+
+--suite picks the model from a benchmark suite (bench/suites) instead of
+bench/models' list.
+
     .venv/bin/python bench/models/switch_ab.py --model vit_b_16 --var KILN_PANEL_ROWS
         [--batch 1] [--calls 10] [--threads 2]
     .venv/bin/python bench/models/switch_ab.py --model mobilenet_v2 --option dict_tag_guards
     .venv/bin/python bench/models/switch_ab.py --model regnet_y_400mf --native
+    .venv/bin/python bench/models/switch_ab.py --suite huggingface --model BertForMaskedLM \
+        --binaries build/server/kilnd /tmp/old/server/kilnd
 """
 from __future__ import annotations
 
@@ -42,17 +51,22 @@ sys.path.insert(0, str(REPO / "client"))
 import torch  # noqa: E402
 
 import models  # noqa: E402
+import workloads  # noqa: E402
 from private_daemon import PrivateDaemon, find_kilnd  # noqa: E402
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--model", required=True, help=f"one of: {', '.join(models.MODELS)}")
+    p.add_argument("--model", required=True,
+                   help=f"one of: {', '.join(models.MODELS)}; or of --suite's models")
+    p.add_argument("--suite", default="models", choices=workloads.SUITES)
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--var", help="the daemon's switch, e.g. KILN_PANEL_ROWS")
     which.add_argument("--option", help="a boolean backend option, e.g. dict_tag_guards")
     which.add_argument("--native", action="store_true",
                        help="the client's C++ helpers on against off")
+    which.add_argument("--binaries", nargs=2, metavar=("NEW", "OLD"),
+                       help="two kilnd builds: NEW is side 1, OLD side 0")
     p.add_argument("--helpers", default="weights_unchanged,stream_copy,channel_call",
                    help="with --native: which of kiln.native's helpers to switch")
     p.add_argument("--batch", type=int, default=1)
@@ -62,18 +76,26 @@ def main() -> int:
 
     torch.manual_seed(0)
     torch.set_num_threads(args.threads)
-    work = models.build(args.model, args.batch)
+    work = workloads.build(args.suite, args.model, args.batch)
     os.environ["KILN_AUTOSTART"] = "0"
-    name = args.var or args.option or "native"
+    name = args.var or args.option or ("new" if args.binaries else "native")
     daemons = {}
     # What to do before each side's call (only --native switches per call).
     before = {"1": lambda: None, "0": lambda: None}
 
-    def start_daemon() -> PrivateDaemon:
-        return PrivateDaemon(find_kilnd(), threads=args.threads, extra_args=["--no-cache"],
-                             prefix="kiln-ab-")
+    def start_daemon(binary: str | None = None) -> PrivateDaemon:
+        return PrivateDaemon(binary or find_kilnd(), threads=args.threads,
+                             extra_args=["--no-cache"], prefix="kiln-ab-")
     try:
-        if args.var:
+        if args.binaries:
+            for value, binary in zip(("1", "0"), args.binaries):
+                if not os.access(binary, os.X_OK):
+                    p.error(f"not an executable: {binary}")
+                daemons[value] = start_daemon(binary)
+            options = {v: {"socket": d.socket} for v, d in daemons.items()}
+            # Separate modules: Dynamo keeps one compiled frame per object.
+            copies = {"1": work.model, "0": copy.deepcopy(work.model)}
+        elif args.var:
             saved = os.environ.get(args.var)
             for value in ("1", "0"):
                 os.environ[args.var] = value  # inherited by the daemon's process

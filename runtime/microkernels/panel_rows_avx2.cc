@@ -42,6 +42,9 @@ void Tile(const float* a, const float* b, int64_t kc, float* c, int64_t ldc, int
   const __m256 z = _mm256_setzero_ps();
   __m256 c00 = z, c01 = z, c10 = z, c11 = z, c20 = z, c21 = z;
   __m256 c30 = z, c31 = z, c40 = z, c41 = z, c50 = z, c51 = z;
+  // Unrolled: one step a trip left the multiply-adds at about four fifths
+  // of their rate, the loop's own adds and branch in their way.
+#pragma GCC unroll 4
   for (int64_t k = 0; k < kc; ++k, a += kTileRows, b += kSlice) {
     const __m256 b0 = _mm256_load_ps(b);
     const __m256 b1 = _mm256_load_ps(b + 8);

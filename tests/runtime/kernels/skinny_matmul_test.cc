@@ -139,7 +139,7 @@ TEST_P(PanelRowsTest, Avx2ComputesTheProduct) {
 INSTANTIATE_TEST_SUITE_P(Panels, PanelRowsTest,
                          ::testing::Combine(::testing::Values<int64_t>(1, 5, 6, 13, 240),
                                             ::testing::Values<int64_t>(64, 40, 7),
-                                            ::testing::Values<int64_t>(37, 256, 300)));
+                                            ::testing::Values<int64_t>(3, 37, 256, 300)));
 
 }  // namespace
 }  // namespace kiln::runtime::testing
