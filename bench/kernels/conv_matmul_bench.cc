@@ -284,6 +284,7 @@ BENCHMARK(BM_Attention)
     ->Args({1, 12, 128, 128, 64})   // BERT-base, batch 1
     ->Args({8, 12, 128, 128, 64})   // BERT-base, batch 8
     ->Args({1, 12, 197, 197, 64})   // ViT-B/16
+    ->Args({1, 12, 512, 512, 64})   // BERT-base at 512 tokens (the Hugging Face suite)
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -147,6 +147,7 @@ absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
   KILN_RETURN_IF_ERROR(FuseMatmulPostOps(ctx));
   KILN_RETURN_IF_ERROR(FuseElementwise(ctx));
   EliminateDeadNodes(graph);
+  KILN_RETURN_IF_ERROR(ComposeViews(ctx));
   KILN_RETURN_IF_ERROR(PropagateChannelsLast(ctx));
   KILN_RETURN_IF_ERROR(FuseBatchNormActivation(ctx));
   KILN_RETURN_IF_ERROR(FuseConvDepthwise(ctx));

@@ -57,11 +57,16 @@ void Interleave(const T* src, int64_t cs, int64_t rows, int64_t cols, T* dst) {
 
 // out (contiguous, shape `shape`) [i] = in[sum idx_d * in_strides[d]], with
 // dims coalesced at construction; T is any type of the element's size.
+// out (contiguous, out_shape) [idx] = in[offset + sum idx_d * in_strides[d]]:
+// permutes, and as_strided's windows (any strides, 0 included), which
+// after ComposeViews (passes/compose_views.cc) read whole chains of
+// transposes and slices.
 template <typename T>
 class PermuteKernel final : public Kernel {
  public:
   PermuteKernel(const std::vector<int64_t>& out_shape,
-                const std::vector<int64_t>& in_strides) {
+                const std::vector<int64_t>& in_strides, int64_t offset = 0)
+      : offset_(offset) {
     // Drop size-1 dims and merge neighbours the input also walks
     // contiguously.
     for (size_t d = 0; d < out_shape.size(); ++d) {
@@ -79,7 +84,7 @@ class PermuteKernel final : public Kernel {
   }
 
   absl::Status Run(const KernelContext& ctx) const override {
-    const T* in = ctx.inputs[0].as<const T>();
+    const T* in = ctx.inputs[0].as<const T>() + offset_;
     T* out = ctx.outputs[0].as<T>();
     if (numel_ == 0) return absl::OkStatus();
     const int nd = static_cast<int>(shape_.size());
@@ -153,6 +158,7 @@ class PermuteKernel final : public Kernel {
 
   std::vector<int64_t> shape_, strides_;
   int64_t numel_ = 0;
+  int64_t offset_ = 0;
 };
 
 // out = src broadcast to out's shape (any element size).
@@ -173,6 +179,29 @@ class BroadcastCopyKernel final : public Kernel {
   int src_index_;
 };
 
+// A PermuteKernel of `in`'s element size reading out_shape through
+// in_strides from `offset`.
+PreparedOp StridedGather(const TensorMeta& in, const std::vector<int64_t>& out_shape,
+                         const std::vector<int64_t>& in_strides, int64_t offset) {
+  PreparedOp op;
+  op.outputs.push_back(TensorMeta{in.dtype, out_shape});
+  switch (ElementSize(in.dtype)) {
+    case 1:
+      op.kernel = std::make_unique<PermuteKernel<uint8_t>>(out_shape, in_strides, offset);
+      break;
+    case 2:
+      op.kernel = std::make_unique<PermuteKernel<uint16_t>>(out_shape, in_strides, offset);
+      break;
+    case 8:
+      op.kernel = std::make_unique<PermuteKernel<uint64_t>>(out_shape, in_strides, offset);
+      break;
+    default:
+      op.kernel = std::make_unique<PermuteKernel<uint32_t>>(out_shape, in_strides, offset);
+      break;
+  }
+  return op;
+}
+
 PreparedOp PermuteOp(const TensorMeta& in, const std::vector<int>& dims) {
   const std::vector<int64_t> strides = ContiguousStrides(in.shape);
   std::vector<int64_t> out_shape, in_strides;
@@ -180,23 +209,7 @@ PreparedOp PermuteOp(const TensorMeta& in, const std::vector<int>& dims) {
     out_shape.push_back(in.shape[d]);
     in_strides.push_back(strides[d]);
   }
-  PreparedOp op;
-  op.outputs.push_back(TensorMeta{in.dtype, out_shape});
-  switch (ElementSize(in.dtype)) {
-    case 1:
-      op.kernel = std::make_unique<PermuteKernel<uint8_t>>(out_shape, in_strides);
-      break;
-    case 2:
-      op.kernel = std::make_unique<PermuteKernel<uint16_t>>(out_shape, in_strides);
-      break;
-    case 8:
-      op.kernel = std::make_unique<PermuteKernel<uint64_t>>(out_shape, in_strides);
-      break;
-    default:
-      op.kernel = std::make_unique<PermuteKernel<uint32_t>>(out_shape, in_strides);
-      break;
-  }
-  return op;
+  return StridedGather(in, out_shape, in_strides, 0);
 }
 
 }  // namespace
@@ -409,7 +422,8 @@ absl::StatusOr<PreparedOp> PrepareAsStrided(const NodeArgs& args) {
     identity = size[d] == 1 || stride[d] == contiguous[d];
   }
   if (identity) return CopyAs(self, self.shape);
-  return StridedRead(self, size, stride, offset);
+  // Tiled where the output's rows run across the input (a transpose).
+  return StridedGather(self, size, stride, offset);
 }
 
 }  // namespace kiln::runtime

@@ -70,6 +70,9 @@ absl::Status FoldBatchNorm(PassContext& ctx);
 absl::Status AbsorbWeightTranspose(PassContext& ctx);
 // cat inputs with no elements dropped; a cat of one input -> its alias.
 absl::Status DropEmptyCatInputs(PassContext& ctx);
+// Chains of movement ops (permute, slice, select, expand, reshapes) -> one
+// aten.as_strided of the chain's source.
+absl::Status ComposeViews(PassContext& ctx);
 absl::Status FuseConvPostOps(PassContext& ctx);
 absl::Status FuseMatmulPostOps(PassContext& ctx);
 // Chains and trees of f32 elementwise ops -> kiln.elementwise (after the
