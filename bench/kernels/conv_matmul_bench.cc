@@ -221,6 +221,11 @@ BENCHMARK(BM_Linear)
     ->Args({1024, 768, 3072, 1})
     ->Args({1024, 3072, 768, 1})
     ->Args({1024, 768, 3072, 0})
+    // ALBERT-xxlarge at 512 tokens (the Hugging Face suite): attention
+    // projections, FFN up and down.
+    ->Args({512, 4096, 4096, 1})
+    ->Args({512, 4096, 16384, 1})
+    ->Args({512, 16384, 4096, 1})
     // Few rows, large weights (memory-bound): alexnet / vgg16 classifiers
     // at batch 1 and 8, a Llama decode step's projections and LM head.
     ->Args({1, 9216, 4096, 1})->Args({2, 9216, 4096, 1})->Args({4, 9216, 4096, 1})
