@@ -8,8 +8,10 @@
 // with INVALID_ARGUMENT. Indices may lie in a client's shared memory, which
 // can change at any time: each kernel copies them into scratch once and
 // checks and uses only the copy.
+#include <algorithm>
 #include <cstring>
 #include <memory>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/exec/parallel.h"
@@ -65,17 +67,46 @@ class GatherKernel final : public Kernel {
         return IndexOutOfRange("gather", idx[i], size);
       }
     }
-    ParallelFor(n, 4096, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) {
-        int64_t rem = i, off = 0;
-        for (int d = rank - 1; d >= 0; --d) {
-          const int64_t c = rem % idx_shape_[d];
-          rem /= idx_shape_[d];
-          int64_t v = c;
-          if (d == dim_) v = idx[i] < 0 ? idx[i] + size : idx[i];
-          off += v * sstr[d];
+    // Row by row along the last dim: a row's other coordinates are the
+    // same for all of it. A row whose indices are all one value (an index
+    // expanded over the trailing dims: BigBird's block gathers) is one
+    // contiguous run of self, copied whole.
+    if (n == 0) return absl::OkStatus();
+    const int last = rank - 1;
+    const int64_t inner = idx_shape_[last];
+    const int64_t rows = n / inner;
+    ParallelFor(rows, std::max<int64_t>(1, 4096 / inner), [&](int64_t b, int64_t e) {
+      std::vector<int64_t> coord(rank, 0);  // of row b, over the dims before `last`
+      for (int64_t rem = b, d = last - 1; d >= 0; --d) {
+        coord[d] = rem % idx_shape_[d];
+        rem /= idx_shape_[d];
+      }
+      for (int64_t row = b; row < e; ++row) {
+        int64_t base = 0;
+        for (int d = 0; d < last; ++d) {
+          if (d != dim_) base += coord[d] * sstr[d];
         }
-        CopyElement(out + i * es_, self + off * es_, es_);
+        const int64_t* ir = idx + row * inner;
+        char* o = out + row * inner * es_;
+        auto at = [&](int64_t j) { return ir[j] < 0 ? ir[j] + size : ir[j]; };
+        if (dim_ == last) {
+          for (int64_t j = 0; j < inner; ++j) CopyElement(o + j * es_, self + (base + at(j)) * es_, es_);
+        } else {
+          bool same = true;
+          for (int64_t j = 1; j < inner && same; ++j) same = ir[j] == ir[0];
+          const char* src = self + (base + at(0) * sstr[dim_]) * es_;
+          if (same) {
+            std::memcpy(o, src, inner * es_);
+          } else {
+            for (int64_t j = 0; j < inner; ++j) {
+              CopyElement(o + j * es_, self + (base + at(j) * sstr[dim_] + j) * es_, es_);
+            }
+          }
+        }
+        for (int d = last - 1; d >= 0; --d) {  // the next row's coordinates
+          if (++coord[d] < idx_shape_[d]) break;
+          coord[d] = 0;
+        }
       }
     });
     return absl::OkStatus();

@@ -79,6 +79,37 @@ TEST(GatherTest, TakesI32IndicesAndAnyEmptyIndex) {
   EXPECT_TRUE(IsInvalidArgument(u.Prepare(), "i64"));
 }
 
+TEST(GatherTest, RowsOfOneIndexAndOfManyMatchElementByElement) {
+  // self [2, 5, 3, 6], dim 1; index [2, 4, 2, 5] (smaller than self
+  // outside dim 1): some rows along the last dim repeat one index (copied
+  // whole), others mix indices, negative ones among them.
+  const std::vector<int64_t> ss = {2, 5, 3, 6}, is = {2, 4, 2, 5};
+  const auto self = RandomFloats(2 * 5 * 3 * 6, 3);
+  std::vector<int64_t> index(2 * 4 * 2 * 5);
+  for (size_t r = 0; r < index.size() / 5; ++r) {
+    for (int64_t j = 0; j < 5; ++j) {
+      index[r * 5 + j] = r % 3 == 0 ? static_cast<int64_t>(r % 5) - 2
+                                    : static_cast<int64_t>((r * 7 + j * 3) % 10) - 5;
+    }
+  }
+  OpTester t("aten.gather.default");
+  t.AddArg(t.Input(F32(ss), self));
+  t.AddArg(IntArg(1));
+  t.AddArg(I64Input(t, is, index));
+  ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+  ASSERT_TRUE(t.Run().ok());
+  std::vector<double> want;
+  for (int64_t a = 0; a < 2; ++a)
+    for (int64_t b = 0; b < 4; ++b)
+      for (int64_t c = 0; c < 2; ++c)
+        for (int64_t d = 0; d < 5; ++d) {
+          int64_t v = index[((a * 4 + b) * 2 + c) * 5 + d];
+          if (v < 0) v += 5;
+          want.push_back(self[((a * 5 + v) * 3 + c) * 6 + d]);
+        }
+  EXPECT_TRUE(AllClose(t.OutputF32(0), want, 0, 0));
+}
+
 TEST(GatherTest, OutOfRangeIndexFailsTheRun) {
   OpTester t("aten.gather.default");
   t.AddArg(t.Input(F32({1, 2}), {1, 2}));
