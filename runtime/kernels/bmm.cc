@@ -1,6 +1,7 @@
 // aten.bmm.default on f32: [B, M, K] x [B, K, N] -> [B, M, N] with one
 // oneDNN batched matmul primitive (built once at prepare time, run with the
-// executor's scratch so concurrent runs are safe). Empty problems write
+// executor's scratch so concurrent runs are safe); a single product with a
+// constant mat2 goes to the matmul kernel (matmul.h). Empty problems write
 // zeros (K == 0) or nothing. With precision bf16 both operands are
 // converted to bf16 in run scratch and the product comes out in f32.
 #include <algorithm>
@@ -10,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/kernels/kernel_util.h"
+#include "runtime/kernels/matmul.h"
 #include "runtime/kernels/onednn_util.h"
 #include "runtime/ops/prepare_fns.h"
 #include "runtime/util/status_macros.h"
@@ -115,6 +117,12 @@ absl::StatusOr<PreparedOp> PrepareBmm(const NodeArgs& args) {
   if (batch == 0 || m == 0 || n == 0 || k == 0) {
     op.kernel = std::make_unique<ZeroFillKernel>(out.NumElements());
     return op;
+  }
+  // One product against a constant (an einsum with a weight): the matmul
+  // kernel packs the weight once, where the batched primitive would read
+  // it as it lies on every call.
+  if (batch == 1 && args.ConstantData(1, "mat2") != nullptr) {
+    return PrepareBatchOneMatmulOfConstant(args, m, k, n);
   }
   auto build = [&](dt compute) -> absl::Status {
     return BuildDnnl(args, "this bmm", [&]() -> absl::Status {

@@ -21,6 +21,7 @@
 #include "runtime/exec/parallel.h"
 #include "runtime/kernels/broadcast.h"
 #include "runtime/kernels/kernel_util.h"
+#include "runtime/kernels/matmul.h"
 #include "runtime/kernels/onednn_util.h"
 #include "runtime/ops/prepare_fns.h"
 #include "runtime/ops/op_table.h"
@@ -357,6 +358,20 @@ absl::StatusOr<PreparedOp> PrepareMm(const NodeArgs& args) {
   s.b_key = args.ConstantKey(1, "mat2");
   std::vector<int64_t> out = {s.m, s.n};
   return BuildMatmul(args, std::move(s), std::move(out));
+}
+
+absl::StatusOr<PreparedOp> PrepareBatchOneMatmulOfConstant(const NodeArgs& args, int64_t m,
+                                                           int64_t k, int64_t n) {
+  // A [1, K, N] constant holds the bytes of the [K, N] one.
+  MatmulSpec s;
+  s.m = m;
+  s.k = k;
+  s.n = n;
+  s.a_index = InputIndex(args, 0, "self");
+  s.b_index = InputIndex(args, 1, "mat2");
+  s.b_constant = args.ConstantData(1, "mat2");
+  s.b_key = args.ConstantKey(1, "mat2");
+  return BuildMatmul(args, std::move(s), {1, m, n});
 }
 
 absl::StatusOr<PreparedOp> PrepareAddmm(const NodeArgs& args) {

@@ -7,6 +7,7 @@ namespace {
 
 struct BmmCase {
   int64_t b, m, k, n;
+  bool constant_mat2 = false;  // a weight: batch 1 runs as a matrix product
 };
 
 class BmmTest : public ::testing::TestWithParam<BmmCase> {};
@@ -16,7 +17,9 @@ TEST_P(BmmTest, MatchesReference) {
   const auto a = RandomFloats(c.b * c.m * c.k, 71);
   const auto w = RandomFloats(c.b * c.k * c.n, 72);
   OpTester t("aten.bmm.default");
-  t.SetArgs({t.Input(F32({c.b, c.m, c.k}), a), t.Input(F32({c.b, c.k, c.n}), w)});
+  t.SetArgs({t.Input(F32({c.b, c.m, c.k}), a), c.constant_mat2
+                                                   ? t.Constant(F32({c.b, c.k, c.n}), w)
+                                                   : t.Input(F32({c.b, c.k, c.n}), w)});
   ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
   EXPECT_EQ(t.output_metas()[0], F32({c.b, c.m, c.n}));
   ASSERT_TRUE(t.Run().ok());
@@ -41,7 +44,14 @@ INSTANTIATE_TEST_SUITE_P(Shapes, BmmTest,
                                            BmmCase{192, 49, 49, 32},  // attn@v
                                            BmmCase{1, 1, 1, 1},
                                            BmmCase{3, 5, 0, 4},       // k = 0: zeros
-                                           BmmCase{0, 2, 3, 4}));
+                                           BmmCase{0, 2, 3, 4},
+                                           // XLNet's einsums with a weight:
+                                           // few rows, many rows, a last
+                                           // partial strip of 16 columns.
+                                           BmmCase{1, 5, 64, 96, true},
+                                           BmmCase{1, 37, 64, 96, true},
+                                           BmmCase{1, 300, 48, 20, true},
+                                           BmmCase{2, 7, 8, 9, true}));
 
 TEST(BmmTest, BmmRejectsMismatchedInnerDims) {
   OpTester t("aten.bmm.default");
