@@ -64,11 +64,29 @@ class IndexSelectKernel final : public Kernel {
     const char* in = static_cast<const char*>(ctx.inputs[0].data);
     char* out = static_cast<char*>(ctx.outputs[0].data);
     const int64_t row = inner_ * elem_;
+    // Consecutive indices (an arange: XLNet's relative shift keeps the
+    // first half of its last dim) select one run of each outer slice.
+    bool consecutive = count_ > 0;
+    for (int64_t j = 1; j < count_ && consecutive; ++j) consecutive = index[j] == index[j - 1] + 1;
+    if (consecutive) {
+      const int64_t run = count_ * row;
+      ParallelFor(outer_, std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, run)),
+                  [&](int64_t b, int64_t e) {
+                    for (int64_t o = b; o < e; ++o) {
+                      std::memcpy(out + o * run, in + (o * n_ + index[0]) * row, run);
+                    }
+                  });
+      return absl::OkStatus();
+    }
     ParallelFor(outer_ * count_, std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, row)),
                 [&](int64_t b, int64_t e) {
+                  int64_t o = b / count_, j = b % count_;
                   for (int64_t t = b; t < e; ++t) {
-                    const int64_t o = t / count_, j = t % count_;
                     std::memcpy(out + t * row, in + (o * n_ + index[j]) * row, row);
+                    if (++j == count_) {
+                      j = 0;
+                      ++o;
+                    }
                   }
                 });
     return absl::OkStatus();

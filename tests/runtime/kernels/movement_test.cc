@@ -135,6 +135,25 @@ TEST(MovementTest, IndexSelectPicksRowsAndChecksTheIndex) {
   EXPECT_EQ(out_of_range.Run().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(MovementTest, IndexSelectOfConsecutiveIndicesAlongTheLastDim) {
+  // XLNet's relative shift: arange(1, 4) of a last dim of 6, and a
+  // nearly consecutive index that must not take the run path.
+  const auto x = RandomFloats(5 * 6, 34);
+  for (const std::vector<int64_t>& idx :
+       {std::vector<int64_t>{1, 2, 3}, std::vector<int64_t>{1, 2, 4}}) {
+    OpTester t("aten.index_select.default");
+    t.AddArg(t.Input(F32({5, 6}), x));
+    t.AddArg(IntArg(-1));
+    t.AddArg(I64Input(t, {3}, idx));
+    ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+    ASSERT_TRUE(t.Run().ok());
+    std::vector<double> want;
+    for (int i = 0; i < 5; ++i)
+      for (int64_t j : idx) want.push_back(x[i * 6 + j]);
+    EXPECT_TRUE(AllClose(t.OutputF32(0), want, 0, 0));
+  }
+}
+
 // The data movement ops copy elements by size, so i32 (Hugging Face's
 // int32 masks and positions) moves like the other types.
 TEST(MovementTest, MovesI32) {
