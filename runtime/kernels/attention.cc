@@ -17,6 +17,13 @@
 // scores are one small product, Q_block @ K^T, and its output another,
 // P @ V (microkernels/small_gemm.h), with the softmax between them on the
 // block's rows while they are in cache.
+//
+// K^T and V are laid out in strips of 16 columns, each strip contiguous
+// (K^T's: E rows of 16 keys; V's: S rows of 16 of its columns), and the
+// products run strip by strip. Read in place, a 16-column tile walks rows
+// S (or Ev) floats apart, which at 512 or 1024 keys fall on a few cache
+// sets and are evicted before the next tile reads them again.
+// KILN_ATTENTION_STRIPS=0 keeps the plain layouts, for comparisons.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -48,7 +55,17 @@ struct AttentionSpec {
   // Query rows per task: the block's scores (rows x S floats) stay within
   // about 256 KiB, so they are still in L2 when P @ V reads them back.
   int64_t block = 1;
+  // K^T and V in strips of 16 columns (see the top of the file).
+  bool strips = false;
 };
+
+constexpr int64_t kStrip = 16;
+
+int64_t Strips(int64_t n) { return (n + kStrip - 1) / kStrip; }
+
+// Floats of one head's K^T and V in strips.
+int64_t KStripFloats(const AttentionSpec& s) { return Strips(s.s) * kStrip * s.e; }
+int64_t VStripFloats(const AttentionSpec& s) { return Strips(s.ev) * kStrip * s.s; }
 
 constexpr int64_t kMaxBlock = 96;
 // Queries up to which scores are dot products over K's rows (no K^T).
@@ -78,12 +95,37 @@ class AttentionKernel final : public Kernel {
     // products straight from K cost less than laying out K^T first.
     const bool transposed = s.l > kFewQueries;
     float* kt = static_cast<float*>(ctx.scratch);
+    float* vs = kt + s.b * s.hkv * KStripFloats(s);  // V's strips, after K^T's
     if (transposed) ParallelFor(s.b * s.hkv, 1, [&](int64_t begin, int64_t end) {
       for (int64_t head = begin; head < end; ++head) {
         const float* kh = k + head * s.s * s.e;
-        float* th = kt + head * s.e * s.s;
-        for (int64_t j = 0; j < s.s; ++j) {
-          for (int64_t c = 0; c < s.e; ++c) th[c * s.s + j] = kh[j * s.e + c];
+        if (!s.strips) {
+          float* th = kt + head * s.e * s.s;
+          for (int64_t j = 0; j < s.s; ++j) {
+            for (int64_t c = 0; c < s.e; ++c) th[c * s.s + j] = kh[j * s.e + c];
+          }
+          continue;
+        }
+        // K^T strip t: row c holds keys 16t .. 16t + 15 of dim c.
+        float* th = kt + head * KStripFloats(s);
+        for (int64_t t = 0; t < Strips(s.s); ++t) {
+          const int64_t width = std::min(kStrip, s.s - t * kStrip);
+          float* strip = th + t * kStrip * s.e;
+          for (int64_t j = 0; j < width; ++j) {
+            const float* key = kh + (t * kStrip + j) * s.e;
+            for (int64_t c = 0; c < s.e; ++c) strip[c * kStrip + j] = key[c];
+          }
+        }
+        // V strip t: row j holds columns 16t .. 16t + 15 of value j.
+        const float* vh = v + head * s.s * s.ev;
+        float* vd = vs + head * VStripFloats(s);
+        for (int64_t t = 0; t < Strips(s.ev); ++t) {
+          const int64_t width = std::min(kStrip, s.ev - t * kStrip);
+          float* strip = vd + t * kStrip * s.s;
+          for (int64_t j = 0; j < s.s; ++j) {
+            std::copy(vh + j * s.ev + t * kStrip, vh + j * s.ev + t * kStrip + width,
+                      strip + j * kStrip);
+          }
         }
       }
     });
@@ -98,9 +140,12 @@ class AttentionKernel final : public Kernel {
         const int64_t kv_head = b * s.hkv + h / group;
         const int64_t i0 = blk * s.block;
         const int64_t rows = std::min(s.l, i0 + s.block) - i0;
-        const float* keys = transposed ? kt + kv_head * s.e * s.s : k + kv_head * s.s * s.e;
-        RunBlock(bh, b, h, i0, rows, q, keys, transposed, v + kv_head * s.s * s.ev, mask, out,
-                 lse, scores);
+        const float* keys = !transposed ? k + kv_head * s.s * s.e
+                            : s.strips  ? kt + kv_head * KStripFloats(s)
+                                        : kt + kv_head * s.e * s.s;
+        const float* values = transposed && s.strips ? vs + kv_head * VStripFloats(s)
+                                                     : v + kv_head * s.s * s.ev;
+        RunBlock(bh, b, h, i0, rows, q, keys, transposed, values, mask, out, lse, scores);
       }
     });
     return absl::OkStatus();
@@ -108,8 +153,9 @@ class AttentionKernel final : public Kernel {
 
  private:
   // Rows [i0, i0 + rows) of head (b, h) (bh = b * Hq + h) against the
-  // head's keys, K^T [E, S] when `transposed` else K [S, E], and V [S, Ev];
-  // sc holds rows x S scores.
+  // head's keys, K^T [E, S] when `transposed` else K [S, E], and V [S, Ev]
+  // (K^T and V in strips when `transposed` and s.strips); sc holds rows x S
+  // scores.
   void RunBlock(int64_t bh, int64_t b, int64_t h, int64_t i0, int64_t rows, const float* q,
                 const float* kh, bool transposed, const float* vh, const void* mask, float* out,
                 float* lse, float* sc) const {
@@ -119,7 +165,13 @@ class AttentionKernel final : public Kernel {
     const int64_t keys = s.causal ? std::min(s.s, i0 + rows) : s.s;
     float* ob = out + (bh * s.l + i0) * s.ev;
     const float* qb = q + (bh * s.l + i0) * s.e;
-    if (transposed) {
+    const bool in_strips = transposed && s.strips;
+    if (in_strips) {
+      for (int64_t t = 0; t * kStrip < keys; ++t) {
+        SmallGemm(rows, std::min(kStrip, keys - t * kStrip), s.e, qb, s.e,
+                  kh + t * kStrip * s.e, kStrip, sc + t * kStrip, s.s, /*accumulate=*/false);
+      }
+    } else if (transposed) {
       SmallGemm(rows, keys, s.e, qb, s.e, kh, s.s, sc, s.s, /*accumulate=*/false);
     } else {
       for (int64_t r = 0; r < rows; ++r) {
@@ -170,7 +222,14 @@ class AttentionKernel final : public Kernel {
       inv_sum[r] = 1.0f / sum;
       lse[bh * s.l + i] = mx + std::log(sum);
     }
-    SmallGemm(rows, s.ev, keys, sc, s.s, vh, s.ev, ob, s.ev, /*accumulate=*/false);
+    if (in_strips) {
+      for (int64_t t = 0; t < Strips(s.ev); ++t) {
+        SmallGemm(rows, std::min(kStrip, s.ev - t * kStrip), keys, sc, s.s,
+                  vh + t * kStrip * s.s, kStrip, ob + t * kStrip, s.ev, /*accumulate=*/false);
+      }
+    } else {
+      SmallGemm(rows, s.ev, keys, sc, s.s, vh, s.ev, ob, s.ev, /*accumulate=*/false);
+    }
     for (int64_t r = 0; r < rows; ++r) {
       float* orow = ob + r * s.ev;
       for (int64_t c = 0; c < s.ev; ++c) orow[c] *= inv_sum[r];
@@ -179,6 +238,10 @@ class AttentionKernel final : public Kernel {
 
   static size_t KtBytes(const AttentionSpec& s) {
     if (s.l <= kFewQueries) return 0;
+    if (s.strips) {
+      return static_cast<size_t>(s.b * s.hkv * (KStripFloats(s) + VStripFloats(s))) *
+             sizeof(float);
+    }
     return static_cast<size_t>(s.b * s.hkv * s.e * s.s) * sizeof(float);
   }
   static size_t AlignedTo64(size_t n) { return (n + 63) / 64 * 64; }
@@ -237,6 +300,9 @@ absl::StatusOr<PreparedOp> PrepareFlashAttentionForCpu(const NodeArgs& args) {
   // A multiple of 12 rows (SmallGemm's tile heights are 6 and 12).
   s.block = std::clamp<int64_t>((int64_t{64} << 10) / std::max<int64_t>(s.s, 1) / 12 * 12, 12,
                                kMaxBlock);
+  // Heads of 16 dims (a small UNet's) have scores products too short for
+  // the strips to pay (bench/kernels BM_Attention/1/8/1024/1024/16).
+  s.strips = s.e >= 32 && KernelSwitchOn("KILN_ATTENTION_STRIPS");
   s.q_slot = InputIndex(args, 0, "query");
   s.k_slot = InputIndex(args, 1, "key");
   s.v_slot = InputIndex(args, 2, "value");

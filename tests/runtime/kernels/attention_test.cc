@@ -3,7 +3,9 @@
 // bool, broadcast), causal (top-left), grouped-query heads, explicit
 // scale, fully masked rows, and refusals.
 #include <cmath>
+#include <cstdlib>
 #include <limits>
+#include <string>
 
 #include "tests/runtime/kernels/typed_test_util.h"
 
@@ -66,9 +68,28 @@ void AddQkv(OpTester& t, const Shape& sh, const Inputs& in) {
   t.AddArg(t.Input(F32({sh.b, sh.hkv, sh.s, sh.e}), in.v));
 }
 
-TEST(AttentionTest, PaddingMaskBroadcastOverHeadsAndRows) {
+// Every case with K^T and V in strips (KILN_ATTENTION_STRIPS unset) and in
+// their plain layouts (=0).
+class AttentionTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    if (GetParam()) {
+      unsetenv("KILN_ATTENTION_STRIPS");
+    } else {
+      setenv("KILN_ATTENTION_STRIPS", "0", 1);
+    }
+  }
+  void TearDown() override { unsetenv("KILN_ATTENTION_STRIPS"); }
+};
+
+INSTANTIATE_TEST_SUITE_P(Layouts, AttentionTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? std::string("Strips") : std::string("Plain");
+                         });
+
+TEST_P(AttentionTest, PaddingMaskBroadcastOverHeadsAndRows) {
   // BERT: mask [B, 1, L, S] of 0 / -inf, last keys padded per batch.
-  const Shape sh{2, 3, 3, 5, 5, 8};
+  const Shape sh{2, 3, 3, 5, 5, 32};
   const Inputs in = MakeInputs(sh, 1);
   std::vector<float> mask(sh.b * sh.l * sh.s, 0.0f);
   const float inf = std::numeric_limits<float>::infinity();
@@ -97,9 +118,9 @@ TEST(AttentionTest, PaddingMaskBroadcastOverHeadsAndRows) {
   EXPECT_TRUE(AllClose(out.As<float>(1), lse, 1e-5, 1e-6));
 }
 
-TEST(AttentionTest, CausalGroupedQueryHeadsWithDefaultScale) {
+TEST_P(AttentionTest, CausalGroupedQueryHeadsWithDefaultScale) {
   // Llama prefill: 8 query heads over 4 key/value heads, is_causal.
-  const Shape sh{1, 8, 4, 37, 37, 16};
+  const Shape sh{1, 8, 4, 37, 37, 48};
   const Inputs in = MakeInputs(sh, 4);
   OpTester t("aten._scaled_dot_product_flash_attention_for_cpu.default");
   AddQkv(t, sh, in);
@@ -109,13 +130,13 @@ TEST(AttentionTest, CausalGroupedQueryHeadsWithDefaultScale) {
   Outputs out(t);
   ASSERT_TRUE(out.Run(t).ok());
   std::vector<double> want, lse;
-  ReferenceAttention(sh, in.q, in.k, in.v, 1.0 / std::sqrt(16.0), true,
+  ReferenceAttention(sh, in.q, in.k, in.v, 1.0 / std::sqrt(48.0), true,
                      [](int64_t, int64_t, int64_t, int64_t) { return 0.0; },
                      &want, &lse);
   EXPECT_TRUE(AllClose(out.As<float>(0), want, 1e-5, 1e-6));
 }
 
-TEST(AttentionTest, CausalIsTopLeftWhenQueriesAreFewerThanKeys) {
+TEST_P(AttentionTest, CausalIsTopLeftWhenQueriesAreFewerThanKeys) {
   const Shape sh{1, 2, 2, 3, 6, 4};
   const Inputs in = MakeInputs(sh, 7);
   OpTester t("aten._scaled_dot_product_flash_attention_for_cpu.default");
@@ -132,7 +153,7 @@ TEST(AttentionTest, CausalIsTopLeftWhenQueriesAreFewerThanKeys) {
   EXPECT_TRUE(AllClose(out.As<float>(0), want, 1e-5, 1e-6));
 }
 
-TEST(AttentionTest, DecodeStepOneQueryManyKeys) {
+TEST_P(AttentionTest, DecodeStepOneQueryManyKeys) {
   const Shape sh{3, 4, 2, 1, 70, 32};
   const Inputs in = MakeInputs(sh, 9);
   OpTester t("aten._scaled_dot_product_flash_attention_for_cpu.default");
@@ -147,7 +168,7 @@ TEST(AttentionTest, DecodeStepOneQueryManyKeys) {
   EXPECT_TRUE(AllClose(out.As<float>(0), want, 1e-5, 1e-6));
 }
 
-TEST(AttentionTest, BoolMaskAndFullyMaskedRowGivesZeros) {
+TEST_P(AttentionTest, BoolMaskAndFullyMaskedRowGivesZeros) {
   const Shape sh{1, 2, 2, 3, 4, 4};
   const Inputs in = MakeInputs(sh, 12);
   // [L, S]; row 1 masks every key.
@@ -170,10 +191,10 @@ TEST(AttentionTest, BoolMaskAndFullyMaskedRowGivesZeros) {
   EXPECT_TRUE(AllClose(out.As<float>(1), lse, 1e-5, 1e-6));
 }
 
-TEST(AttentionTest, ManyQueryBlocksCausalWithLogSumExp) {
+TEST_P(AttentionTest, ManyQueryBlocksCausalWithLogSumExp) {
   // More query rows than one block holds, head sizes that are no multiple
   // of the kernels' 16-float tiles.
-  const Shape sh{1, 2, 2, 200, 300, 20};
+  const Shape sh{1, 2, 2, 200, 300, 36};
   const Inputs in = MakeInputs(sh, 21);
   OpTester t("aten._scaled_dot_product_flash_attention_for_cpu.default");
   AddQkv(t, sh, in);
@@ -183,14 +204,14 @@ TEST(AttentionTest, ManyQueryBlocksCausalWithLogSumExp) {
   Outputs out(t);
   ASSERT_TRUE(out.Run(t).ok());
   std::vector<double> want, lse;
-  ReferenceAttention(sh, in.q, in.k, in.v, 1.0 / std::sqrt(20.0), true,
+  ReferenceAttention(sh, in.q, in.k, in.v, 1.0 / std::sqrt(36.0), true,
                      [](int64_t, int64_t, int64_t, int64_t) { return 0.0; }, &want, &lse);
   EXPECT_TRUE(AllClose(out.As<float>(0), want, 1e-5, 1e-6));
   EXPECT_TRUE(AllClose(out.As<float>(1), lse, 1e-5, 1e-6));
 }
 
-TEST(AttentionTest, LongKeysWithPaddingMaskOverSeveralBlocks) {
-  const Shape sh{2, 3, 3, 50, 1100, 24};
+TEST_P(AttentionTest, LongKeysWithPaddingMaskOverSeveralBlocks) {
+  const Shape sh{2, 3, 3, 50, 1100, 40};
   const Inputs in = MakeInputs(sh, 23);
   std::vector<float> mask(sh.b * sh.s);
   for (int64_t b = 0; b < sh.b; ++b)
@@ -202,14 +223,34 @@ TEST(AttentionTest, LongKeysWithPaddingMaskOverSeveralBlocks) {
   Outputs out(t);
   ASSERT_TRUE(out.Run(t).ok());
   std::vector<double> want, lse;
-  ReferenceAttention(sh, in.q, in.k, in.v, 1.0 / std::sqrt(24.0), false,
+  ReferenceAttention(sh, in.q, in.k, in.v, 1.0 / std::sqrt(40.0), false,
                      [&](int64_t b, int64_t, int64_t, int64_t j) { return mask[b * sh.s + j]; },
                      &want, &lse);
   EXPECT_TRUE(AllClose(out.As<float>(0), want, 1e-5, 1e-6));
   EXPECT_TRUE(AllClose(out.As<float>(1), lse, 1e-5, 1e-6));
 }
 
-TEST(AttentionTest, RejectsDropout) {
+TEST_P(AttentionTest, HeadsOfManyStripsAndPartialOnes) {
+  // E and Ev of 40: two whole strips of 16 and a partial one; 70 keys:
+  // four whole strips and a partial one, causal so later blocks see more.
+  const Shape sh{1, 2, 1, 150, 70, 40};
+  const Inputs in = MakeInputs(sh, 25);
+  OpTester t("aten._scaled_dot_product_flash_attention_for_cpu.default");
+  AddQkv(t, sh, in);
+  t.AddArg(FloatArg(0.0));
+  t.AddArg(BoolArg(true));
+  t.AddKwarg("scale", FloatArg(0.05));
+  ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+  Outputs out(t);
+  ASSERT_TRUE(out.Run(t).ok());
+  std::vector<double> want, lse;
+  ReferenceAttention(sh, in.q, in.k, in.v, 0.05, true,
+                     [](int64_t, int64_t, int64_t, int64_t) { return 0.0; }, &want, &lse);
+  EXPECT_TRUE(AllClose(out.As<float>(0), want, 1e-5, 1e-6));
+  EXPECT_TRUE(AllClose(out.As<float>(1), lse, 1e-5, 1e-6));
+}
+
+TEST_P(AttentionTest, RejectsDropout) {
   const Shape sh{1, 1, 1, 2, 2, 4};
   OpTester t("aten._scaled_dot_product_flash_attention_for_cpu.default");
   AddQkv(t, sh, MakeInputs(sh, 1));
@@ -217,14 +258,14 @@ TEST(AttentionTest, RejectsDropout) {
   EXPECT_EQ(t.Prepare().code(), absl::StatusCode::kUnimplemented);
 }
 
-TEST(AttentionTest, RejectsHeadsThatDoNotGroup) {
+TEST_P(AttentionTest, RejectsHeadsThatDoNotGroup) {
   const Shape sh{1, 3, 2, 2, 2, 4};
   OpTester t("aten._scaled_dot_product_flash_attention_for_cpu.default");
   AddQkv(t, sh, MakeInputs(sh, 1));
   EXPECT_TRUE(IsInvalidArgument(t.Prepare(), "multiple of key/value heads"));
 }
 
-TEST(AttentionTest, RejectsMaskThatDoesNotBroadcast) {
+TEST_P(AttentionTest, RejectsMaskThatDoesNotBroadcast) {
   const Shape sh{1, 2, 2, 3, 4, 4};
   OpTester t("aten._scaled_dot_product_flash_attention_for_cpu.default");
   AddQkv(t, sh, MakeInputs(sh, 1));
