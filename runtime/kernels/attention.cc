@@ -194,7 +194,9 @@ class AttentionKernel final : public Kernel {
         mx = n > 0 ? s.scale * vmath::Max(row, n) : kNegInf;
         if (mx != kNegInf) sum = vmath::ExpAffineSum(row, s.scale, -mx, row, n);
       } else {
-        for (int64_t j = 0; j < n; ++j) row[j] *= s.scale;
+        if (s.scale != 1.0f) {
+          for (int64_t j = 0; j < n; ++j) row[j] *= s.scale;
+        }
         if (mask != nullptr) {
           const int64_t base =
               b * s.mask_strides[0] + h * s.mask_strides[1] + i * s.mask_strides[2];
@@ -206,7 +208,11 @@ class AttentionKernel final : public Kernel {
             }
           } else {
             const float* m = static_cast<const float*>(mask) + base;
-            for (int64_t j = 0; j < n; ++j) row[j] += m[j * js];
+            if (js == 1) {  // a mask row of its own (T5's position bias): vectorized
+              for (int64_t j = 0; j < n; ++j) row[j] += m[j];
+            } else {
+              for (int64_t j = 0; j < n; ++j) row[j] += m[j * js];
+            }
           }
         }
         mx = n > 0 ? vmath::Max(row, n) : kNegInf;
