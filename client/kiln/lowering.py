@@ -127,12 +127,17 @@ def _default_decompositions() -> dict:
 
     Ops the daemon runs whole are kept: aten.roll would otherwise become
     arange + add + fmod + index_select per rolled dim (swin's shifted
-    windows). Fused CPU attention (what scaled_dot_product_attention becomes
-    on CPU) is kept too: the daemon's fused kernel replaces a dozen nodes
-    (bmm, softmax and the fully-masked-row fix-up) per attention.
+    windows), and aten.select_scatter a where over an arange and the source
+    expanded to the whole tensor (Longformer's window edges), where the
+    daemon writes one slab in place. Fused CPU attention (what
+    scaled_dot_product_attention becomes on CPU) is kept too: the daemon's
+    fused kernel replaces a dozen nodes (bmm, softmax and the
+    fully-masked-row fix-up) per attention. A kept op the daemon cannot run
+    for its dtypes is decomposed after all (decompose.py).
     """
     table = core_aten_decompositions()
     table.pop(torch.ops.aten.roll.default, None)
+    table.pop(torch.ops.aten.select_scatter.default, None)
     table.pop(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default, None)
     return table
 

@@ -1,7 +1,8 @@
 // aten.slice_scatter.default on f32 tensors: self with the slice (dim,
 // start, end, step, with ATen's clamping of negative and out-of-range
-// bounds) replaced by src. Plain slices and selects are views
-// (view_ops.cc).
+// bounds) replaced by src; aten.select_scatter.default: self with the
+// index `index` of dim replaced by src (a window of one). Plain slices and
+// selects are views (view_ops.cc).
 //
 // The tensor is seen as [outer, size(dim), inner]: self is copied whole,
 // then src's runs of `inner` (or, with step 1, `len * inner`) contiguous
@@ -141,6 +142,43 @@ absl::StatusOr<PreparedOp> PrepareSliceScatter(const NodeArgs& args) {
   op.kernel = std::make_unique<SliceScatterKernel>(
       w, self.NumElements(), InputIndex(args, 0, "self"),
       InputIndex(args, 1, "src"));
+  return op;
+}
+
+absl::StatusOr<PreparedOp> PrepareSelectScatter(const NodeArgs& args) {
+  // (self, src, dim, index): src has self's shape without dim. Kept whole
+  // by the client's lowering rather than decomposed into a where over an
+  // arange and an expanded src (Longformer writes its windows' edges so);
+  // it then writes one slab, over self in place when nothing else reads
+  // self (ops.def: Overwrites).
+  KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
+  KILN_RETURN_IF_ERROR(RequireDType(args, self, "self"));
+  KILN_ASSIGN_OR_RETURN(TensorMeta src, args.Tensor(1, "src"));
+  KILN_RETURN_IF_ERROR(RequireDType(args, src, "src"));
+  if (self.rank() == 0) {
+    return args.Error("select_scatter() cannot be applied to a 0-dim tensor");
+  }
+  KILN_ASSIGN_OR_RETURN(int64_t dim_arg, args.Int(2, "dim"));
+  KILN_ASSIGN_OR_RETURN(int dim, WrapDim(args, dim_arg, self.rank()));
+  KILN_ASSIGN_OR_RETURN(int64_t index, args.Int(3, "index"));
+  const int64_t size = self.shape[dim];
+  if (index < -size || index >= size) {
+    return args.Error(absl::StrCat("index ", index, " is out of range for dim ", dim,
+                                   " of size ", size));
+  }
+  DimWindow w = WindowOf(self, dim);
+  w.start = index < 0 ? index + size : index;
+  w.len = 1;
+  std::vector<int64_t> expected = self.shape;
+  expected.erase(expected.begin() + dim);
+  if (src.shape != expected) {
+    return args.Error(absl::StrCat("src ", src.ToString(), " must have the shape ",
+                                   ShapeString(expected), " (self without dim ", dim, ")"));
+  }
+  PreparedOp op;
+  op.outputs.push_back(self);
+  op.kernel = std::make_unique<SliceScatterKernel>(
+      w, self.NumElements(), InputIndex(args, 0, "self"), InputIndex(args, 1, "src"));
   return op;
 }
 

@@ -1,5 +1,8 @@
 // Tests aten.slice_scatter.default: the slice (with step, negative and
-// clamped bounds) replaced by src, everything else copied from self.
+// clamped bounds) replaced by src, everything else copied from self; and
+// aten.select_scatter.default, one index of a dim replaced.
+#include <tuple>
+
 #include "tests/runtime/kernels/kernel_test_util.h"
 
 namespace kiln::runtime::testing {
@@ -71,6 +74,45 @@ TEST(SliceScatterTest, SliceScatterRejectsZeroStep) {
              t.Input(F32({4}), RandomFloats(4, 2)), IntArg(0), IntArg(0),
              IntArg(4), IntArg(0)});
   EXPECT_TRUE(IsInvalidArgument(t.Prepare(), "step must be positive"));
+}
+
+TEST(SelectScatterTest, ReplacesOneIndexOfADim) {
+  // Longformer's window edge: self [3, 4, 5], the last index of dim 1
+  // (written -1); then dim 0 written positive.
+  const auto self = RandomFloats(60, 43);
+  const auto src = RandomFloats(15, 44);
+  for (const auto& [dim, index, picked] :
+       {std::tuple<int64_t, int64_t, int64_t>{1, -1, 3}, {0, 2, 2}}) {
+    std::vector<int64_t> src_shape = {3, 4, 5};
+    src_shape.erase(src_shape.begin() + dim);
+    const int64_t n = NumElements(src_shape);
+    OpTester t("aten.select_scatter.default");
+    t.SetArgs({t.Input(F32({3, 4, 5}), self),
+               t.Input(F32(src_shape), std::vector<float>(src.begin(), src.begin() + n)),
+               IntArg(dim), IntArg(index)});
+    ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+    EXPECT_EQ(t.output_metas()[0], F32({3, 4, 5}));
+    ASSERT_TRUE(t.Run().ok());
+    std::vector<double> expected = ToDouble(self);
+    const int64_t outer = dim == 0 ? 1 : 3, size = dim == 0 ? 3 : 4, inner = dim == 0 ? 20 : 5;
+    for (int64_t o = 0; o < outer; ++o) {
+      for (int64_t k = 0; k < inner; ++k) {
+        expected[(o * size + picked) * inner + k] = src[o * inner + k];
+      }
+    }
+    EXPECT_TRUE(AllClose(t.OutputF32(0), expected, 0, 0)) << "dim " << dim;
+  }
+}
+
+TEST(SelectScatterTest, RejectsAnIndexOutOfRangeAndSrcOfWrongShape) {
+  OpTester range("aten.select_scatter.default");
+  range.SetArgs({range.Input(F32({2, 3}), RandomFloats(6, 1)),
+                 range.Input(F32({2}), RandomFloats(2, 2)), IntArg(1), IntArg(3)});
+  EXPECT_TRUE(IsInvalidArgument(range.Prepare(), "out of range"));
+  OpTester shape("aten.select_scatter.default");
+  shape.SetArgs({shape.Input(F32({2, 3}), RandomFloats(6, 1)),
+                 shape.Input(F32({3}), RandomFloats(3, 2)), IntArg(1), IntArg(0)});
+  EXPECT_TRUE(IsInvalidArgument(shape.Prepare(), "must have the shape"));
 }
 
 }  // namespace
