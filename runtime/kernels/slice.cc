@@ -12,6 +12,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "runtime/exec/parallel.h"
 #include "runtime/kernels/kernel_util.h"
 #include "runtime/ops/prepare_fns.h"
@@ -118,6 +119,25 @@ std::vector<int64_t> WindowShape(const TensorMeta& self, int dim,
   return shape;
 }
 
+// self with window `w` replaced by src, after checking src has `expected`
+// (the window's shape, less dim for select_scatter).
+absl::StatusOr<PreparedOp> WindowScatter(const NodeArgs& args,
+                                         const TensorMeta& self,
+                                         const TensorMeta& src, DimWindow w,
+                                         const std::vector<int64_t>& expected,
+                                         absl::string_view what) {
+  if (src.shape != expected) {
+    return args.Error(absl::StrCat("src ", src.ToString(), " must have ",
+                                   what, " ", ShapeString(expected)));
+  }
+  PreparedOp op;
+  op.outputs.push_back(self);
+  op.kernel = std::make_unique<SliceScatterKernel>(
+      w, self.NumElements(), InputIndex(args, 0, "self"),
+      InputIndex(args, 1, "src"));
+  return op;
+}
+
 }  // namespace
 
 absl::StatusOr<PreparedOp> PrepareSliceScatter(const NodeArgs& args) {
@@ -131,18 +151,8 @@ absl::StatusOr<PreparedOp> PrepareSliceScatter(const NodeArgs& args) {
   }
   int dim = 0;
   KILN_ASSIGN_OR_RETURN(DimWindow w, ReadSlice(args, self, 2, &dim));
-  const std::vector<int64_t> expected = WindowShape(self, dim, w.len);
-  if (src.shape != expected) {
-    return args.Error(absl::StrCat("src ", src.ToString(),
-                                   " must have the slice's shape ",
-                                   ShapeString(expected)));
-  }
-  PreparedOp op;
-  op.outputs.push_back(self);
-  op.kernel = std::make_unique<SliceScatterKernel>(
-      w, self.NumElements(), InputIndex(args, 0, "self"),
-      InputIndex(args, 1, "src"));
-  return op;
+  return WindowScatter(args, self, src, w, WindowShape(self, dim, w.len),
+                       "the slice's shape");
 }
 
 absl::StatusOr<PreparedOp> PrepareSelectScatter(const NodeArgs& args) {
@@ -171,15 +181,8 @@ absl::StatusOr<PreparedOp> PrepareSelectScatter(const NodeArgs& args) {
   w.len = 1;
   std::vector<int64_t> expected = self.shape;
   expected.erase(expected.begin() + dim);
-  if (src.shape != expected) {
-    return args.Error(absl::StrCat("src ", src.ToString(), " must have the shape ",
-                                   ShapeString(expected), " (self without dim ", dim, ")"));
-  }
-  PreparedOp op;
-  op.outputs.push_back(self);
-  op.kernel = std::make_unique<SliceScatterKernel>(
-      w, self.NumElements(), InputIndex(args, 0, "self"), InputIndex(args, 1, "src"));
-  return op;
+  return WindowScatter(args, self, src, w, expected,
+                       absl::StrCat("the shape of self without dim ", dim));
 }
 
 }  // namespace kiln::runtime

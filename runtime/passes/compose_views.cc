@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "runtime/ir/arg_builders.h"
+#include "runtime/ir/tensor_meta.h"
 #include "runtime/ops/registry.h"
 #include "runtime/passes/pass_context.h"
 
@@ -44,20 +45,10 @@ struct StridedView {
   int copies = 0;  // copying movement ops composed into it
 };
 
-std::vector<int64_t> RowMajorStrides(const std::vector<int64_t>& sizes) {
-  std::vector<int64_t> strides(sizes.size());
-  int64_t s = 1;
-  for (size_t d = sizes.size(); d-- > 0;) {
-    strides[d] = s;
-    s *= sizes[d];
-  }
-  return strides;
-}
-
 // Whether the view reads its elements in row-major order from `offset`
 // on: then a reshape or as_strided of it is a reshape of the source.
 bool IsRowMajor(const StridedView& v) {
-  const std::vector<int64_t> dense = RowMajorStrides(v.sizes);
+  const std::vector<int64_t> dense = ContiguousStrides(v.sizes);
   for (size_t d = 0; d < v.sizes.size(); ++d) {
     if (v.sizes[d] != 1 && v.strides[d] != dense[d]) return false;
   }
@@ -267,7 +258,7 @@ absl::Status ComposeViews(PassContext& ctx) {
     } else {
       in.source = x;
       in.sizes = in_meta.shape;
-      in.strides = RowMajorStrides(in_meta.shape);
+      in.strides = ContiguousStrides(in_meta.shape);
     }
     std::optional<StridedView> v = Apply(node, in);
     if (!v || v->sizes != out_meta.shape) continue;

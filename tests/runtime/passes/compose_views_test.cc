@@ -13,6 +13,7 @@
 #include "runtime/compile/dump.h"
 #include "runtime/exec/executor.h"
 #include "runtime/ir/from_proto.h"
+#include "runtime/ir/tensor_meta.h"
 #include "tests/testing/constant_table.h"
 #include "tests/testing/proto_graph.h"
 
@@ -31,12 +32,6 @@ struct Dense {
   std::vector<int64_t> shape;
   std::vector<float> data;
 };
-
-std::vector<int64_t> Strides(const std::vector<int64_t>& shape) {
-  std::vector<int64_t> s(shape.size(), 1);
-  for (size_t d = shape.size(); d-- > 1;) s[d - 1] = s[d] * shape[d];
-  return s;
-}
 
 int64_t Count(const std::vector<int64_t>& shape) {
   return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
@@ -68,7 +63,7 @@ struct Op {
 };
 
 Dense ApplyPermute(const Dense& in, const Op& op) {
-  const std::vector<int64_t> st = Strides(in.shape);
+  const std::vector<int64_t> st = ContiguousStrides(in.shape);
   std::vector<int64_t> shape, strides;
   for (int64_t d : op.a) {
     shape.push_back(in.shape[d]);
@@ -79,7 +74,7 @@ Dense ApplyPermute(const Dense& in, const Op& op) {
 
 // a = {dim, start, end, step}, already clamped.
 Dense ApplySlice(const Dense& in, const Op& op) {
-  std::vector<int64_t> shape = in.shape, strides = Strides(in.shape);
+  std::vector<int64_t> shape = in.shape, strides = ContiguousStrides(in.shape);
   const int64_t dim = op.a[0], start = op.a[1], end = op.a[2], step = op.a[3];
   shape[dim] = (end - start + step - 1) / step;
   const int64_t offset = start * strides[dim];
@@ -89,7 +84,7 @@ Dense ApplySlice(const Dense& in, const Op& op) {
 
 // a = {dim, index >= 0}
 Dense ApplySelect(const Dense& in, const Op& op) {
-  std::vector<int64_t> shape = in.shape, strides = Strides(in.shape);
+  std::vector<int64_t> shape = in.shape, strides = ContiguousStrides(in.shape);
   const int64_t offset = op.a[1] * strides[op.a[0]];
   shape.erase(shape.begin() + op.a[0]);
   strides.erase(strides.begin() + op.a[0]);
@@ -98,7 +93,7 @@ Dense ApplySelect(const Dense& in, const Op& op) {
 
 // a = the new shape (same rank or one more in front).
 Dense ApplyExpand(const Dense& in, const Op& op) {
-  const std::vector<int64_t> st = Strides(in.shape);
+  const std::vector<int64_t> st = ContiguousStrides(in.shape);
   const size_t lead = op.a.size() - in.shape.size();
   std::vector<int64_t> strides(op.a.size(), 0);
   for (size_t d = 0; d < in.shape.size(); ++d) {
