@@ -38,23 +38,31 @@ using dnnl::memory;
 using tag = dnnl::memory::format_tag;
 using dt = dnnl::memory::data_type;
 
-// Depthwise convolutions on AVX2: oneDNN ranks its brgemm-based kernel
-// (brdgmm_dw) first for NHWC, but its direct depthwise kernel runs the
-// mobilenet / efficientnet shapes faster on the AVX2 CPUs timed (AMD EPYC),
-// most at batch 1, and no slower at batch 8.
-constexpr const char* kPreferredDepthwiseImpl = "jit_dw:avx2";
+// Depthwise convolutions: oneDNN ranks its brgemm-based kernel
+// (brdgmm_dw) first for NHWC, but its direct depthwise kernel at the
+// CPU's widest ISA runs the mobilenet / efficientnet shapes faster on the
+// CPUs timed (AMD EPYC, AVX2 and AVX-512), most at batch 1, and no slower
+// at batch 8. The ISA must be the CPU's own: oneDNN also offers its AVX2
+// kernel on an AVX-512 CPU, where it runs at about two thirds of the
+// AVX-512 one's rate.
+const char* PreferredDepthwiseImpl() {
+  return HasAvx512Kernels() ? "jit_dw:avx512_core" : "jit_dw:avx2";
+}
 
 // 1x1 convolutions in NHWC on AVX2: oneDNN ranks brgconv_1x1 first, but
 // its jit_1x1 kernel (the one it uses for blocked layouts) takes NHWC too
 // and ran all but one of the shapes timed faster (2 threads, with a ReLU
 // post-op; resnext50's and shufflenet's among them); the exception, a
-// wide-to-narrow one on a small map at batch 8, lost a little.
-// KILN_JIT_1X1=0 keeps oneDNN's order (bench/models/switch_ab.py --var
-// KILN_JIT_1X1 compares whole models).
+// wide-to-narrow one on a small map at batch 8, lost a little. On AVX-512
+// CPUs oneDNN's first choice (brgconv_1x1:avx512_core) is kept: it was the
+// fastest or within a few percent of it on every shape timed, and the
+// AVX2 kernel oneDNN still offers there runs at half its rate.
+// KILN_JIT_1X1=0 keeps oneDNN's order on AVX2 too
+// (bench/models/switch_ab.py --var KILN_JIT_1X1 compares whole models).
 constexpr const char* kPreferredPointwiseImpl = "jit_1x1:avx2";
 
 bool PreferJit1x1() {
-  static const bool on = KernelSwitchOn("KILN_JIT_1X1");
+  static const bool on = !HasAvx512Kernels() && KernelSwitchOn("KILN_JIT_1X1");
   return on;
 }
 
@@ -400,7 +408,7 @@ static absl::StatusOr<PreparedOp> PrepareConv(const NodeArgs& args, bool fused) 
     };
     cfg.pd = make_pd();
     if (groups == c && oc == c && compute == dt::f32 &&
-        !SelectImpl(cfg.pd, kPreferredDepthwiseImpl)) {
+        !SelectImpl(cfg.pd, PreferredDepthwiseImpl())) {
       cfg.pd = make_pd();  // the walk left it on the last candidate
     }
     if (groups == 1 && kh == 1 && kw == 1 && !blocked && compute == dt::f32 && PreferJit1x1() &&
