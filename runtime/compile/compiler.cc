@@ -144,6 +144,7 @@ absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
   }
   KILN_RETURN_IF_ERROR(DropEmptyCatInputs(ctx));
   KILN_RETURN_IF_ERROR(FuseConvPostOps(ctx));
+  KILN_RETURN_IF_ERROR(FoldConvPadding(ctx));
   KILN_RETURN_IF_ERROR(FuseMatmulPostOps(ctx));
   KILN_RETURN_IF_ERROR(FuseElementwise(ctx));
   EliminateDeadNodes(graph);

@@ -233,8 +233,17 @@ static absl::StatusOr<PreparedOp> PrepareConv(const NodeArgs& args, bool fused) 
         "weight must be 4-D (OIHW) for a 4-D input, got ", weight.ToString()));
   }
   KILN_ASSIGN_OR_RETURN(auto stride, ExpandPair(args, stride_list, "stride"));
-  KILN_ASSIGN_OR_RETURN(auto padding,
-                        ExpandPair(args, padding_list, "padding"));
+  // kiln.conv2d also takes 4 paddings, {top, left, bottom, right}: a zero
+  // constant_pad_nd folded into it (passes/fold_conv_padding.cc), which
+  // may pad one side more than the other (TensorFlow's "same" padding).
+  std::array<int64_t, 2> padding, padding_end;
+  if (fused && !one_d && padding_list.size() == 4) {
+    padding = {padding_list[0], padding_list[1]};
+    padding_end = {padding_list[2], padding_list[3]};
+  } else {
+    KILN_ASSIGN_OR_RETURN(padding, ExpandPair(args, padding_list, "padding"));
+    padding_end = padding;
+  }
   KILN_ASSIGN_OR_RETURN(auto dilation,
                         ExpandPair(args, dilation_list, "dilation"));
   for (int64_t op : output_padding) {
@@ -253,7 +262,7 @@ static absl::StatusOr<PreparedOp> PrepareConv(const NodeArgs& args, bool fused) 
       return args.Error(absl::StrCat("dilation must be positive, got ",
                                      ShapeString(dilation_list)));
     }
-    if (padding[i] < 0) {
+    if (padding[i] < 0 || padding_end[i] < 0) {
       return args.Error(absl::StrCat("padding must be non-negative, got ",
                                      ShapeString(padding_list)));
     }
@@ -293,7 +302,7 @@ static absl::StatusOr<PreparedOp> PrepareConv(const NodeArgs& args, bool fused) 
   std::array<int64_t, 2> out_hw;
   for (int i = 0; i < 2; ++i) {
     const int64_t eff_k = dilation[i] * (k_hw[i] - 1) + 1;
-    const int64_t padded = in_hw[i] + 2 * padding[i];
+    const int64_t padded = in_hw[i] + padding[i] + padding_end[i];
     if (padded < eff_k) {
       return args.Error(absl::StrCat(
           "padded input size ", padded, " in spatial dim ", i,
@@ -333,7 +342,9 @@ static absl::StatusOr<PreparedOp> PrepareConv(const NodeArgs& args, bool fused) 
   const WinogradConvShape wino{n, c, h, w, oc, out_hw[0], out_hw[1], padding[0], padding[1],
                                layout_in, layout_out};
   const void* constant_weight = args.ConstantData(1, "weight");
-  if (WinogradApplies(wino, kh, kw, stride, dilation, groups, constant_weight != nullptr,
+  const bool symmetric = padding == padding_end;
+  if (symmetric &&
+      WinogradApplies(wino, kh, kw, stride, dilation, groups, constant_weight != nullptr,
                       ComputeType(args.options()) == dt::f32, post_ops)) {
     const void* constant_bias = bias ? args.ConstantData(2, "bias") : nullptr;
     KILN_ASSIGN_OR_RETURN(
@@ -347,7 +358,7 @@ static absl::StatusOr<PreparedOp> PrepareConv(const NodeArgs& args, bool fused) 
 
   const NarrowGroupConvShape narrow{n, c, h, w, oc, out_hw[0], out_hw[1], kh, kw, groups,
                                     stride, padding, dilation, layout_in, layout_out};
-  if (NarrowGroupApplies(narrow, constant_weight != nullptr,
+  if (symmetric && NarrowGroupApplies(narrow, constant_weight != nullptr,
                          ComputeType(args.options()) == dt::f32, post_ops)) {
     const void* constant_bias = bias ? args.ConstantData(2, "bias") : nullptr;
     op.kernel = MakeNarrowGroupConv(narrow, static_cast<const float*>(constant_weight),
@@ -394,17 +405,18 @@ static absl::StatusOr<PreparedOp> PrepareConv(const NodeArgs& args, bool fused) 
     const memory::dims strides = {stride[0], stride[1]};
     const memory::dims dil = {dilation[0] - 1, dilation[1] - 1};
     const memory::dims pad = {padding[0], padding[1]};
+    const memory::dims pad_end = {padding_end[0], padding_end[1]};
     dnnl::primitive_attr attr = AttrFor(args.options());
     if (!post_ops.empty()) attr.set_post_ops(ToDnnlPostOps(post_ops));
     auto make_pd = [&] {
       return bias ? dnnl::convolution_forward::primitive_desc(
                         engine, dnnl::prop_kind::forward_inference,
                         dnnl::algorithm::convolution_direct, any_src, any_weights, weights.bias_md,
-                        any_dst, strides, dil, pad, pad, attr)
+                        any_dst, strides, dil, pad, pad_end, attr)
                   : dnnl::convolution_forward::primitive_desc(
                         engine, dnnl::prop_kind::forward_inference,
                         dnnl::algorithm::convolution_direct, any_src, any_weights, any_dst,
-                        strides, dil, pad, pad, attr);
+                        strides, dil, pad, pad_end, attr);
     };
     cfg.pd = make_pd();
     if (groups == c && oc == c && compute == dt::f32 &&

@@ -74,6 +74,9 @@ absl::Status DropEmptyCatInputs(PassContext& ctx);
 // aten.as_strided of the chain's source.
 absl::Status ComposeViews(PassContext& ctx);
 absl::Status FuseConvPostOps(PassContext& ctx);
+// A zero constant_pad_nd of a kiln.conv2d's input over its spatial dims ->
+// the convolution's padding, four-sided where the pad is uneven.
+absl::Status FoldConvPadding(PassContext& ctx);
 absl::Status FuseMatmulPostOps(PassContext& ctx);
 // Chains and trees of f32 elementwise ops -> kiln.elementwise (after the
 // post-op passes, which take the activations they can).
