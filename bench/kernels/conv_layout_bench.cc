@@ -36,6 +36,18 @@ const dnnl::engine& Engine() {
   return *e;
 }
 
+// The direct depthwise kernel kernels/convolution.cc prefers: the one of
+// the CPU's widest ISA (oneDNN offers its AVX2 one on AVX-512 CPUs too).
+const char* PreferredDepthwiseImpl() {
+  const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+  const bool avx512 = isa == dnnl::cpu_isa::avx512_core || isa == dnnl::cpu_isa::avx512_core_vnni ||
+                      isa == dnnl::cpu_isa::avx512_core_bf16 ||
+                      isa == dnnl::cpu_isa::avx512_core_fp16 ||
+                      isa == dnnl::cpu_isa::avx512_core_amx ||
+                      isa == dnnl::cpu_isa::avx512_core_amx_fp16;
+  return avx512 ? "jit_dw:avx512_core" : "jit_dw:avx2";
+}
+
 // The source layout oneDNN itself picks when left open.
 std::string AnySourceTag(const dnnl::convolution_forward::primitive_desc& pd,
                          const memory::dims& src_dims) {
@@ -81,7 +93,7 @@ void BM_ConvLayout(benchmark::State& state) {
     if (groups == c && groups > 1 && (layout == kNhwc || layout == kBlocked)) {
       dnnl::convolution_forward::primitive_desc walk = pd;
       do {
-        if (std::strcmp(walk.impl_info_str(), "jit_dw:avx2") == 0) {
+        if (std::strcmp(walk.impl_info_str(), PreferredDepthwiseImpl()) == 0) {
           pd = walk;
           break;
         }
