@@ -59,7 +59,7 @@ struct AttentionSpec {
   bool strips = false;
 };
 
-constexpr int64_t kStrip = 16;
+constexpr int64_t kStrip = kSmallGemmStrip;
 
 int64_t Strips(int64_t n) { return (n + kStrip - 1) / kStrip; }
 
@@ -167,10 +167,8 @@ class AttentionKernel final : public Kernel {
     const float* qb = q + (bh * s.l + i0) * s.e;
     const bool in_strips = transposed && s.strips;
     if (in_strips) {
-      for (int64_t t = 0; t * kStrip < keys; ++t) {
-        SmallGemm(rows, std::min(kStrip, keys - t * kStrip), s.e, qb, s.e,
-                  kh + t * kStrip * s.e, kStrip, sc + t * kStrip, s.s, /*accumulate=*/false);
-      }
+      SmallGemmStrips(rows, keys, s.e, qb, s.e, kh, kStrip, kStrip * s.e, sc, s.s,
+                      /*accumulate=*/false);
     } else if (transposed) {
       SmallGemm(rows, keys, s.e, qb, s.e, kh, s.s, sc, s.s, /*accumulate=*/false);
     } else {
@@ -229,10 +227,8 @@ class AttentionKernel final : public Kernel {
       lse[bh * s.l + i] = mx + std::log(sum);
     }
     if (in_strips) {
-      for (int64_t t = 0; t < Strips(s.ev); ++t) {
-        SmallGemm(rows, std::min(kStrip, s.ev - t * kStrip), keys, sc, s.s,
-                  vh + t * kStrip * s.s, kStrip, ob + t * kStrip, s.ev, /*accumulate=*/false);
-      }
+      SmallGemmStrips(rows, s.ev, keys, sc, s.s, vh, kStrip, kStrip * s.s, ob, s.ev,
+                      /*accumulate=*/false);
     } else {
       SmallGemm(rows, s.ev, keys, sc, s.s, vh, s.ev, ob, s.ev, /*accumulate=*/false);
     }

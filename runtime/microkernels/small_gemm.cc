@@ -71,16 +71,17 @@ void Rows(int64_t rows, int64_t k, const float* a, int64_t lda, const float* b, 
 namespace small_gemm_internal {
 
 void SmallGemmAvx2(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
-                   int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+                   int64_t ldb, int64_t strip_stride, float* c, int64_t ldc, bool accumulate) {
   const TailMasks full(16), tail(n % 16);
   for (int64_t j = 0; j < n; j += 16) {
     const bool partial = n - j < 16;
+    const float* bj = b + j / 16 * strip_stride;
     for (int64_t i = 0; i < m; i += kRows) {
       const int64_t rows = m - i < kRows ? m - i : kRows;
       if (partial) {
-        Rows<true>(rows, k, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, accumulate, tail);
+        Rows<true>(rows, k, a + i * lda, lda, bj, ldb, c + i * ldc + j, ldc, accumulate, tail);
       } else {
-        Rows<false>(rows, k, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, accumulate, full);
+        Rows<false>(rows, k, a + i * lda, lda, bj, ldb, c + i * ldc + j, ldc, accumulate, full);
       }
     }
   }
@@ -97,14 +98,21 @@ bool HasAvx512() {
 
 }  // namespace
 
-void SmallGemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
-               int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+void SmallGemmStrips(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                     const float* b, int64_t ldb, int64_t strip_stride, float* c, int64_t ldc,
+                     bool accumulate) {
   if (m <= 0 || n <= 0) return;
   if (HasAvx512()) {
-    small_gemm_internal::SmallGemmAvx512(m, n, k, a, lda, b, ldb, c, ldc, accumulate);
+    small_gemm_internal::SmallGemmAvx512(m, n, k, a, lda, b, ldb, strip_stride, c, ldc,
+                                         accumulate);
   } else {
-    small_gemm_internal::SmallGemmAvx2(m, n, k, a, lda, b, ldb, c, ldc, accumulate);
+    small_gemm_internal::SmallGemmAvx2(m, n, k, a, lda, b, ldb, strip_stride, c, ldc, accumulate);
   }
+}
+
+void SmallGemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+               int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+  SmallGemmStrips(m, n, k, a, lda, b, ldb, kSmallGemmStrip, c, ldc, accumulate);
 }
 
 }  // namespace kiln::runtime

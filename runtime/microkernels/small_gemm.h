@@ -5,8 +5,9 @@
 // values), where a oneDNN primitive per block would cost more to call than
 // the block takes.
 //
-// Register-tiled (rows x 16 columns per tile), on AVX-512 when the CPU has
-// it (small_gemm_avx512.cc) and AVX2 otherwise. B's rows are read 16
+// Register-tiled (6 rows x 16 columns per tile on AVX2; 12 x 32 on
+// AVX-512, small_gemm_avx512.cc, when the CPU has it: two B vectors and a
+// broadcast feed 24 FMAs, where a 12 x 16 tile's 12 FMAs took 13 loads). B's rows are read 16
 // floats at a time: the last tile of a row reads only the n % 16 floats
 // that belong to it.
 #pragma once
@@ -21,13 +22,24 @@ namespace kiln::runtime {
 void SmallGemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
                int64_t ldb, float* c, int64_t ldc, bool accumulate);
 
+// The same product with B stored in strips of kSmallGemmStrip columns:
+// B's element (p, j) at b[(j / 16) * strip_stride + p * ldb + j % 16]
+// (ldb is then usually 16, each strip a contiguous [k, 16] block, as
+// attention lays out K^T and V). SmallGemm is this with strip_stride 16.
+inline constexpr int64_t kSmallGemmStrip = 16;
+void SmallGemmStrips(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                     const float* b, int64_t ldb, int64_t strip_stride, float* c, int64_t ldc,
+                     bool accumulate);
+
 namespace small_gemm_internal {
-// The two implementations SmallGemm chooses from (tests call each): AVX2,
-// and AVX-512 (small_gemm_avx512.cc; only when the CPU has AVX-512F).
+// The two implementations SmallGemmStrips chooses from (tests call each):
+// AVX2, and AVX-512 (small_gemm_avx512.cc; only when the CPU has
+// AVX-512F).
 void SmallGemmAvx2(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
-                   int64_t ldb, float* c, int64_t ldc, bool accumulate);
+                   int64_t ldb, int64_t strip_stride, float* c, int64_t ldc, bool accumulate);
 void SmallGemmAvx512(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
-                     const float* b, int64_t ldb, float* c, int64_t ldc, bool accumulate);
+                     const float* b, int64_t ldb, int64_t strip_stride, float* c, int64_t ldc,
+                     bool accumulate);
 }  // namespace small_gemm_internal
 
 }  // namespace kiln::runtime

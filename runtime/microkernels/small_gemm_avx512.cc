@@ -10,54 +10,86 @@
 namespace kiln::runtime::small_gemm_internal {
 namespace {
 
-constexpr int kRows = 12;  // 12 x 16 tile: 12 accumulators, 1 B vector, 1 broadcast
+// 12 rows x 32 columns (two strips): 24 accumulators, 2 B vectors and a
+// broadcast of 32 registers. A tail of 16 columns or fewer takes one strip.
+constexpr int kRows = 12;
 
-template <int R>
-inline void Tile(int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
-                 int64_t ldc, bool accumulate, __mmask16 mask) {
-  __m512 acc[R];
+// R rows, S strips of 16 columns (1 or 2), the last strip's lanes masked
+// by `mask`; strip t of B starts at b + t * strip_stride.
+template <int R, int S>
+inline void Tile(int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
+                 int64_t strip_stride, float* c, int64_t ldc, bool accumulate, __mmask16 mask) {
+  __m512 acc[R][S];
+  const __mmask16 masks[2] = {S == 1 ? mask : static_cast<__mmask16>(0xffff), mask};
   _Pragma("GCC unroll 16") for (int r = 0; r < R; ++r) {
-    acc[r] = accumulate ? _mm512_maskz_loadu_ps(mask, c + r * ldc) : _mm512_setzero_ps();
+    _Pragma("GCC unroll 2") for (int t = 0; t < S; ++t) {
+      acc[r][t] = accumulate ? _mm512_maskz_loadu_ps(masks[t], c + r * ldc + 16 * t)
+                             : _mm512_setzero_ps();
+    }
   }
   for (int64_t p = 0; p < k; ++p) {
-    const __m512 bv = _mm512_maskz_loadu_ps(mask, b + p * ldb);
+    __m512 bv[S];
+    _Pragma("GCC unroll 2") for (int t = 0; t < S; ++t) {
+      bv[t] = _mm512_maskz_loadu_ps(masks[t], b + t * strip_stride + p * ldb);
+    }
     _Pragma("GCC unroll 16") for (int r = 0; r < R; ++r) {
-      acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * lda + p]), bv, acc[r]);
+      const __m512 x = _mm512_set1_ps(a[r * lda + p]);
+      _Pragma("GCC unroll 2") for (int t = 0; t < S; ++t) {
+        acc[r][t] = _mm512_fmadd_ps(x, bv[t], acc[r][t]);
+      }
     }
   }
   _Pragma("GCC unroll 16") for (int r = 0; r < R; ++r) {
-    _mm512_mask_storeu_ps(c + r * ldc, mask, acc[r]);
+    _Pragma("GCC unroll 2") for (int t = 0; t < S; ++t) {
+      _mm512_mask_storeu_ps(c + r * ldc + 16 * t, masks[t], acc[r][t]);
+    }
   }
 }
 
+template <int S>
 void Rows(int64_t rows, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
-          float* c, int64_t ldc, bool accumulate, __mmask16 mask) {
+          int64_t strip_stride, float* c, int64_t ldc, bool accumulate, __mmask16 mask) {
+#define KILN_SMALL_GEMM_ROWS(R) \
+  case R:                       \
+    return Tile<R, S>(k, a, lda, b, ldb, strip_stride, c, ldc, accumulate, mask)
   switch (rows) {
-    case 1: return Tile<1>(k, a, lda, b, ldb, c, ldc, accumulate, mask);
-    case 2: return Tile<2>(k, a, lda, b, ldb, c, ldc, accumulate, mask);
-    case 3: return Tile<3>(k, a, lda, b, ldb, c, ldc, accumulate, mask);
-    case 4: return Tile<4>(k, a, lda, b, ldb, c, ldc, accumulate, mask);
-    case 5: return Tile<5>(k, a, lda, b, ldb, c, ldc, accumulate, mask);
-    case 6: return Tile<6>(k, a, lda, b, ldb, c, ldc, accumulate, mask);
-    case 7: return Tile<7>(k, a, lda, b, ldb, c, ldc, accumulate, mask);
-    case 8: return Tile<8>(k, a, lda, b, ldb, c, ldc, accumulate, mask);
-    case 9: return Tile<9>(k, a, lda, b, ldb, c, ldc, accumulate, mask);
-    case 10: return Tile<10>(k, a, lda, b, ldb, c, ldc, accumulate, mask);
-    case 11: return Tile<11>(k, a, lda, b, ldb, c, ldc, accumulate, mask);
-    default: return Tile<12>(k, a, lda, b, ldb, c, ldc, accumulate, mask);
+    KILN_SMALL_GEMM_ROWS(1);
+    KILN_SMALL_GEMM_ROWS(2);
+    KILN_SMALL_GEMM_ROWS(3);
+    KILN_SMALL_GEMM_ROWS(4);
+    KILN_SMALL_GEMM_ROWS(5);
+    KILN_SMALL_GEMM_ROWS(6);
+    KILN_SMALL_GEMM_ROWS(7);
+    KILN_SMALL_GEMM_ROWS(8);
+    KILN_SMALL_GEMM_ROWS(9);
+    KILN_SMALL_GEMM_ROWS(10);
+    KILN_SMALL_GEMM_ROWS(11);
+    default:
+      return Tile<12, S>(k, a, lda, b, ldb, strip_stride, c, ldc, accumulate, mask);
   }
+#undef KILN_SMALL_GEMM_ROWS
 }
 
 }  // namespace
 
 void SmallGemmAvx512(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
-                     const float* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
-  for (int64_t j = 0; j < n; j += 16) {
-    const int64_t width = n - j < 16 ? n - j : 16;
-    const __mmask16 mask = static_cast<__mmask16>((1u << width) - 1);
+                     const float* b, int64_t ldb, int64_t strip_stride, float* c, int64_t ldc,
+                     bool accumulate) {
+  for (int64_t j = 0; j < n; j += 32) {
+    const int64_t width = n - j < 32 ? n - j : 32;
+    const float* bj = b + j / 16 * strip_stride;
+    // The last strip's lanes: 16, or what is left of the row.
+    const int64_t last = width > 16 ? width - 16 : width;
+    const __mmask16 mask = static_cast<__mmask16>((1u << last) - 1);
     for (int64_t i = 0; i < m; i += kRows) {
       const int64_t rows = m - i < kRows ? m - i : kRows;
-      Rows(rows, k, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, accumulate, mask);
+      if (width > 16) {
+        Rows<2>(rows, k, a + i * lda, lda, bj, ldb, strip_stride, c + i * ldc + j, ldc,
+                accumulate, mask);
+      } else {
+        Rows<1>(rows, k, a + i * lda, lda, bj, ldb, strip_stride, c + i * ldc + j, ldc,
+                accumulate, mask);
+      }
     }
   }
 }
