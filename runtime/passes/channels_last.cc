@@ -283,9 +283,53 @@ class Rewriter {
     if (!any_cl) return false;
     if (HasTrait(node, kElementwise) && Representable(out)) return RewriteElementwise(i);
     if (node.target == "aten.cat.default") return RewriteCat(i);
+    if (node.target == "aten.constant_pad_nd.default") return RewritePad(i);
     if (node.target == "aten.mean.dim") return RewriteMean(i);
     if (form != nullptr && RunsInLayout(node, layout_)) return RewriteSameArgs(i, form);
     return false;
+  }
+
+  // constant_pad_nd of a channels-last value: the same pads, listed for
+  // the dims' channels-last positions (NHWC only). A pool's -inf padding
+  // (TensorFlow's "same" padding: pnasnet, timm's tf_* models) then stays
+  // channels-last with the pool after it, where in plain form it took a
+  // reorder each way and the pool's plain kernel.
+  bool RewritePad(int i) {
+    Node n = old_.nodes[i];
+    if (blocked() || n.args.size() < 2 || n.args[0].kind != Arg::Kind::kTensor ||
+        n.args[1].kind != Arg::Kind::kList || !n.kwargs.empty()) {
+      return false;
+    }
+    const ValueRef in = n.args[0].tensor;
+    if (Meta(in).rank() != 4 || !cl_[in.node][in.output] || !Representable(n.outputs[0])) {
+      return false;
+    }
+    const std::vector<Arg>& list = n.args[1].list;
+    if (list.size() % 2 != 0 || list.size() > 8) return false;
+    // (before, after) of each NCHW dim; the list runs from the last dim.
+    std::array<std::array<int64_t, 2>, 4> pads{};
+    for (size_t k = 0; k < list.size(); ++k) {
+      if (list[k].kind != Arg::Kind::kInt) return false;
+      pads[3 - k / 2][k % 2] = list[k].i;
+    }
+    // NHWC's dims from the last: C, W, H, N.
+    std::vector<Arg> remapped;
+    for (int d : {1, 3, 2, 0}) {
+      remapped.push_back(IntArg(pads[d][0]));
+      remapped.push_back(IntArg(pads[d][1]));
+    }
+    while (remapped.size() > 2 && remapped[remapped.size() - 1].i == 0 &&
+           remapped[remapped.size() - 2].i == 0) {
+      remapped.resize(remapped.size() - 2);
+    }
+    n.args[0].tensor = *cl_[in.node][in.output];
+    n.args[1] = ListArg(std::move(remapped));
+    for (size_t a = 2; a < n.args.size(); ++a) {
+      MapArg(n.args[a], [&](ValueRef r) { return PlainOf(r); });
+    }
+    n.outputs[0].shape = PhysicalShape(n.outputs[0].shape);
+    cl_[i][0] = Emit(std::move(n));
+    return true;
   }
 
   // Ops whose channels-last form takes the same arguments, the first being

@@ -67,6 +67,11 @@ std::vector<std::vector<bool>> WantsLayout(const Graph& g, Layout layout,
       for (size_t o = 0; o < node.outputs.size(); ++o) {
         if (wants[i][o]) mark(node.args[0]);
       }
+    } else if (layout == Layout::kNhwc && node.target == "aten.constant_pad_nd.default" &&
+               !node.args.empty() && node.args[0].kind == Arg::Kind::kTensor &&
+               g.MetaOf(node.args[0].tensor).rank() == 4 && wants[i][0]) {
+      // Pads run channels-last in NHWC (channels_last.cc: RewritePad).
+      mark(node.args[0]);
     } else if (auto chain = shuffles.find(i); chain != shuffles.end() && wants[i][0]) {
       wants[chain->second.x.node][chain->second.x.output] = true;
     } else if (RunsInLayout(node, layout) && !node.outputs.empty() &&

@@ -1,3 +1,4 @@
+#include <cmath>
 // Layout propagation (passes/channels_last.cc), end to end through
 // Compile(): a small CNN with the patterns of the torchvision list (pooling,
 // a concatenation feeding an unfolded batch norm, squeeze-excitation, a
@@ -153,6 +154,43 @@ TEST_F(SmallCnn, RunsChannelsLastWithoutReorderSteps) {
   const std::vector<float> x = UniformFloats(2 * 4 * 9 * 9, -1.f, 1.f, 99);
   const std::vector<float> a = Run(**cl, x), b = Run(**plain, x);
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5 * (1 + std::abs(b[i]))) << i;
+}
+
+// Pads of a channels-last value stay channels-last: a pool's -inf padding
+// on one side (TensorFlow's "same" padding), a pad of the channels with
+// another value and a crop (negative pads), with no reorder in between and
+// the answer of the plain graph.
+TEST_F(SmallCnn, PadsStayChannelsLast) {
+  GraphBuilder b;
+  const int x = b.Input({2, 4, 9, 9}, "x");
+  const int c1 = Conv(b, x, 4, 8, 3, "c1");
+  const int neg_inf = b.Call("aten.constant_pad_nd.default",
+                             {Ref(c1), IntList({0, 1, 0, 1}), Float(-INFINITY)}, "pool_pad");
+  const int pool = b.Call("aten.max_pool2d_with_indices.default",
+                          {Ref(neg_inf), IntList({3, 3}), IntList({2, 2})}, "pool");
+  const int channels = b.Call("aten.constant_pad_nd.default",
+                              {Ref(pool, 0), IntList({1, 0, 0, 2, 1, 0}), Float(0.5)},
+                              "channel_pad");  // [2, 9, 6, 5]
+  const int crop = b.Call("aten.constant_pad_nd.default",
+                          {Ref(channels), IntList({-1, 0, 0, -1})}, "crop");  // [2, 9, 5, 4]
+  const int c2 = Conv(b, crop, 9, 8, 3, "c2");
+  const int gp = b.Call("aten._adaptive_avg_pool2d.default", {Ref(c2), IntList({1, 1})}, "gp");
+  b.Output(b.Call("aten.flatten.using_ints", {Ref(gp), Int(1)}, "flat"));
+  const kiln::v1::Graph proto = b.graph();
+
+  auto cl = CompileAs(proto, LayoutOption::kNhwc);
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  const std::string dump = DumpCompiledGraph(**cl);
+  EXPECT_EQ(CountSteps(**cl, "aten.permute.default"), 0) << dump;
+  EXPECT_EQ(CountSteps(**cl, "kiln.max_pool2d_nhwc"), 1) << dump;
+  EXPECT_EQ(CountSteps(**cl, "aten.constant_pad_nd.default"), 3) << dump;
+  auto plain = CompileAs(proto, LayoutOption::kNchw);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  const std::vector<float> in = UniformFloats(2 * 4 * 9 * 9, -1.f, 1.f, 98);
+  const std::vector<float> a = Run(**cl, in), want = Run(**plain, in);
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_NEAR(a[i], want[i], 1e-5 * (1 + std::abs(want[i]))) << i;
+  }
 }
 
 // Shufflenet units: the channel shuffle (view to [N, 2, C/2, H, W],
