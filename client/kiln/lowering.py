@@ -129,7 +129,10 @@ def _default_decompositions() -> dict:
     arange + add + fmod + index_select per rolled dim (swin's shifted
     windows), and aten.select_scatter a where over an arange and the source
     expanded to the whole tensor (Longformer's window edges), where the
-    daemon writes one slab in place. Fused CPU attention (what
+    daemon writes one slab in place, and aten._safe_softmax a softmax,
+    an eq, an any, a full_like and a where over the whole scores
+    (attention with a mask, as nn.MultiheadAttention and timm's models
+    compute it), where the daemon makes one pass. Fused CPU attention (what
     scaled_dot_product_attention becomes on CPU) is kept too: the daemon's
     fused kernel replaces a dozen nodes (bmm, softmax and the
     fully-masked-row fix-up) per attention. A kept op the daemon cannot run
@@ -138,6 +141,7 @@ def _default_decompositions() -> dict:
     table = core_aten_decompositions()
     table.pop(torch.ops.aten.roll.default, None)
     table.pop(torch.ops.aten.select_scatter.default, None)
+    table.pop(torch.ops.aten._safe_softmax.default, None)
     table.pop(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default, None)
     return table
 

@@ -1,7 +1,11 @@
 // aten._softmax.default and aten._log_softmax.default over any dim of an
 // f32 tensor (half_to_float must be false), computed like ATen:
 // exp(x - max) / sum and x - max - log(sum), so large inputs do not
-// overflow and rows of -inf give NaN.
+// overflow and rows of -inf give NaN. aten._safe_softmax (what attention
+// with a mask that may hide every key uses) gives 0 for a row of -inf
+// alone, as its decomposition's where over any() and full_like() does;
+// kept whole by the client's lowering, it is one pass here instead of
+// four over the scores.
 //
 // The tensor is seen as [outer, size(dim), inner]. With inner == 1 (softmax
 // over the last dim, as attention does) each row is three contiguous
@@ -15,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/exec/parallel.h"
 #include "runtime/kernels/kernel_util.h"
+#include "runtime/kernels/typed_elementwise.h"
 #include "runtime/kernels/vector_math.h"
 #include "runtime/ops/prepare_fns.h"
 #include "runtime/util/status_macros.h"
@@ -22,16 +27,18 @@
 namespace kiln::runtime {
 namespace {
 
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
 class SoftmaxKernel final : public Kernel {
  public:
-  SoftmaxKernel(int64_t outer, int64_t size, int64_t inner, bool log)
-      : outer_(outer), size_(size), inner_(inner), log_(log) {}
+  SoftmaxKernel(int64_t outer, int64_t size, int64_t inner, bool log, bool safe)
+      : outer_(outer), size_(size), inner_(inner), log_(log), safe_(safe) {}
 
   absl::Status Run(const KernelContext& ctx) const override {
     const float* in = ctx.inputs[0].as<const float>();
     float* out = ctx.outputs[0].as<float>();
     const int64_t n = size_, inner = inner_;
-    const bool log = log_;
+    const bool log = log_, safe = safe_;
     if (outer_ == 0 || n == 0 || inner == 0) return absl::OkStatus();
     if (inner == 1) {
       const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 13) / n);
@@ -40,6 +47,12 @@ class SoftmaxKernel final : public Kernel {
           const float* x = in + r * n;
           float* y = out + r * n;
           const float m = vmath::Max(x, n);
+          // Max passes over NaN: a row of -inf is checked element by
+          // element (rarely: its max is -inf).
+          if (safe && m == kNegInf && std::all_of(x, x + n, [](float v) { return v == kNegInf; })) {
+            std::fill(y, y + n, 0.0f);
+            continue;
+          }
           const float sum = vmath::ExpShiftedSum(x, m, y, n);
           if (log) {
             const float shift = m + std::log(sum);
@@ -104,6 +117,14 @@ class SoftmaxKernel final : public Kernel {
           float* yr = y + i * inner;
           for (int64_t j = 0; j < len; ++j) yr[j] *= sum[j];
         }
+        if (!safe) continue;
+        for (int64_t j = 0; j < len; ++j) {
+          if (m[j] != kNegInf) continue;
+          bool all = true;
+          for (int64_t i = 0; i < n && all; ++i) all = x[i * inner + j] == kNegInf;
+          if (!all) continue;
+          for (int64_t i = 0; i < n; ++i) y[i * inner + j] = 0.0f;
+        }
       }
     });
     return absl::OkStatus();
@@ -111,7 +132,7 @@ class SoftmaxKernel final : public Kernel {
 
  private:
   int64_t outer_, size_, inner_;
-  bool log_;
+  bool log_, safe_;
 };
 
 
@@ -127,7 +148,8 @@ absl::StatusOr<PreparedOp> PrepareSoftmaxOf(const NodeArgs& args, bool log) {
   KILN_ASSIGN_OR_RETURN(DimLines lines, LinesAlong(args, self, dim_arg));
   PreparedOp op;
   op.outputs.push_back(self);
-  op.kernel = std::make_unique<SoftmaxKernel>(lines.outer, lines.n, lines.inner, log);
+  op.kernel = std::make_unique<SoftmaxKernel>(lines.outer, lines.n, lines.inner, log,
+                                              /*safe=*/false);
   return op;
 }
 
@@ -139,6 +161,24 @@ absl::StatusOr<PreparedOp> PrepareSoftmax(const NodeArgs& args) {
 
 absl::StatusOr<PreparedOp> PrepareLogSoftmax(const NodeArgs& args) {
   return PrepareSoftmaxOf(args, /*log=*/true);
+}
+
+absl::StatusOr<PreparedOp> PrepareSafeSoftmax(const NodeArgs& args) {
+  // (self, dim, dtype=None)
+  KILN_ASSIGN_OR_RETURN(TensorMeta self, args.Tensor(0, "self"));
+  KILN_RETURN_IF_ERROR(RequireDType(args, self, "self"));
+  KILN_ASSIGN_OR_RETURN(int64_t dim_arg, args.Int(1, "dim"));
+  KILN_ASSIGN_OR_RETURN(DType dtype, DTypeArgOr(args, 2, "dtype", DType::kF32, kAllDTypes));
+  if (dtype != DType::kF32) {
+    return args.Unimplemented(absl::StrCat("_safe_softmax to ", DTypeName(dtype),
+                                           " (f32 only)"));
+  }
+  KILN_ASSIGN_OR_RETURN(DimLines lines, LinesAlong(args, self, dim_arg));
+  PreparedOp op;
+  op.outputs.push_back(self);
+  op.kernel = std::make_unique<SoftmaxKernel>(lines.outer, lines.n, lines.inner, /*log=*/false,
+                                              /*safe=*/true);
+  return op;
 }
 
 }  // namespace kiln::runtime
