@@ -2,14 +2,18 @@
 //   aten.native_layer_norm.default (input, normalized_shape, weight?,
 //     bias?, eps) -> (out, mean, rstd), stats shaped input[:axis] + [1]*k;
 //   aten.native_group_norm.default (input, weight?, bias?, N, C, HxW,
-//     group, eps) -> (out, mean [N, group], rstd [N, group]).
-// Each normalized group is contiguous; statistics accumulate in double
+//     group, eps) -> (out, mean [N, group], rstd [N, group]);
+//   kiln.group_norm_nhwc, its channels-last form (passes/channels_last.cc)
+//     over [N, H, W, C], the output alone.
+// Each normalized group is contiguous (but in channels-last, where a
+// group is a run of channels in every pixel); statistics accumulate in double
 // (two passes: mean, then centred variance), so they are at least as
 // accurate as ATen's float Welford. A group too large for one thread (one
 // group over a whole feature map) is summed by every thread in chunks.
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/exec/parallel.h"
@@ -189,6 +193,87 @@ class GroupNormKernel final : public Kernel {
   int x_, w_, b_;
 };
 
+// Group norm over channels-last [N, HW, C]: group g is channels
+// [g * C/G, (g + 1) * C/G) of every pixel. Each pass sums fixed chunks of
+// pixels in parallel (a partial sum per chunk and group), then adds the
+// partials in order, so the result does not depend on the thread count.
+class GroupNormNhwcKernel final : public Kernel {
+ public:
+  GroupNormNhwcKernel(int64_t n, int64_t c, int64_t hw, int64_t groups, double eps,
+                      int x_slot, int w_slot, int b_slot)
+      : n_(n), c_(c), hw_(hw), g_(groups), eps_(eps), x_(x_slot), w_(w_slot), b_(b_slot) {}
+
+  absl::Status Run(const KernelContext& ctx) const override {
+    const float* x = ctx.inputs[x_].as<const float>();
+    const float* w = w_ >= 0 ? ctx.inputs[w_].as<const float>() : nullptr;
+    const float* bias = b_ >= 0 ? ctx.inputs[b_].as<const float>() : nullptr;
+    float* out = ctx.outputs[0].as<float>();
+    if (n_ * c_ * hw_ == 0) return absl::OkStatus();
+    const int64_t cpg = c_ / g_, c = c_;
+    const int64_t pixels_per_chunk =
+        std::max<int64_t>(std::max<int64_t>(1, (int64_t{1} << 13) / c), (hw_ + kMaxChunks - 1) / kMaxChunks);
+    const int64_t chunks = (hw_ + pixels_per_chunk - 1) / pixels_per_chunk;
+    std::vector<double> partial(static_cast<size_t>(chunks * g_));
+    std::vector<double> group_mean(static_cast<size_t>(g_));
+    std::vector<float> scale(static_cast<size_t>(c)), shift(static_cast<size_t>(c));
+    const double count = static_cast<double>(cpg * hw_);
+    for (int64_t n = 0; n < n_; ++n) {
+      const float* xn = x + n * hw_ * c;
+      float* yn = out + n * hw_ * c;
+      // pass(k, g, run): the sum over chunk k's pixels of run(group g's
+      // channels of a pixel).
+      auto sum_pass = [&](auto run) {
+        ParallelFor(chunks, 1, [&](int64_t b, int64_t e) {
+          for (int64_t k = b; k < e; ++k) {
+            const int64_t p1 = std::min(hw_, (k + 1) * pixels_per_chunk);
+            for (int64_t g = 0; g < g_; ++g) {
+              double acc = 0.0;
+              for (int64_t p = k * pixels_per_chunk; p < p1; ++p) {
+                acc += run(xn + p * c + g * cpg, g);
+              }
+              partial[k * g_ + g] = acc;
+            }
+          }
+        });
+      };
+      sum_pass([&](const float* v, int64_t) { return SumOf(v, cpg); });
+      for (int64_t g = 0; g < g_; ++g) {
+        double sum = 0.0;
+        for (int64_t k = 0; k < chunks; ++k) sum += partial[k * g_ + g];
+        group_mean[g] = sum / count;
+      }
+      sum_pass([&](const float* v, int64_t g) { return SquaredDeviations(v, cpg, group_mean[g]); });
+      for (int64_t g = 0; g < g_; ++g) {
+        double squares = 0.0;
+        for (int64_t k = 0; k < chunks; ++k) squares += partial[k * g_ + g];
+        float mu = 0.0f, rs = 0.0f;
+        StoreMoments(group_mean[g] * count, squares, cpg * hw_, eps_, &mu, &rs);
+        for (int64_t ch = g * cpg; ch < (g + 1) * cpg; ++ch) {
+          const float wc = w != nullptr ? w[ch] : 1.0f;
+          const float bc = bias != nullptr ? bias[ch] : 0.0f;
+          scale[ch] = rs * wc;
+          shift[ch] = bc - mu * scale[ch];
+        }
+      }
+      const float* sc = scale.data();
+      const float* sh = shift.data();
+      ParallelFor(hw_, std::max<int64_t>(1, (int64_t{1} << 14) / c), [&](int64_t b, int64_t e) {
+        for (int64_t p = b; p < e; ++p) {
+          const float* xp = xn + p * c;
+          float* yp = yn + p * c;
+          for (int64_t ch = 0; ch < c; ++ch) yp[ch] = xp[ch] * sc[ch] + sh[ch];
+        }
+      });
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  int64_t n_, c_, hw_, g_;
+  double eps_;
+  int x_, w_, b_;
+};
+
 absl::Status RequireVector(const NodeArgs& args,
                            const std::optional<TensorMeta>& t,
                            const std::vector<int64_t>& shape,
@@ -240,8 +325,11 @@ absl::StatusOr<PreparedOp> PrepareNativeLayerNorm(const NodeArgs& args) {
   return op;
 }
 
-absl::StatusOr<PreparedOp> PrepareNativeGroupNorm(const NodeArgs& args) {
-  // (input, weight?, bias?, N, C, HxW, group, eps)
+namespace {
+
+// Both forms' arguments: (input, weight?, bias?, N, C, HxW, group, eps),
+// input [N, C, *] (nhwc: [N, *, C]).
+absl::StatusOr<PreparedOp> PrepareGroupNormOf(const NodeArgs& args, bool nhwc) {
   KILN_ASSIGN_OR_RETURN(TensorMeta input, args.Tensor(0, "input"));
   KILN_RETURN_IF_ERROR(RequireDType(args, input, "input"));
   KILN_ASSIGN_OR_RETURN(std::optional<TensorMeta> weight,
@@ -253,8 +341,9 @@ absl::StatusOr<PreparedOp> PrepareNativeGroupNorm(const NodeArgs& args) {
   KILN_ASSIGN_OR_RETURN(int64_t hw, args.Int(5, "HxW"));
   KILN_ASSIGN_OR_RETURN(int64_t group, args.Int(6, "group"));
   KILN_ASSIGN_OR_RETURN(double eps, args.Float(7, "eps"));
-  if (input.rank() < 2 || input.shape[0] != n || input.shape[1] != c ||
-      Product(input.shape, 2, input.rank()) != hw) {
+  const int channel_dim = nhwc ? input.rank() - 1 : 1;
+  if (input.rank() < 2 || input.shape[0] != n || input.shape[channel_dim] != c ||
+      input.NumElements() != n * c * hw) {
     return args.Error(absl::StrCat("input ", input.ToString(),
                                    " does not match N=", n, ", C=", c,
                                    ", HxW=", hw));
@@ -266,12 +355,29 @@ absl::StatusOr<PreparedOp> PrepareNativeGroupNorm(const NodeArgs& args) {
   KILN_RETURN_IF_ERROR(RequireVector(args, weight, {c}, "weight"));
   KILN_RETURN_IF_ERROR(RequireVector(args, bias, {c}, "bias"));
   PreparedOp op;
+  if (nhwc) {
+    op.outputs = {input};
+    op.kernel = std::make_unique<GroupNormNhwcKernel>(
+        n, c, hw, group, eps, InputIndex(args, 0, "input"), InputIndex(args, 1, "weight"),
+        InputIndex(args, 2, "bias"));
+    return op;
+  }
   op.outputs = {input, TensorMeta{DType::kF32, {n, group}},
                 TensorMeta{DType::kF32, {n, group}}};
   op.kernel = std::make_unique<GroupNormKernel>(
       n, c, hw, group, eps, InputIndex(args, 0, "input"),
       InputIndex(args, 1, "weight"), InputIndex(args, 2, "bias"));
   return op;
+}
+
+}  // namespace
+
+absl::StatusOr<PreparedOp> PrepareNativeGroupNorm(const NodeArgs& args) {
+  return PrepareGroupNormOf(args, /*nhwc=*/false);
+}
+
+absl::StatusOr<PreparedOp> PrepareGroupNormNhwc(const NodeArgs& args) {
+  return PrepareGroupNormOf(args, /*nhwc=*/true);
 }
 
 }  // namespace kiln::runtime

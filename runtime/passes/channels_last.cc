@@ -19,8 +19,11 @@
 // per-pixel broadcast operands become views that broadcast the same way),
 // pooling runs its NHWC kernel on the blocked tensor seen as N * C/8 images
 // of 8 channels. In channels-last, split_with_sizes splits along the
-// dimension's new position and shufflenet's channel shuffle (ShuffleChain)
-// becomes the same permutation of channels within each pixel. Conversions
+// dimension's new position, constant_pad_nd pads the same sides of the
+// dims' new positions, group norm runs its NHWC kernel (statistics over a
+// run of channels in every pixel), and shufflenet's channel shuffle
+// (ShuffleChain) becomes the same permutation of channels within each
+// pixel. Conversions
 // are explicit aten.permute nodes (or free
 // aten.view aliases when the bytes agree), so the optimized graph's dump
 // shows every reorder that remains. Ops with no form in the layout (e.g.

@@ -1,5 +1,6 @@
 // Tests aten.native_layer_norm and aten.native_group_norm (all three
-// outputs) against double-precision references.
+// outputs), and kiln.group_norm_nhwc (group norm over channels-last
+// tensors), against double-precision references.
 #include <cmath>
 
 #include "tests/runtime/kernels/typed_test_util.h"
@@ -145,6 +146,65 @@ TEST(GroupNormTest, OneLargeGroupPerSampleSplitAcrossThreads) {
     EXPECT_TRUE(AllClose(out.As<float>(1), mean, 1e-6, 0)) << "groups=" << groups;
     EXPECT_TRUE(AllClose(out.As<float>(2), rstd, 1e-5, 0)) << "groups=" << groups;
   }
+}
+
+// kiln.group_norm_nhwc against the plain reference of the same values
+// transposed: groups of one channel, of several, one group of all; with
+// and without an affine; a map large enough to be summed in chunks by
+// every thread, values far from 0 for the two-pass variance.
+TEST(GroupNormNhwcTest, MatchesThePlainGroupNorm) {
+  struct Case {
+    int64_t n, h, w, c, groups;
+    bool affine;
+  };
+  for (const Case& k : {Case{2, 5, 7, 12, 3, true}, Case{1, 4, 4, 8, 8, false},
+                        Case{1, 56, 57, 64, 1, true}, Case{2, 40, 40, 48, 4, true},
+                        Case{1, 3, 3, 6, 2, false}}) {
+    SCOPED_TRACE(::testing::Message() << k.n << "x" << k.h << "x" << k.w << "x" << k.c << " g"
+                                    << k.groups);
+    const int64_t hw = k.h * k.w;
+    auto x_nhwc = RandomFloats(k.n * hw * k.c, 21, -1, 1);
+    for (float& v : x_nhwc) v += 100.0f;
+    const auto wt = RandomFloats(k.c, 22), b = RandomFloats(k.c, 23);
+    // The same values in NCHW order, for the reference.
+    std::vector<float> x_nchw(x_nhwc.size());
+    for (int64_t n = 0; n < k.n; ++n)
+      for (int64_t p = 0; p < hw; ++p)
+        for (int64_t ch = 0; ch < k.c; ++ch)
+          x_nchw[(n * k.c + ch) * hw + p] = x_nhwc[(n * hw + p) * k.c + ch];
+    std::vector<double> y, mean, rstd;
+    ReferenceNorm(x_nchw, k.n * k.groups, (k.c / k.groups) * hw, 1e-5, &y, &mean, &rstd);
+    std::vector<double> want(y.size());
+    for (int64_t n = 0; n < k.n; ++n)
+      for (int64_t p = 0; p < hw; ++p)
+        for (int64_t ch = 0; ch < k.c; ++ch) {
+          double v = y[(n * k.c + ch) * hw + p];
+          if (k.affine) v = v * wt[ch] + b[ch];
+          want[(n * hw + p) * k.c + ch] = v;
+        }
+    OpTester t("kiln.group_norm_nhwc");
+    t.AddArg(t.Input(F32({k.n, k.h, k.w, k.c}), x_nhwc));
+    t.AddArg(k.affine ? t.Constant(F32({k.c}), wt) : NoneArg());
+    t.AddArg(k.affine ? t.Constant(F32({k.c}), b) : NoneArg());
+    for (int64_t v : {k.n, k.c, hw, k.groups}) t.AddArg(IntArg(v));
+    t.AddArg(FloatArg(1e-5));
+    ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+    ASSERT_EQ(t.output_metas().size(), 1u);
+    EXPECT_EQ(t.output_metas()[0], F32({k.n, k.h, k.w, k.c}));
+    Outputs out(t);
+    ASSERT_TRUE(out.Run(t).ok());
+    EXPECT_TRUE(AllClose(out.As<float>(0), want, 1e-4, 1e-4));
+  }
+}
+
+TEST(GroupNormNhwcTest, RejectsSizesThatDisagreeWithInput) {
+  OpTester t("kiln.group_norm_nhwc");
+  t.AddArg(t.Input(F32({1, 2, 2, 6}), RandomFloats(24, 1)));
+  t.AddArg(NoneArg());
+  t.AddArg(NoneArg());
+  for (int64_t v : {1, 4, 6, 2}) t.AddArg(IntArg(v));  // C = 4: the last dim is 6
+  t.AddArg(FloatArg(1e-5));
+  EXPECT_TRUE(IsInvalidArgument(t.Prepare(), "does not match"));
 }
 
 TEST(GroupNormTest, RejectsChannelsNotDivisibleByGroups) {

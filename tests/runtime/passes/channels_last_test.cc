@@ -156,6 +156,41 @@ TEST_F(SmallCnn, RunsChannelsLastWithoutReorderSteps) {
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5 * (1 + std::abs(b[i]))) << i;
 }
 
+// A PoolFormer block: group norm, then average pooling (without the pad
+// in its counts) minus its input, between convolutions, all channels-last.
+TEST_F(SmallCnn, GroupNormStaysChannelsLast) {
+  GraphBuilder b;
+  const int x = b.Input({2, 4, 9, 9}, "x");
+  const int c1 = Conv(b, x, 4, 8, 3, "c1");
+  const int gn = b.Call("aten.native_group_norm.default",
+                        {Ref(c1), Ref(Const(b, {8}, 0.5f, 1.5f)), Ref(Const(b, {8}, -0.5f, 0.5f)),
+                         Int(2), Int(8), Int(81), Int(2), Float(1e-5)},
+                        "gn");
+  const int pool = b.Call("aten.avg_pool2d.default",
+                          {Ref(gn, 0), IntList({3, 3}), IntList({1, 1}), IntList({1, 1}),
+                           Bool(false), Bool(false)},
+                          "pool");
+  const int diff = b.Call("aten.sub.Tensor", {Ref(pool), Ref(gn, 0)}, "diff");
+  const int c2 = Conv(b, diff, 8, 8, 3, "c2");
+  const int gp = b.Call("aten._adaptive_avg_pool2d.default", {Ref(c2), IntList({1, 1})}, "gp");
+  b.Output(b.Call("aten.flatten.using_ints", {Ref(gp), Int(1)}, "flat"));
+  const kiln::v1::Graph proto = b.graph();
+
+  auto cl = CompileAs(proto, LayoutOption::kNhwc);
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  const std::string dump = DumpCompiledGraph(**cl);
+  EXPECT_EQ(CountSteps(**cl, "aten.permute.default"), 0) << dump;
+  EXPECT_EQ(CountSteps(**cl, "kiln.group_norm_nhwc"), 1) << dump;
+  EXPECT_EQ(CountSteps(**cl, "kiln.avg_pool2d_nhwc"), 1) << dump;
+  auto plain = CompileAs(proto, LayoutOption::kNchw);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  const std::vector<float> in = UniformFloats(2 * 4 * 9 * 9, -1.f, 1.f, 97);
+  const std::vector<float> a = Run(**cl, in), want = Run(**plain, in);
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_NEAR(a[i], want[i], 1e-5 * (1 + std::abs(want[i]))) << i;
+  }
+}
+
 // Pads of a channels-last value stay channels-last: a pool's -inf padding
 // on one side (TensorFlow's "same" padding), a pad of the channels with
 // another value and a crop (negative pads), with no reorder in between and
