@@ -19,7 +19,7 @@
 // per-pixel broadcast operands become views that broadcast the same way),
 // pooling runs its NHWC kernel on the blocked tensor seen as N * C/8 images
 // of 8 channels. In channels-last, split_with_sizes splits along the
-// dimension's new position, constant_pad_nd pads the same sides of the
+// dimension's new position (and slice slices so), constant_pad_nd pads the same sides of the
 // dims' new positions, group norm runs its NHWC kernel (statistics over a
 // run of channels in every pixel), and shufflenet's channel shuffle
 // (ShuffleChain) becomes the same permutation of channels within each
@@ -250,13 +250,14 @@ class Rewriter {
     return true;
   }
 
-  // split_with_sizes of a channels-last value along any dimension: the
-  // same split along that dimension's channels-last position.
+  // split_with_sizes or slice of a channels-last value along any
+  // dimension: the same along that dimension's channels-last position
+  // (GhostNet keeps the first channels of a cat so).
   bool RewriteSplit(int i) {
     Node n = old_.nodes[i];
     const ValueRef in = n.args[0].tensor;
     if (blocked() || !cl_[in.node][in.output] || !n.kwargs.empty()) return false;
-    if (!RemapDim(n, 2, "dim", layout_)) return false;
+    if (!RemapDim(n, SplitDimPos(n), "dim", layout_)) return false;
     n.args[0].tensor = *cl_[in.node][in.output];
     for (TensorMeta& out : n.outputs) out.shape = PhysicalShape(out.shape);
     const int outputs = static_cast<int>(n.outputs.size());

@@ -41,10 +41,13 @@ bool IsToNhwc(const Node& node) {
 }
 
 bool IsSplit(const Graph& g, const Node& n) {
-  return n.target == "aten.split_with_sizes.default" && !n.args.empty() &&
-         n.args[0].kind == Arg::Kind::kTensor && g.MetaOf(n.args[0].tensor).rank() == 4 &&
+  return (n.target == "aten.split_with_sizes.default" || n.target == "aten.slice.Tensor") &&
+         !n.args.empty() && n.args[0].kind == Arg::Kind::kTensor &&
+         g.MetaOf(n.args[0].tensor).rank() == 4 &&
          g.MetaOf(n.args[0].tensor).dtype == DType::kF32;
 }
+
+size_t SplitDimPos(const Node& n) { return n.target == "aten.slice.Tensor" ? 1 : 2; }
 
 std::vector<std::vector<bool>> WantsLayout(const Graph& g, Layout layout,
                                            const absl::flat_hash_map<int, ShuffleChain>& shuffles) {

@@ -59,8 +59,10 @@ bool RunsInLayout(const Node& node, Layout layout);
 // permute(x, dims) with dims [0, 2, 3, 1] (or its negative spelling).
 bool IsToNhwc(const Node& node);
 
-// split_with_sizes of a rank-4 f32 tensor.
+// split_with_sizes or slice of a rank-4 f32 tensor: in NHWC, the same
+// along the dim's new position (its dim argument at SplitDimPos).
 bool IsSplit(const Graph& g, const Node& n);
+size_t SplitDimPos(const Node& n);
 
 // Per value: whether a convolution (directly or through ops that follow
 // the layout) reads it, so that producing it in `layout` saves a reorder.

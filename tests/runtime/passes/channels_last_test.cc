@@ -156,6 +156,33 @@ TEST_F(SmallCnn, RunsChannelsLastWithoutReorderSteps) {
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5 * (1 + std::abs(b[i]))) << i;
 }
 
+// A GhostNet module: a convolution and a cheap depthwise one on its output,
+// concatenated, then the first channels kept by a slice, all channels-last.
+TEST_F(SmallCnn, SliceOfChannelsStaysChannelsLast) {
+  GraphBuilder b;
+  const int x = b.Input({2, 4, 9, 9}, "x");
+  const int primary = Conv(b, x, 4, 8, 1, "primary");
+  const int cheap = Grouped3x3(b, primary, 8, 8, "cheap");
+  const int cat = b.Call("aten.cat.default", {Tensors({primary, cheap}), Int(1)}, "cat");
+  const int kept = b.Call("aten.slice.Tensor", {Ref(cat), Int(1), Int(0), Int(12)}, "kept");
+  const int c2 = Conv(b, kept, 12, 8, 3, "c2");
+  const int gp = b.Call("aten._adaptive_avg_pool2d.default", {Ref(c2), IntList({1, 1})}, "gp");
+  b.Output(b.Call("aten.flatten.using_ints", {Ref(gp), Int(1)}, "flat"));
+  const kiln::v1::Graph proto = b.graph();
+
+  auto cl = CompileAs(proto, LayoutOption::kNhwc);
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  const std::string dump = DumpCompiledGraph(**cl);
+  EXPECT_EQ(CountSteps(**cl, "aten.permute.default"), 0) << dump;
+  auto plain = CompileAs(proto, LayoutOption::kNchw);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  const std::vector<float> in = UniformFloats(2 * 4 * 9 * 9, -1.f, 1.f, 96);
+  const std::vector<float> a = Run(**cl, in), want = Run(**plain, in);
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_NEAR(a[i], want[i], 1e-5 * (1 + std::abs(want[i]))) << i;
+  }
+}
+
 // A PoolFormer block: group norm, then average pooling (without the pad
 // in its counts) minus its input, between convolutions, all channels-last.
 TEST_F(SmallCnn, GroupNormStaysChannelsLast) {
