@@ -288,9 +288,24 @@ class Rewriter {
     if (HasTrait(node, kElementwise) && Representable(out)) return RewriteElementwise(i);
     if (node.target == "aten.cat.default") return RewriteCat(i);
     if (node.target == "aten.constant_pad_nd.default") return RewritePad(i);
+    if (node.target == "aten.alias.default") return RewriteAlias(i);
     if (node.target == "aten.mean.dim") return RewriteMean(i);
     if (form != nullptr && RunsInLayout(node, layout_)) return RewriteSameArgs(i, form);
     return false;
+  }
+
+  // An alias of a value in the graph's layout: the same alias of it.
+  bool RewriteAlias(int i) {
+    Node n = old_.nodes[i];
+    if (n.args.size() != 1 || n.args[0].kind != Arg::Kind::kTensor || !n.kwargs.empty()) {
+      return false;
+    }
+    const ValueRef in = n.args[0].tensor;
+    if (!cl_[in.node][in.output]) return false;
+    n.args[0].tensor = *cl_[in.node][in.output];
+    n.outputs[0].shape = nodes_[n.args[0].tensor.node].outputs[n.args[0].tensor.output].shape;
+    cl_[i][0] = Emit(std::move(n));
+    return true;
   }
 
   // constant_pad_nd of a channels-last value: the same pads, listed for

@@ -70,6 +70,11 @@ std::vector<std::vector<bool>> WantsLayout(const Graph& g, Layout layout,
       for (size_t o = 0; o < node.outputs.size(); ++o) {
         if (wants[i][o]) mark(node.args[0]);
       }
+    } else if (node.target == "aten.alias.default" && node.args.size() == 1 &&
+               node.args[0].kind == Arg::Kind::kTensor && wants[i][0]) {
+      // An alias reads its input in whatever layout (a slice of every
+      // channel, say, became one).
+      mark(node.args[0]);
     } else if (layout == Layout::kNhwc && node.target == "aten.constant_pad_nd.default" &&
                !node.args.empty() && node.args[0].kind == Arg::Kind::kTensor &&
                g.MetaOf(node.args[0].tensor).rank() == 4 && wants[i][0]) {

@@ -158,14 +158,19 @@ TEST_F(SmallCnn, RunsChannelsLastWithoutReorderSteps) {
 
 // A GhostNet module: a convolution and a cheap depthwise one on its output,
 // concatenated, then the first channels kept by a slice, all channels-last.
-TEST_F(SmallCnn, SliceOfChannelsStaysChannelsLast) {
+// With every channel kept, the slice is an alias: that too.
+class GhostModule : public SmallCnn, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(GhostModule, SliceOfChannelsStaysChannelsLast) {
+  const bool whole = GetParam();
   GraphBuilder b;
   const int x = b.Input({2, 4, 9, 9}, "x");
   const int primary = Conv(b, x, 4, 8, 1, "primary");
   const int cheap = Grouped3x3(b, primary, 8, 8, "cheap");
   const int cat = b.Call("aten.cat.default", {Tensors({primary, cheap}), Int(1)}, "cat");
-  const int kept = b.Call("aten.slice.Tensor", {Ref(cat), Int(1), Int(0), Int(12)}, "kept");
-  const int c2 = Conv(b, kept, 12, 8, 3, "c2");
+  const int kept = whole ? b.Call("aten.alias.default", {Ref(cat)}, "kept")
+                         : b.Call("aten.slice.Tensor", {Ref(cat), Int(1), Int(0), Int(12)}, "kept");
+  const int c2 = Conv(b, kept, whole ? 16 : 12, 8, 3, "c2");
   const int gp = b.Call("aten._adaptive_avg_pool2d.default", {Ref(c2), IntList({1, 1})}, "gp");
   b.Output(b.Call("aten.flatten.using_ints", {Ref(gp), Int(1)}, "flat"));
   const kiln::v1::Graph proto = b.graph();
@@ -182,6 +187,11 @@ TEST_F(SmallCnn, SliceOfChannelsStaysChannelsLast) {
     EXPECT_NEAR(a[i], want[i], 1e-5 * (1 + std::abs(want[i]))) << i;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(SliceOrAlias, GhostModule, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& p) {
+                           return p.param ? "Alias" : "Slice";
+                         });
 
 // A PoolFormer block: group norm, then average pooling (without the pad
 // in its counts) minus its input, between convolutions, all channels-last.
