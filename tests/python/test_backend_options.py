@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import tempfile
 
@@ -154,6 +155,7 @@ def test_cache_dir_is_given_to_a_daemon_the_client_starts(daemon_up):
         assert os.path.isdir(cache)
     finally:
         kill_and_wait(stats.pid, signal.SIGTERM)
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _train(model, compiled, steps=4, seed=0):
