@@ -139,11 +139,28 @@ class LayerNormKernel final : public Kernel {
   int x_, w_, b_;
 };
 
+// A group norm's sizes and input slots (weight and bias -1 when absent),
+// in either layout.
+struct GroupNormSpec {
+  int64_t n = 0, c = 0, hw = 0, g = 1;
+  double eps = 0.0;
+  int x = -1, w = -1, b = -1;
+};
+
+// Channel ch of a group of mean mu and 1/std rs normalizes as
+// y = x * scale + shift, the affine folded in.
+inline void ChannelAffine(float mu, float rs, const float* w, const float* bias, int64_t ch,
+                          float* scale, float* shift) {
+  const float wc = w != nullptr ? w[ch] : 1.0f;
+  const float bc = bias != nullptr ? bias[ch] : 0.0f;
+  *scale = rs * wc;
+  *shift = bc - mu * *scale;
+}
+
 class GroupNormKernel final : public Kernel {
  public:
-  GroupNormKernel(int64_t n, int64_t c, int64_t hw, int64_t groups, double eps,
-                  int x_slot, int w_slot, int b_slot)
-      : n_(n), c_(c), hw_(hw), g_(groups), eps_(eps), x_(x_slot), w_(w_slot), b_(b_slot) {}
+  explicit GroupNormKernel(GroupNormSpec s)
+      : n_(s.n), c_(s.c), hw_(s.hw), g_(s.g), eps_(s.eps), x_(s.x), w_(s.w), b_(s.b) {}
 
   absl::Status Run(const KernelContext& ctx) const override {
     const float* x = ctx.inputs[x_].as<const float>();
@@ -159,10 +176,8 @@ class GroupNormKernel final : public Kernel {
       const float mu = mean[ng], rs = rstd[ng];
       const int64_t c0 = (ng % g_) * cpg;
       for (int64_t c = c_begin; c < c_end; ++c) {
-        const float wc = w != nullptr ? w[c0 + c] : 1.0f;
-        const float bc = bias != nullptr ? bias[c0 + c] : 0.0f;
-        const float scale = rs * wc;
-        const float shift = bc - mu * scale;
+        float scale, shift;
+        ChannelAffine(mu, rs, w, bias, c0 + c, &scale, &shift);
         const float* xc = x + ng * group_elems + c * hw_;
         float* yc = out + ng * group_elems + c * hw_;
         for (int64_t i = 0; i < hw_; ++i) yc[i] = xc[i] * scale + shift;
@@ -199,9 +214,18 @@ class GroupNormKernel final : public Kernel {
 // partials in order, so the result does not depend on the thread count.
 class GroupNormNhwcKernel final : public Kernel {
  public:
-  GroupNormNhwcKernel(int64_t n, int64_t c, int64_t hw, int64_t groups, double eps,
-                      int x_slot, int w_slot, int b_slot)
-      : n_(n), c_(c), hw_(hw), g_(groups), eps_(eps), x_(x_slot), w_(w_slot), b_(b_slot) {}
+  explicit GroupNormNhwcKernel(GroupNormSpec s)
+      : n_(s.n), c_(s.c), hw_(s.hw), g_(s.g), eps_(s.eps), x_(s.x), w_(s.w), b_(s.b),
+        pixels_per_chunk_(std::max({int64_t{1}, (int64_t{1} << 13) / std::max<int64_t>(c_, 1),
+                                    (hw_ + kMaxChunks - 1) / kMaxChunks})),
+        chunks_((hw_ + pixels_per_chunk_ - 1) / pixels_per_chunk_) {}
+
+  // Partial sums (chunk x group) and group means in double, then each
+  // channel's scale and shift.
+  size_t ScratchBytes() const override {
+    return static_cast<size_t>((chunks_ + 1) * g_) * sizeof(double) +
+           static_cast<size_t>(2 * c_) * sizeof(float);
+  }
 
   absl::Status Run(const KernelContext& ctx) const override {
     const float* x = ctx.inputs[x_].as<const float>();
@@ -210,12 +234,11 @@ class GroupNormNhwcKernel final : public Kernel {
     float* out = ctx.outputs[0].as<float>();
     if (n_ * c_ * hw_ == 0) return absl::OkStatus();
     const int64_t cpg = c_ / g_, c = c_;
-    const int64_t pixels_per_chunk =
-        std::max<int64_t>(std::max<int64_t>(1, (int64_t{1} << 13) / c), (hw_ + kMaxChunks - 1) / kMaxChunks);
-    const int64_t chunks = (hw_ + pixels_per_chunk - 1) / pixels_per_chunk;
-    std::vector<double> partial(static_cast<size_t>(chunks * g_));
-    std::vector<double> group_mean(static_cast<size_t>(g_));
-    std::vector<float> scale(static_cast<size_t>(c)), shift(static_cast<size_t>(c));
+    const int64_t pixels_per_chunk = pixels_per_chunk_, chunks = chunks_;
+    double* partial = static_cast<double*>(ctx.scratch);
+    double* group_mean = partial + chunks * g_;
+    float* scale = reinterpret_cast<float*>(group_mean + g_);
+    float* shift = scale + c;
     const double count = static_cast<double>(cpg * hw_);
     for (int64_t n = 0; n < n_; ++n) {
       const float* xn = x + n * hw_ * c;
@@ -249,14 +272,11 @@ class GroupNormNhwcKernel final : public Kernel {
         float mu = 0.0f, rs = 0.0f;
         StoreMoments(group_mean[g] * count, squares, cpg * hw_, eps_, &mu, &rs);
         for (int64_t ch = g * cpg; ch < (g + 1) * cpg; ++ch) {
-          const float wc = w != nullptr ? w[ch] : 1.0f;
-          const float bc = bias != nullptr ? bias[ch] : 0.0f;
-          scale[ch] = rs * wc;
-          shift[ch] = bc - mu * scale[ch];
+          ChannelAffine(mu, rs, w, bias, ch, &scale[ch], &shift[ch]);
         }
       }
-      const float* sc = scale.data();
-      const float* sh = shift.data();
+      const float* sc = scale;
+      const float* sh = shift;
       ParallelFor(hw_, std::max<int64_t>(1, (int64_t{1} << 14) / c), [&](int64_t b, int64_t e) {
         for (int64_t p = b; p < e; ++p) {
           const float* xp = xn + p * c;
@@ -272,6 +292,7 @@ class GroupNormNhwcKernel final : public Kernel {
   int64_t n_, c_, hw_, g_;
   double eps_;
   int x_, w_, b_;
+  int64_t pixels_per_chunk_, chunks_;
 };
 
 absl::Status RequireVector(const NodeArgs& args,
@@ -354,19 +375,17 @@ absl::StatusOr<PreparedOp> PrepareGroupNormOf(const NodeArgs& args, bool nhwc) {
   }
   KILN_RETURN_IF_ERROR(RequireVector(args, weight, {c}, "weight"));
   KILN_RETURN_IF_ERROR(RequireVector(args, bias, {c}, "bias"));
+  const GroupNormSpec spec{n, c, hw, group, eps, InputIndex(args, 0, "input"),
+                           InputIndex(args, 1, "weight"), InputIndex(args, 2, "bias")};
   PreparedOp op;
   if (nhwc) {
     op.outputs = {input};
-    op.kernel = std::make_unique<GroupNormNhwcKernel>(
-        n, c, hw, group, eps, InputIndex(args, 0, "input"), InputIndex(args, 1, "weight"),
-        InputIndex(args, 2, "bias"));
+    op.kernel = std::make_unique<GroupNormNhwcKernel>(spec);
     return op;
   }
   op.outputs = {input, TensorMeta{DType::kF32, {n, group}},
                 TensorMeta{DType::kF32, {n, group}}};
-  op.kernel = std::make_unique<GroupNormKernel>(
-      n, c, hw, group, eps, InputIndex(args, 0, "input"),
-      InputIndex(args, 1, "weight"), InputIndex(args, 2, "bias"));
+  op.kernel = std::make_unique<GroupNormKernel>(spec);
   return op;
 }
 

@@ -19,14 +19,14 @@
 // per-pixel broadcast operands become views that broadcast the same way),
 // pooling runs its NHWC kernel on the blocked tensor seen as N * C/8 images
 // of 8 channels. In channels-last, split_with_sizes splits along the
-// dimension's new position (and slice slices so), constant_pad_nd pads the same sides of the
-// dims' new positions, group norm runs its NHWC kernel (statistics over a
-// run of channels in every pixel), and shufflenet's channel shuffle
+// dimension's new position (and slice slices so), constant_pad_nd pads
+// the same sides of the dims' new positions, group norm runs its NHWC
+// kernel (statistics over a run of channels in every pixel), an alias
+// aliases the converted value, and shufflenet's channel shuffle
 // (ShuffleChain) becomes the same permutation of channels within each
-// pixel. Conversions
-// are explicit aten.permute nodes (or free
-// aten.view aliases when the bytes agree), so the optimized graph's dump
-// shows every reorder that remains. Ops with no form in the layout (e.g.
+// pixel. Conversions are explicit aten.permute nodes (or free aten.view
+// aliases when the bytes agree), so the optimized graph's dump shows every
+// reorder that remains. Ops with no form in the layout (e.g.
 // unfolded batch norm in the blocked layout) read a converted plain value.
 //
 // The pass rebuilds the node list (inserting conversions in front of their
@@ -303,7 +303,7 @@ class Rewriter {
     const ValueRef in = n.args[0].tensor;
     if (!cl_[in.node][in.output]) return false;
     n.args[0].tensor = *cl_[in.node][in.output];
-    n.outputs[0].shape = nodes_[n.args[0].tensor.node].outputs[n.args[0].tensor.output].shape;
+    n.outputs[0].shape = PhysicalShape(n.outputs[0].shape);
     cl_[i][0] = Emit(std::move(n));
     return true;
   }
@@ -331,11 +331,13 @@ class Rewriter {
       if (list[k].kind != Arg::Kind::kInt) return false;
       pads[3 - k / 2][k % 2] = list[k].i;
     }
-    // NHWC's dims from the last: C, W, H, N.
+    // Listed again from the last physical dim.
+    std::array<std::array<int64_t, 2>, 4> physical{};
+    for (int d = 0; d < 4; ++d) physical[kToPhysical[d]] = pads[d];
     std::vector<Arg> remapped;
-    for (int d : {1, 3, 2, 0}) {
-      remapped.push_back(IntArg(pads[d][0]));
-      remapped.push_back(IntArg(pads[d][1]));
+    for (int q = 3; q >= 0; --q) {
+      remapped.push_back(IntArg(physical[q][0]));
+      remapped.push_back(IntArg(physical[q][1]));
     }
     while (remapped.size() > 2 && remapped[remapped.size() - 1].i == 0 &&
            remapped[remapped.size() - 2].i == 0) {

@@ -39,12 +39,15 @@ struct SoftmaxCase {
 
 class SoftmaxTest : public ::testing::TestWithParam<SoftmaxCase> {};
 
-TEST_P(SoftmaxTest, MatchesReference) {
-  const SoftmaxCase& c = GetParam();
+// `target` (_softmax, or _safe_softmax with no -inf line) over the case
+// against the reference; `half_to_float`: the op takes that argument.
+void CheckSoftmax(const SoftmaxCase& c, const char* target, bool half_to_float, uint32_t seed) {
   // Large values: softmax must subtract the max to avoid overflow.
-  const auto x = RandomFloats(NumElements(c.shape), 31, -50.0f, 100.0f);
-  OpTester t("aten._softmax.default");
-  t.SetArgs({t.Input(F32(c.shape), x), IntArg(c.dim), BoolArg(false)});
+  const auto x = RandomFloats(NumElements(c.shape), seed, -50.0f, 100.0f);
+  OpTester t(target);
+  std::vector<Arg> args = {t.Input(F32(c.shape), x), IntArg(c.dim)};
+  if (half_to_float) args.push_back(BoolArg(false));
+  t.SetArgs(args);
   ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
   EXPECT_EQ(t.output_metas()[0], F32(c.shape));
   ASSERT_TRUE(t.Run().ok());
@@ -54,6 +57,10 @@ TEST_P(SoftmaxTest, MatchesReference) {
                        rank == 0 ? std::vector<double>{1.0}
                                  : ReferenceSoftmax(x, c.shape, dim),
                        1e-5, 1e-7));
+}
+
+TEST_P(SoftmaxTest, MatchesReference) {
+  CheckSoftmax(GetParam(), "aten._softmax.default", /*half_to_float=*/true, 31);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -83,19 +90,7 @@ TEST_P(SoftmaxTest, LogSoftmaxMatchesReference) {
 }
 
 TEST_P(SoftmaxTest, SafeSoftmaxMatchesReference) {
-  const SoftmaxCase& c = GetParam();
-  const auto x = RandomFloats(NumElements(c.shape), 33, -50.0f, 100.0f);
-  OpTester t("aten._safe_softmax.default");
-  t.SetArgs({t.Input(F32(c.shape), x), IntArg(c.dim)});
-  ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
-  EXPECT_EQ(t.output_metas()[0], F32(c.shape));
-  ASSERT_TRUE(t.Run().ok());
-  const int rank = static_cast<int>(c.shape.size());
-  const int dim = rank == 0 ? 0 : static_cast<int>(c.dim < 0 ? c.dim + rank : c.dim);
-  EXPECT_TRUE(AllClose(t.OutputF32(0),
-                       rank == 0 ? std::vector<double>{1.0}
-                                 : ReferenceSoftmax(x, c.shape, dim),
-                       1e-5, 1e-7));
+  CheckSoftmax(GetParam(), "aten._safe_softmax.default", /*half_to_float=*/false, 33);
 }
 
 // A line of -inf alone gives zeros (every key masked); a line with a NaN

@@ -37,6 +37,12 @@ kiln::v1::Argument Tensors(const std::vector<int>& nodes) {
   return a;
 }
 
+int CountSteps(const CompiledGraph& cg, const std::string& target) {
+  int n = 0;
+  for (const CompiledStep& s : cg.steps) n += cg.graph.nodes[s.node].target == target;
+  return n;
+}
+
 class SmallCnn : public ::testing::Test {
  protected:
   int Const(GraphBuilder& b, std::vector<int64_t> shape, float lo, float hi) {
@@ -127,14 +133,28 @@ class SmallCnn : public ::testing::Test {
     return y;
   }
 
+  // Compiles `proto` (input [2, 4, 9, 9], output [2, 8]) channels-last and
+  // plain, expects no reorder step in the first and the same answer from
+  // both; returns the channels-last compile (null when either failed).
+  std::unique_ptr<CompiledGraph> ChannelsLastAgreeingWithPlain(const kiln::v1::Graph& proto,
+                                                               int seed) {
+    auto cl = CompileAs(proto, LayoutOption::kNhwc);
+    auto plain = CompileAs(proto, LayoutOption::kNchw);
+    if (!cl.ok() || !plain.ok()) {
+      ADD_FAILURE() << cl.status() << " / " << plain.status();
+      return nullptr;
+    }
+    EXPECT_EQ(CountSteps(**cl, "aten.permute.default"), 0) << DumpCompiledGraph(**cl);
+    const std::vector<float> in = UniformFloats(2 * 4 * 9 * 9, -1.f, 1.f, seed);
+    const std::vector<float> a = Run(**cl, in), want = Run(**plain, in);
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_NEAR(a[i], want[i], 1e-5 * (1 + std::abs(want[i]))) << i;
+    }
+    return std::move(*cl);
+  }
+
   std::vector<std::vector<float>> data_;
 };
-
-int CountSteps(const CompiledGraph& cg, const std::string& target) {
-  int n = 0;
-  for (const CompiledStep& s : cg.steps) n += cg.graph.nodes[s.node].target == target;
-  return n;
-}
 
 TEST_F(SmallCnn, RunsChannelsLastWithoutReorderSteps) {
   const kiln::v1::Graph proto = Build();
@@ -175,17 +195,8 @@ TEST_P(GhostModule, SliceOfChannelsStaysChannelsLast) {
   b.Output(b.Call("aten.flatten.using_ints", {Ref(gp), Int(1)}, "flat"));
   const kiln::v1::Graph proto = b.graph();
 
-  auto cl = CompileAs(proto, LayoutOption::kNhwc);
-  ASSERT_TRUE(cl.ok()) << cl.status();
-  const std::string dump = DumpCompiledGraph(**cl);
-  EXPECT_EQ(CountSteps(**cl, "aten.permute.default"), 0) << dump;
-  auto plain = CompileAs(proto, LayoutOption::kNchw);
-  ASSERT_TRUE(plain.ok()) << plain.status();
-  const std::vector<float> in = UniformFloats(2 * 4 * 9 * 9, -1.f, 1.f, 96);
-  const std::vector<float> a = Run(**cl, in), want = Run(**plain, in);
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_NEAR(a[i], want[i], 1e-5 * (1 + std::abs(want[i]))) << i;
-  }
+  const std::unique_ptr<CompiledGraph> cl = ChannelsLastAgreeingWithPlain(proto, 96);
+  ASSERT_NE(cl, nullptr);
 }
 
 INSTANTIATE_TEST_SUITE_P(SliceOrAlias, GhostModule, ::testing::Values(false, true),
@@ -213,19 +224,11 @@ TEST_F(SmallCnn, GroupNormStaysChannelsLast) {
   b.Output(b.Call("aten.flatten.using_ints", {Ref(gp), Int(1)}, "flat"));
   const kiln::v1::Graph proto = b.graph();
 
-  auto cl = CompileAs(proto, LayoutOption::kNhwc);
-  ASSERT_TRUE(cl.ok()) << cl.status();
-  const std::string dump = DumpCompiledGraph(**cl);
-  EXPECT_EQ(CountSteps(**cl, "aten.permute.default"), 0) << dump;
-  EXPECT_EQ(CountSteps(**cl, "kiln.group_norm_nhwc"), 1) << dump;
-  EXPECT_EQ(CountSteps(**cl, "kiln.avg_pool2d_nhwc"), 1) << dump;
-  auto plain = CompileAs(proto, LayoutOption::kNchw);
-  ASSERT_TRUE(plain.ok()) << plain.status();
-  const std::vector<float> in = UniformFloats(2 * 4 * 9 * 9, -1.f, 1.f, 97);
-  const std::vector<float> a = Run(**cl, in), want = Run(**plain, in);
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_NEAR(a[i], want[i], 1e-5 * (1 + std::abs(want[i]))) << i;
-  }
+  const std::unique_ptr<CompiledGraph> cl = ChannelsLastAgreeingWithPlain(proto, 97);
+  ASSERT_NE(cl, nullptr);
+  const std::string dump = DumpCompiledGraph(*cl);
+  EXPECT_EQ(CountSteps(*cl, "kiln.group_norm_nhwc"), 1) << dump;
+  EXPECT_EQ(CountSteps(*cl, "kiln.avg_pool2d_nhwc"), 1) << dump;
 }
 
 // Pads of a channels-last value stay channels-last: a pool's -inf padding
@@ -250,19 +253,11 @@ TEST_F(SmallCnn, PadsStayChannelsLast) {
   b.Output(b.Call("aten.flatten.using_ints", {Ref(gp), Int(1)}, "flat"));
   const kiln::v1::Graph proto = b.graph();
 
-  auto cl = CompileAs(proto, LayoutOption::kNhwc);
-  ASSERT_TRUE(cl.ok()) << cl.status();
-  const std::string dump = DumpCompiledGraph(**cl);
-  EXPECT_EQ(CountSteps(**cl, "aten.permute.default"), 0) << dump;
-  EXPECT_EQ(CountSteps(**cl, "kiln.max_pool2d_nhwc"), 1) << dump;
-  EXPECT_EQ(CountSteps(**cl, "aten.constant_pad_nd.default"), 3) << dump;
-  auto plain = CompileAs(proto, LayoutOption::kNchw);
-  ASSERT_TRUE(plain.ok()) << plain.status();
-  const std::vector<float> in = UniformFloats(2 * 4 * 9 * 9, -1.f, 1.f, 98);
-  const std::vector<float> a = Run(**cl, in), want = Run(**plain, in);
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_NEAR(a[i], want[i], 1e-5 * (1 + std::abs(want[i]))) << i;
-  }
+  const std::unique_ptr<CompiledGraph> cl = ChannelsLastAgreeingWithPlain(proto, 98);
+  ASSERT_NE(cl, nullptr);
+  const std::string dump = DumpCompiledGraph(*cl);
+  EXPECT_EQ(CountSteps(*cl, "kiln.max_pool2d_nhwc"), 1) << dump;
+  EXPECT_EQ(CountSteps(*cl, "aten.constant_pad_nd.default"), 3) << dump;
 }
 
 // Shufflenet units: the channel shuffle (view to [N, 2, C/2, H, W],

@@ -14,6 +14,7 @@
 #include "runtime/ir/from_proto.h"
 #include "tests/testing/constant_table.h"
 #include "tests/testing/proto_graph.h"
+#include "tests/testing/reference_conv.h"
 
 namespace kiln::runtime {
 namespace {
@@ -24,6 +25,7 @@ using kiln::testing::GraphBuilder;
 using kiln::testing::Int;
 using kiln::testing::IntList;
 using kiln::testing::Ref;
+using kiln::runtime::testing::ReferenceConv2d;
 using kiln::testing::UniformFloats;
 
 struct Case {
@@ -48,31 +50,6 @@ std::vector<double> Pad(const std::vector<double>& x, int c, int h, int w,
   for (int i = 0; i < c; ++i)
     for (int y = 0; y < h; ++y)
       for (int xx = 0; xx < w; ++xx) out[(i * *ph + y + t) * *pw + xx + l] = x[(i * h + y) * w + xx];
-  return out;
-}
-
-// Direct NCHW convolution in double, square kernel, symmetric padding.
-std::vector<double> Conv(const std::vector<double>& x, int c, int h, int w,
-                         const std::vector<float>& wt, const std::vector<float>& b, int oc, int k,
-                         int stride, int pad, int groups, int* oh, int* ow) {
-  *oh = (h + 2 * pad - k) / stride + 1;
-  *ow = (w + 2 * pad - k) / stride + 1;
-  const int icg = c / groups, ocg = oc / groups;
-  std::vector<double> out(static_cast<size_t>(oc) * *oh * *ow);
-  for (int o = 0; o < oc; ++o)
-    for (int y = 0; y < *oh; ++y)
-      for (int xx = 0; xx < *ow; ++xx) {
-        double acc = b[o];
-        for (int i = 0; i < icg; ++i)
-          for (int ky = 0; ky < k; ++ky)
-            for (int kx = 0; kx < k; ++kx) {
-              const int iy = y * stride - pad + ky, ix = xx * stride - pad + kx;
-              if (iy < 0 || iy >= h || ix < 0 || ix >= w) continue;
-              acc += x[((o / ocg * icg + i) * h + iy) * w + ix] *
-                     wt[((o * icg + i) * k + ky) * k + kx];
-            }
-        out[(o * *oh + y) * *ow + xx] = acc;
-      }
   return out;
 }
 
@@ -126,12 +103,13 @@ TEST_P(FoldConvPaddingTest, MatchesThePaddedConvolution) {
   int h = p.hw, wd = p.hw;
   const std::vector<float> xf = UniformFloats(p.c * p.hw * p.hw, -1.f, 1.f, 5);
   std::vector<double> v(xf.begin(), xf.end());
-  if (p.stem) v = Conv(v, p.c, h, wd, stem_w, stem_b, sc, 3, 1, 1, 1, &h, &wd);
+  if (p.stem) v = ReferenceConv2d(v, p.c, h, wd, stem_w, stem_b, sc, 3, 1, 1, 1, false, &h, &wd);
   int ph = 0, pw = 0;
   const std::vector<double> vp = Pad(v, p.c, h, wd, p.pad, p.value, &ph, &pw);
   int oh = 0, ow = 0;
   const std::vector<double> ref =
-      Conv(vp, p.c, ph, pw, w, b, p.oc, p.k, p.stride, p.conv_pad, p.groups, &oh, &ow);
+      ReferenceConv2d(vp, p.c, ph, pw, w, b, p.oc, p.k, p.stride, p.conv_pad, p.groups, false,
+                      &oh, &ow);
 
   std::vector<float> out(ref.size()), out_pad(vp.size());
   const void* ins[] = {xf.data()};

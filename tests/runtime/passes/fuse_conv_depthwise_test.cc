@@ -10,6 +10,7 @@
 #include "runtime/exec/executor.h"
 #include "runtime/ir/from_proto.h"
 #include "tests/testing/proto_graph.h"
+#include "tests/testing/reference_conv.h"
 #include "tests/testing/constant_table.h"
 
 namespace kiln::runtime {
@@ -22,34 +23,10 @@ using kiln::testing::Int;
 using kiln::testing::IntList;
 using kiln::testing::None;
 using kiln::testing::Ref;
+using kiln::runtime::testing::ReferenceConv2d;
 using kiln::testing::UniformFloats;
 
 using Constants = kiln::testing::ConstantTable;
-
-// Direct NCHW convolution in double (square kernel, symmetric padding),
-// then clamp to [0, 6] when `relu6`.
-std::vector<double> Conv(const std::vector<double>& x, int c, int h, int w,
-                         const std::vector<float>& wt, const std::vector<float>& b, int oc, int k,
-                         int stride, int pad, int groups, bool relu6, int* oh, int* ow) {
-  *oh = (h + 2 * pad - k) / stride + 1;
-  *ow = (w + 2 * pad - k) / stride + 1;
-  const int icg = c / groups, ocg = oc / groups;
-  std::vector<double> out(static_cast<size_t>(oc) * *oh * *ow);
-  for (int o = 0; o < oc; ++o)
-    for (int y = 0; y < *oh; ++y)
-      for (int xx = 0; xx < *ow; ++xx) {
-        double acc = b[o];
-        for (int i = 0; i < icg; ++i)
-          for (int ky = 0; ky < k; ++ky)
-            for (int kx = 0; kx < k; ++kx) {
-              const int iy = y * stride - pad + ky, ix = xx * stride - pad + kx;
-              if (iy < 0 || iy >= h || ix < 0 || ix >= w) continue;
-              acc += x[((o / ocg * icg + i) * h + iy) * w + ix] * wt[((o * icg + i) * k + ky) * k + kx];
-            }
-        out[(o * *oh + y) * *ow + xx] = relu6 ? std::min(6.0, std::max(0.0, acc)) : acc;
-      }
-  return out;
-}
 
 // stem 3x3 (3 -> C) -> expand 1x1 (C -> M) + relu6 -> depthwise 3x3
 // stride 2 + relu6 -> project 1x1 (M -> 8): the stem makes the block's
@@ -95,10 +72,10 @@ class InvertedResidual : public ::testing::Test {
   std::vector<double> Reference(const std::vector<float>& x, int hw) {
     int h = hw, w = hw;
     std::vector<double> v(x.begin(), x.end());
-    v = Conv(v, 3, h, w, stem_w, stem_b, C, 3, 1, 1, 1, false, &h, &w);
-    v = Conv(v, C, h, w, exp_w, exp_b, M, 1, 1, 0, 1, true, &h, &w);
-    v = Conv(v, M, h, w, dw_w, dw_b, M, 3, 2, 1, M, true, &h, &w);
-    return Conv(v, M, h, w, proj_w, proj_b, P, 1, 1, 0, 1, false, &h, &w);
+    v = ReferenceConv2d(v, 3, h, w, stem_w, stem_b, C, 3, 1, 1, 1, false, &h, &w);
+    v = ReferenceConv2d(v, C, h, w, exp_w, exp_b, M, 1, 1, 0, 1, true, &h, &w);
+    v = ReferenceConv2d(v, M, h, w, dw_w, dw_b, M, 3, 2, 1, M, true, &h, &w);
+    return ReferenceConv2d(v, M, h, w, proj_w, proj_b, P, 1, 1, 0, 1, false, &h, &w);
   }
   int CountSteps(const CompiledGraph& cg, const std::string& target) {
     int n = 0;
