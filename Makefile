@@ -48,8 +48,9 @@ bench: setup $(BENCH_STAMP)
 
 # PyTorch's CPU benchmark suites (bench/suites/): every model of its TIMM
 # and Hugging Face lists, built with random weights, through the same
-# harness and backends as `make bench`. Writes bench/suites/RESULTS-timm.md
-# and RESULTS-huggingface.md. SUITE_ARGS go to run.py of both, e.g.
+# harness and backends as `make bench`. Writes bench/suites/RESULTS-timm-<isa>.md
+# and RESULTS-huggingface-<isa>.md, one pair per kind of host (avx2, avx512).
+# SUITE_ARGS go to run.py of both, e.g.
 # SUITE_ARGS='--batch 1 --backends eager,kiln' for a coverage run.
 SUITE_ARGS ?=
 
@@ -65,7 +66,7 @@ bench-suites: setup $(BENCH_STAMP)
 	@for suite in timm huggingface; do \
 	  KILN_BENCH_MAKE_COMMAND="make bench-suites$(if $(SUITE_ARGS), SUITE_ARGS='$(SUITE_ARGS)')" \
 	    $(PY) bench/models/run.py --suite $$suite \
-	      --results-file bench/suites/RESULTS-$$suite.md $(SUITE_ARGS) || exit 1; \
+	      --results-file 'bench/suites/RESULTS-$$suite-{isa}.md' $(SUITE_ARGS) || exit 1; \
 	done
 
 clean:

@@ -44,6 +44,12 @@ def cpuinfo() -> tuple[str, list[str]]:
     return cpu, [f for f in report.CPU_FLAGS if f in flags]
 
 
+def isa_class(flags: list[str]) -> str:
+    """The kind of host a result speaks for: "avx512" when the CPU has
+    AVX-512F (Kiln's kernels and oneDNN's choices differ there), else "avx2"."""
+    return "avx512" if "avx512f" in flags else "avx2"
+
+
 def _git(*args: str, repo: str = REPO) -> str:
     try:
         out = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True,

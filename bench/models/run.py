@@ -500,8 +500,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "the ones it ran with")
     p.add_argument("--results-file", metavar="PATH",
                    help="also write the report to PATH and its chart beside it as an SVG "
-                        "(`make bench` passes bench/RESULTS.md)")
+                        "(`make bench` passes bench/RESULTS.md); {isa} in PATH becomes the "
+                        "kind of host the results speak for, avx2 or avx512 (`make "
+                        "bench-suites` keeps one file per kind)")
     args = p.parse_args(argv)
+    if args.results_file:
+        args.results_file = args.results_file.replace(
+            "{isa}", host.isa_class(host.cpuinfo()[1]))
     if args.quick:
         args.models = args.models or ",".join(QUICK_MODELS)
         args.batch = args.batch or [1]

@@ -1,6 +1,7 @@
-"""bench/models/run.py --resume: a suite run interrupted after some models
-goes on from the first model it did not finish, with the run's own
-settings, and refuses to go on where it would measure something else.
+"""bench/models/run.py's suite runs: --resume goes on with a run
+interrupted after some models from the first model it did not finish, with
+the run's own settings, and refuses to go on where it would measure
+something else; --results-file with {isa} keeps one report per kind of host.
 
 The cells are eager only, on two of the TIMM list's smallest models, run
 by the real harness in its own child processes.
@@ -107,3 +108,16 @@ def test_resume_refuses_a_run_that_measured_something_else(interrupted, tmp_path
     assert done.returncode != 0
     assert why in done.stderr and "start a new run instead" in done.stderr, done.stderr[-2000:]
     assert (out / "results.json").read_text() == before
+
+
+def test_results_file_is_named_for_the_kind_of_host(interrupted, tmp_path):
+    assert host.isa_class(["avx2", "fma"]) == "avx2"
+    assert host.isa_class(["avx2", "fma", "avx512f", "avx512_bf16"]) == "avx512"
+    cpu, flags = host.cpuinfo()
+    done = run("--report-only", str(interrupted),
+               "--results-file", str(tmp_path / "RESULTS-timm-{isa}.md"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    written = sorted(p.name for p in tmp_path.glob("RESULTS-timm-*.md"))
+    assert written == [f"RESULTS-timm-{host.isa_class(flags)}.md"]
+    text = (tmp_path / written[0]).read_text()
+    assert cpu in text and f"| CPU flags | {' '.join(flags)}" in text
