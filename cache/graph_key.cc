@@ -3,6 +3,7 @@
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
+#include "cache/compiler_version.h"
 #include "runtime/util/cpu_features.h"
 #include "runtime/util/sha256.h"
 
@@ -31,7 +32,7 @@ std::string GraphKey(const kiln::v1::Graph& graph,
     material += s;
   };
   add("kiln-graph-key-v1");
-  add(KILN_RUNTIME_VERSION);
+  add(CompilerVersion());
   add(runtime::CpuFeatureString());
   for (const auto& [k, v] : options) {
     add(k);

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/strings/ascii.h"
+#include "cache/compiler_version.h"
 #include "server/config_file.h"
 #include "server/tcp_address.h"
 
@@ -51,7 +52,7 @@ std::string DefaultCacheDir() {
 
 std::string HelpText() {
   return absl::StrCat(
-      "kilnd ", KILN_RUNTIME_VERSION, " - the Kiln compile-and-execute daemon\n\n",
+      "kilnd ", cache::CompilerVersion(), " - the Kiln compile-and-execute daemon\n\n",
       "Usage: kilnd [flags]\n\n",
       "Flags:\n",
       "  --socket PATH      unix socket to listen on (default: $KILN_SOCKET, else\n",

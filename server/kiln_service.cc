@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "cache/compiler_version.h"
 #include "cache/graph_key.h"
 #include "runtime/compile/compiler.h"
 #include "runtime/compile/dump.h"
@@ -130,7 +131,7 @@ absl::Status KilnService::DoOpenSession(const grpc::CallbackServerContext& ctx,
                           sessions_.Open(pid, req.client_name(), watch, limits_, client_key));
   }
   resp->set_session_id(session->id());
-  resp->set_runtime_version(KILN_RUNTIME_VERSION);
+  resp->set_runtime_version(cache::CompilerVersion());
   resp->set_hold_required(!watch.has_value());
   spdlog::info("session {} opened by pid {} ({}{})", session->id().substr(0, 8), pid,
                req.client_name(), watch.has_value() ? ", checked by its credentials" : "");

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <optional>
 
+#include "cache/compiler_version.h"
 #include "runtime/kernels/onednn_util.h"
 #include "runtime/ops/registry.h"
 #include "runtime/util/cpu_features.h"
@@ -34,7 +35,7 @@ grpc::ServerUnaryReactor* KilnService::GetCapabilities(grpc::CallbackServerConte
 }
 
 absl::Status KilnService::DoGetCapabilities(kiln::v1::CapabilitiesResponse* resp) {
-  resp->set_runtime_version(KILN_RUNTIME_VERSION);
+  resp->set_runtime_version(cache::CompilerVersion());
   resp->add_devices("CPU");
   for (const runtime::OpDef& op : runtime::AllOps()) {
     if (op.internal) continue;
@@ -86,7 +87,7 @@ absl::Status KilnService::DoGetStats(const grpc::CallbackServerContext& ctx,
                                      const kiln::v1::StatsRequest& req,
                                      kiln::v1::StatsResponse* resp) {
   const MetricsSnapshot m = CollectMetrics();
-  resp->set_runtime_version(KILN_RUNTIME_VERSION);
+  resp->set_runtime_version(cache::CompilerVersion());
   resp->set_graphs_compiled(m.compiles);
   resp->set_cache_hits(m.memory_cache_hits + m.disk_cache_hits);
   resp->set_cache_misses(m.cache_misses);

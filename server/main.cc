@@ -20,6 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "cache/compiler_version.h"
 #include "runtime/exec/arenas.h"
 #include "runtime/exec/executor.h"
 #include "runtime/exec/profile.h"
@@ -53,7 +54,7 @@ int Run(int argc, char** argv) {
     return 0;
   }
   if (config->version) {
-    std::printf("kilnd %s\n", KILN_RUNTIME_VERSION);
+    std::printf("kilnd %s\n", kiln::cache::CompilerVersion());
     return 0;
   }
   // Logs go to stderr (stdout stays free for --help/--version) or a file;
@@ -196,7 +197,7 @@ int Run(int argc, char** argv) {
   if (config->idle_exit_min > 0) {
     absl::StrAppend(&extras, "; exits after ", config->idle_exit_min, " min unused");
   }
-  spdlog::info("kilnd {} ready on {}{} ({} threads, cache {}{})", KILN_RUNTIME_VERSION, unix_target,
+  spdlog::info("kilnd {} ready on {}{} ({} threads, cache {}{})", kiln::cache::CompilerVersion(), unix_target,
                config->tcp_address.empty() ? ""
                : config->tls_cert.empty()  ? " and " + config->tcp_address + " (token)"
                                            : " and " + config->tcp_address + " (TLS, token)",
