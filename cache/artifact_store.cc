@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "cache/compiler_version.h"
+#include "cache/digest.h"
 #include "runtime/util/cpu_features.h"
 #include "runtime/util/sha256.h"
 #include "spdlog/spdlog.h"
@@ -26,11 +28,23 @@ constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'A', 'R', 'T', '\0'};
 // one entry takes an hour.
 constexpr time_t kStaleTemporarySeconds = 3600;
 // The longest header: magic, format, two strings of at most 4096 bytes
-// with their lengths, size, checksum.
-constexpr uint64_t kMaxHeaderBytes = 8 + 4 + 2 * (4 + 4096) + 8 + 64;
+// with their lengths, size, checksum, MAC nonce and tag.
+constexpr uint64_t kMaxHeaderBytes = 8 + 4 + 2 * (4 + 4096) + 8 + 64 + 12 + 16;
 // A payload is a graph a client sent in one message (kilnd takes messages
 // of up to 256 MiB); anything larger was not written by a daemon.
 constexpr uint64_t kMaxPayloadBytes = uint64_t{1} << 30;
+
+// What an entry's MAC covers: everything its header vouches for (the
+// graph key it is stored under, the compiler version, the CPU features)
+// and the payload.
+std::optional<MacTag> EntryMac(const CacheKey& key, const MacIv& iv, const std::string& graph_key,
+                               const std::string& payload) {
+  const uint64_t size = payload.size();
+  std::string prefix = absl::StrCat("kiln artifact\n", graph_key, "\n", CompilerVersion(), "\n",
+                                    runtime::CpuFeatureString(), "\n");
+  prefix.append(reinterpret_cast<const char*>(&size), sizeof(size));
+  return Gmac(key, iv, {prefix, payload});
+}
 
 void PutU32(std::string* out, uint32_t v) { out->append(reinterpret_cast<const char*>(&v), 4); }
 void PutU64(std::string* out, uint64_t v) { out->append(reinterpret_cast<const char*>(&v), 8); }
@@ -100,6 +114,15 @@ ArtifactStore::ArtifactStore(std::string dir, uint64_t max_bytes)
     Disable(std::string(tree.message()));
     return;
   }
+  // Without the key nothing read back can be checked, and a key someone
+  // else could read or write means the directory is not the daemon's alone.
+  absl::StatusOr<CacheKey> key = LoadOrCreateCacheKey(
+      root->get(), kCacheKeyFile, (fs::path(dir_) / kCacheKeyFile).string());
+  if (!key.ok()) {
+    Disable(std::string(key.status().message()));
+    return;
+  }
+  key_ = *key;
   enabled_ = true;
   const uint64_t total = Rescan();
   spdlog::debug("compiled-graph cache {}: {} bytes of entries, cap {}", dir_, total,
@@ -300,9 +323,12 @@ std::optional<std::string> ArtifactStore::Load(const std::string& key) {
   if (!r.Scalar(&format)) return reject("truncated header");
   if (format != kArtifactFormatVersion) return reject("other format version");
   if (!r.String(&version) || !r.String(&features)) return reject("truncated header");
-  if (version != KILN_RUNTIME_VERSION) return reject("other runtime version");
+  if (version != CompilerVersion()) return reject("other runtime version");
   if (features != runtime::CpuFeatureString()) return reject("other CPU features");
-  if (!r.Scalar(&size) || !r.Bytes(64, &checksum)) return reject("truncated header");
+  std::string iv, tag;
+  if (!r.Scalar(&size) || !r.Bytes(64, &checksum) || !r.Bytes(12, &iv) || !r.Bytes(16, &tag)) {
+    return reject("truncated header");
+  }
   const uint64_t header_size = head.size() - r.remaining();
   if (file_size - header_size != size) return reject("truncated or oversized payload");
   if (size > kMaxPayloadBytes) return reject("payload larger than any graph");
@@ -313,6 +339,14 @@ std::optional<std::string> ArtifactStore::Load(const std::string& key) {
     return reject(read.message());
   }
   if (runtime::Sha256Hex(payload) != checksum) return reject("checksum mismatch");
+  // The payload says what to run: only a daemon holding the directory's
+  // key may have written it.
+  MacIv nonce;
+  MacTag stored;
+  std::memcpy(nonce.data(), iv.data(), nonce.size());
+  std::memcpy(stored.data(), tag.data(), stored.size());
+  const std::optional<MacTag> expected = EntryMac(*key_, nonce, key, payload);
+  if (!expected || !TagsEqual(*expected, stored)) return reject("no valid MAC");
   // The LRU clock (see the header); failing to set it only ages the entry.
   ::futimens(entry->fd.get(), nullptr);
   return payload;
@@ -322,12 +356,20 @@ void ArtifactStore::Store(const std::string& key, const std::string& payload) {
   if (!enabled()) return;
   std::string data(kMagic, 8);
   PutU32(&data, kArtifactFormatVersion);
-  PutU32(&data, static_cast<uint32_t>(std::strlen(KILN_RUNTIME_VERSION)));
-  data += KILN_RUNTIME_VERSION;
+  PutU32(&data, static_cast<uint32_t>(std::strlen(CompilerVersion())));
+  data += CompilerVersion();
   PutU32(&data, static_cast<uint32_t>(runtime::CpuFeatureString().size()));
   data += runtime::CpuFeatureString();
   PutU64(&data, payload.size());
   data += runtime::Sha256Hex(payload);
+  const MacIv iv = RandomMacIv();
+  const std::optional<MacTag> tag = EntryMac(*key_, iv, key, payload);
+  if (!tag) {
+    spdlog::warn("cache entry {} not written: no MAC (OpenSSL)", key);
+    return;
+  }
+  data.append(reinterpret_cast<const char*>(iv.data()), iv.size());
+  data.append(reinterpret_cast<const char*>(tag->data()), tag->size());
   data += payload;
 
   const fs::path final_path = PathFor(key);

@@ -2,11 +2,16 @@
 // (cache/graph_key.h).
 //
 // Entry file: <dir>/artifacts/<key[0:2]>/<key>.kart =
-//   magic "KILNART\0" | u32 format version | u32 len + runtime version |
+//   magic "KILNART\0" | u32 format version | u32 len + compiler version |
 //   u32 len + CPU features | u64 payload size | 64 hex chars SHA-256 of the
-//   payload | payload
-// A wrong magic, version, feature string, size or checksum is a miss; the
-// bad entry is deleted and logged, never trusted. Writes go to a temporary
+//   payload | 12-byte nonce | 16-byte GMAC tag | payload
+// The tag is a GMAC under the directory's key (cache/cache_key.h, the key
+// derived constants are saved under) of the graph key, compiler version,
+// CPU features, size and payload: a payload holds the graph the compiler
+// made, which a hit runs without compiling, so only a daemon holding the
+// key may have written it. A wrong magic, version, feature string, size,
+// checksum or tag is a miss; the bad entry is deleted and logged, never
+// trusted. Writes go to a temporary
 // file in the same directory and are renamed into place, so readers (other
 // daemons on the same directory included) see a whole entry or none.
 //
@@ -43,20 +48,28 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "cache/cache_dir.h"
+#include "cache/cache_key.h"
 
 namespace kiln::cache {
 
-inline constexpr uint32_t kArtifactFormatVersion = 1;
+// 2: the payload holds the optimized graph, and the header a MAC.
+inline constexpr uint32_t kArtifactFormatVersion = 2;
 // Default cap on the total size of entries: 2 GiB.
 inline constexpr uint64_t kDefaultArtifactCacheMaxBytes = uint64_t{2} << 30;
 
 class ArtifactStore {
  public:
   // An empty `dir` gives a disabled store. `max_bytes` 0 means no cap.
+  // Reads the directory's key (cache/cache_key.h), creating it if there is
+  // none; a key file that is not a key of the daemon's user closed to
+  // others refuses the directory.
   explicit ArtifactStore(std::string dir,
                          uint64_t max_bytes = kDefaultArtifactCacheMaxBytes);
 
   bool enabled() const { return enabled_.load(); }
+  // The directory's key (cache/cache_key.h), loaded or created at
+  // construction; set whenever the store was ever enabled.
+  const std::optional<CacheKey>& key() const { return key_; }
   const std::string& dir() const { return dir_; }
   uint64_t max_bytes() const { return max_bytes_; }
 
@@ -108,6 +121,7 @@ class ArtifactStore {
 
   std::string dir_;
   const uint64_t max_bytes_;
+  std::optional<CacheKey> key_;  // set once, at construction
   std::atomic<bool> enabled_{false};
   std::atomic<bool> warned_{false};
   // Serializes scans and evictions, so two threads never evict together.

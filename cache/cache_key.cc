@@ -54,8 +54,12 @@ absl::StatusOr<CacheKey> LoadOrCreateCacheKey(int dir, const std::string& name,
   absl::StatusOr<CacheEntry> entry = OpenCacheEntry(dir, name, path);
   if (absl::IsNotFound(entry.status())) {
     if (absl::Status created = Published(dir, name, path); !created.ok()) return created;
-    entry = OpenCacheEntry(dir, name, path);
   }
+  return ReadCacheKey(dir, name, path);
+}
+
+absl::StatusOr<CacheKey> ReadCacheKey(int dir, const std::string& name, const std::string& path) {
+  absl::StatusOr<CacheEntry> entry = OpenCacheEntry(dir, name, path);
   if (absl::IsDataLoss(entry.status())) {
     return absl::DataLossError(
         absl::StrCat(path, " cannot be used (", entry.status().message(), ")"));

@@ -33,4 +33,8 @@ inline constexpr char kCacheKeyFile[] = "cache.key";
 absl::StatusOr<CacheKey> LoadOrCreateCacheKey(int dir, const std::string& name,
                                               const std::string& path);
 
+// The key in the file `name` of `dir`, checked as above; NOT_FOUND when
+// there is none.
+absl::StatusOr<CacheKey> ReadCacheKey(int dir, const std::string& name, const std::string& path);
+
 }  // namespace kiln::cache

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cache/cache_dir.h"
+#include "cache/compiler_version.h"
 #include "cache/digest.h"
 #include "runtime/compile/shared_constants.h"
 #include "runtime/exec/parallel.h"
@@ -137,21 +138,9 @@ struct ConstantFiles::Checks {
 
 ConstantFiles::ConstantFiles(ArtifactStore* store)
     : store_(store), checks_(std::make_shared<Checks>()) {
-  if (store_->enabled()) {
-    absl::StatusOr<FileDescriptor> root = store_->OpenRoot();
-    absl::StatusOr<CacheKey> key =
-        root.ok() ? LoadOrCreateCacheKey(root->get(), kCacheKeyFile,
-                                         (fs::path(store_->dir()) / kCacheKeyFile).string())
-                  : absl::StatusOr<CacheKey>(root.status());
-    if (key.ok()) {
-      key_ = *key;
-    } else {
-      // Without the key no derived constant can be checked or saved, and
-      // a key someone else could read or write means the directory is not
-      // the daemon's alone.
-      store_->Disable(std::string(key.status().message()));
-    }
-  }
+  // The store loaded (or created) the directory's key before enabling
+  // itself; without it nothing derived can be saved or checked.
+  if (store_->enabled()) key_ = store_->key();
   writer_ = std::thread([this] {
     // Behind compiles and runs: a warm start later matters less than the
     // compile going on now.
@@ -182,7 +171,7 @@ ConstantFiles::Name ConstantFiles::NameFor(const std::string& key, bool derived)
   n.derived = derived;
   // A client's bytes are the same for every runtime; what the compiler
   // derives may differ between runtime versions and instruction sets.
-  n.preimage = derived ? absl::StrCat(key, "\n", KILN_RUNTIME_VERSION, "\n",
+  n.preimage = derived ? absl::StrCat(key, "\n", CompilerVersion(), "\n",
                                       runtime::CpuFeatureString())
                        : key;
   const std::string name = runtime::Sha256Hex(n.preimage);

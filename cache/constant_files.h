@@ -76,9 +76,9 @@ inline constexpr size_t kConstantFileHeaderBytes = 4096;
 class ConstantFiles : public runtime::ConstantPersistence, public runtime::DeferredChecks {
  public:
   // Files live in store->dir(); nothing is read or written while the store
-  // is disabled (no cache directory, or it failed or was refused). Reads
-  // the directory's key, creating it if there is none; a key file that is
-  // not a key of the daemon's user closed to others refuses the directory.
+  // is disabled (no cache directory, or it failed or was refused). Derived
+  // constants are checked under the directory's key, which the store read
+  // (or created) before enabling itself.
   explicit ConstantFiles(ArtifactStore* store);
   // Writes what is still queued, then stops the writer.
   ~ConstantFiles() override;

@@ -10,14 +10,57 @@
 #include "runtime/compile/compiler.h"
 #include "runtime/exec/executor.h"
 #include "runtime/ir/from_proto.h"
+#include "runtime/ir/optimized_proto.h"
 #include "runtime/util/status_macros.h"
 #include "spdlog/spdlog.h"
 
 namespace kiln::server {
 
+namespace {
+
+// Derived constants an artifact may keep inline (those the compiler made
+// without a share key, so the cache directory cannot hold them): beyond
+// this the artifact keeps no optimized graph.
+constexpr int64_t kMaxInlineConstantBytes = int64_t{64} << 20;
+
+}  // namespace
+
+runtime::ConstantResolver GraphCache::Resolver(cache::ConstantFiles* persist_to,
+                                               const bool* check_now,
+                                               const absl::flat_hash_map<std::string, int64_t>* sizes) {
+  return [this, persist_to, check_now, sizes](const std::string& hash) {
+    auto known = sizes->find(hash);
+    const int64_t size = known == sizes->end() ? -1 : known->second;
+    auto data = constants_->Get(hash, size);
+    // A copy from the cache directory that failed its check: gone from
+    // the store, and from the directory (so: missing, and uploaded again).
+    if (data.ok() && files_ != nullptr &&
+        (*check_now ? !files_->CheckBeforeRead(data->bytes.get())
+                    : files_->IsBad(data->bytes.get()))) {
+      constants_->Drop(hash, data->bytes.get());
+      data = constants_->Get(hash, size);
+    }
+    // Saved with the graph's artifact, so a warm start needs no upload.
+    if (data.ok() && persist_to != nullptr) persist_to->SaveUploaded(hash, *data);
+    return data;
+  };
+}
+
+runtime::CompileHints GraphCache::Hints(bool shape_variant) {
+  runtime::CompileHints hints;
+  hints.keep_derived_constants = shape_variant;
+  // A weight packed by the compile and read by no run need not wait out
+  // the grace period beside its packed copy: during the compile of a large
+  // model that doubling is what runs the host out of memory. A client that
+  // compiles it again uploads it again (or it is read from the cache
+  // directory).
+  hints.release_constant = [this](const std::string& hash) { constants_->ReleaseIfUnheld(hash); };
+  return hints;
+}
+
 absl::StatusOr<std::shared_ptr<const runtime::CompiledGraph>> GraphCache::Build(
     const kiln::v1::Graph& graph, const runtime::CompileOptions& options, bool shape_variant,
-    bool persist) {
+    bool persist, kiln::v1::OptimizedGraph* optimized) {
   cache::ConstantFiles* files = persist ? files_ : nullptr;
   bool check_now = false;  // the second attempt's: every weight checked up front
   // What each constant's node says it holds: a file in the cache directory
@@ -29,30 +72,15 @@ absl::StatusOr<std::shared_ptr<const runtime::CompiledGraph>> GraphCache::Build(
       sizes.emplace(node.constant().hash(), meta->ByteSize());
     }
   }
-  auto resolve = [this, &files, &check_now, &sizes](const std::string& hash) {
-    auto known = sizes.find(hash);
-    const int64_t size = known == sizes.end() ? -1 : known->second;
-    auto data = constants_->Get(hash, size);
-    // A copy from the cache directory that failed its check: gone from
-    // the store, and from the directory (so: missing, and uploaded again).
-    if (data.ok() && files_ != nullptr &&
-        (check_now ? !files_->CheckBeforeRead(data->bytes.get())
-                   : files_->IsBad(data->bytes.get()))) {
-      constants_->Drop(hash, data->bytes.get());
-      data = constants_->Get(hash, size);
-    }
-    // Saved with the graph's artifact, so a warm start needs no upload.
-    if (data.ok() && files != nullptr) files->SaveUploaded(hash, *data);
-    return data;
-  };
-  runtime::CompileHints hints;
-  hints.keep_derived_constants = shape_variant;
-  // A weight packed by the compile and read by no run need not wait out
-  // the grace period beside its packed copy: during the compile of a large
-  // model that doubling is what runs the host out of memory. A client that
-  // compiles it again uploads it again (or it is read from the cache
-  // directory).
-  hints.release_constant = [this](const std::string& hash) { constants_->ReleaseIfUnheld(hash); };
+  runtime::CompileHints hints = Hints(shape_variant);
+  bool described = false;
+  if (optimized != nullptr) {
+    hints.on_optimized = [optimized, &described](const runtime::Graph& g,
+                                                 const std::vector<const void*>& data) {
+      optimized->Clear();
+      described = runtime::OptimizedGraphToProto(g, data, kMaxInlineConstantBytes, optimized);
+    };
+  }
   absl::StatusOr<std::unique_ptr<runtime::CompiledGraph>> compiled;
   // DATA_LOSS: a constant mapped from the cache directory failed the check
   // made before reading it (it is gone). The second attempt derives every
@@ -63,6 +91,7 @@ absl::StatusOr<std::shared_ptr<const runtime::CompiledGraph>> GraphCache::Build(
       files = nullptr;
       check_now = true;
     }
+    runtime::ConstantResolver resolve = Resolver(files, &check_now, &sizes);
     KILN_ASSIGN_OR_RETURN(runtime::Graph ir, runtime::GraphFromProto(graph));
     ir.options = options;
     // In the arena the graph will run in: oneDNN fixes each primitive's
@@ -75,6 +104,32 @@ absl::StatusOr<std::shared_ptr<const runtime::CompiledGraph>> GraphCache::Build(
     if (compiled.ok() || compiled.status().code() != absl::StatusCode::kDataLoss) break;
     spdlog::warn("compile: {}; compiling again", std::string(compiled.status().message()));
   }
+  if (!compiled.ok()) return compiled.status();
+  // Derived constants saved only by a compile that persists: without
+  // them the description would name bytes no later compile finds.
+  if (optimized != nullptr && (!described || files == nullptr)) optimized->Clear();
+  return std::shared_ptr<const runtime::CompiledGraph>(*std::move(compiled));
+}
+
+absl::StatusOr<std::shared_ptr<const runtime::CompiledGraph>> GraphCache::BuildOptimized(
+    const kiln::v1::OptimizedGraph& optimized, const runtime::CompileOptions& options,
+    bool shape_variant) {
+  KILN_ASSIGN_OR_RETURN(runtime::DecodedOptimizedGraph decoded,
+                        runtime::OptimizedGraphFromProto(optimized));
+  absl::flat_hash_map<std::string, int64_t> sizes;
+  for (const runtime::Node& node : decoded.graph.nodes) {
+    if (!node.constant_hash.empty()) sizes.emplace(node.constant_hash, node.outputs[0].ByteSize());
+  }
+  const bool check_now = false;
+  runtime::ConstantResolver resolve = Resolver(files_, &check_now, &sizes);
+  decoded.graph.options = options;
+  absl::StatusOr<std::unique_ptr<runtime::CompiledGraph>> compiled;
+  runtime::RunLikeExecution(options, [&] {
+    runtime::PersistenceScope scope(files_);
+    compiled = runtime::CompileOptimized(std::move(decoded.graph),
+                                         std::move(decoded.inline_constants), resolve,
+                                         runtime::CompileLimits{}, Hints(shape_variant));
+  });
   if (!compiled.ok()) return compiled.status();
   return std::shared_ptr<const runtime::CompiledGraph>(*std::move(compiled));
 }
@@ -117,23 +172,42 @@ absl::StatusOr<CompileResult> GraphCache::GetOrCompile(
     in_flight_.erase(key);
   };
 
-  // On disk: a valid artifact for this key means the graph validated and
-  // compiled before with this runtime on this CPU. Its stored graph must be
+  // On disk: a valid artifact for this key holds what the compiler made
+  // of this graph with this runtime on this CPU. Its stored graph must be
   // the one asked for (guards against a hash collision or a tampered file).
+  // Its optimized graph is compiled without passes; when that fails (a
+  // derived constant gone from the directory, say), the graph is compiled
+  // from scratch and the entry written again.
+  const bool persist = use_disk_cache && artifacts_->enabled();
+  absl::StatusOr<std::shared_ptr<const runtime::CompiledGraph>> built =
+      absl::NotFoundError("no artifact");
   bool disk_hit = false;
-  if (use_disk_cache && artifacts_->enabled()) {
+  if (persist) {
     if (auto payload = artifacts_->Load(key)) {
       kiln::v1::Artifact artifact;
-      if (artifact.ParseFromString(*payload) &&
-          cache::CanonicalGraphBytes(artifact.graph()) == cache::CanonicalGraphBytes(graph)) {
-        disk_hit = true;
-      } else {
+      if (!artifact.ParseFromString(*payload) ||
+          cache::CanonicalGraphBytes(artifact.graph()) != cache::CanonicalGraphBytes(graph)) {
         spdlog::warn("cache entry {} does not match its key; recompiling", key);
+      } else if (!artifact.has_optimized()) {
+        spdlog::info("cache entry {} holds no optimized graph; recompiling", key.substr(0, 12));
+      } else {
+        built = BuildOptimized(artifact.optimized(), parsed, shape_variant);
+        disk_hit = built.ok();
+        // Weights the client has yet to upload are no fault of the entry:
+        // the compile from scratch below reports them.
+        if (!disk_hit && built.status().code() != absl::StatusCode::kFailedPrecondition) {
+          spdlog::warn("cache entry {}: {}; recompiling", key.substr(0, 12),
+                       std::string(built.status().message()));
+        }
       }
     }
   }
 
-  auto built = Build(graph, parsed, shape_variant, use_disk_cache && artifacts_->enabled());
+  kiln::v1::Artifact artifact;
+  if (!disk_hit) {
+    built = Build(graph, parsed, shape_variant, persist,
+                  persist ? artifact.mutable_optimized() : nullptr);
+  }
   if (!built.ok()) {
     finish();
     return built.status();
@@ -142,13 +216,13 @@ absl::StatusOr<CompileResult> GraphCache::GetOrCompile(
     stats_.disk_hits++;
   } else {
     stats_.compiled++;
-    if (use_disk_cache && artifacts_->enabled()) {
-      kiln::v1::Artifact artifact;
+    if (persist) {
       *artifact.mutable_graph() = graph;
       for (const auto& meta : (*built)->output_metas) {
         runtime::MetaToProto(meta, artifact.add_outputs());
       }
       artifact.set_arena_bytes((*built)->arena_bytes);
+      if (artifact.optimized().nodes_size() == 0) artifact.clear_optimized();
       artifacts_->Store(key, artifact.SerializeAsString());
     }
   }

@@ -1,6 +1,7 @@
 // Turns compile requests into compiled graphs, reusing earlier work: first
 // the graphs compiled in this process (by graph key), then the on-disk
-// artifact store, then a fresh compile (whose artifact is stored).
+// artifact store (whose entries hold the graph the compiler's passes made,
+// so a hit runs no pass), then a fresh compile (whose artifact is stored).
 //
 // Thread-safe. Two requests for the same key at the same moment compile
 // once: the second waits for the first (single flight).
@@ -18,7 +19,9 @@
 #include "cache/artifact_store.h"
 #include "cache/constant_files.h"
 #include "cache/constant_store.h"
+#include "kiln/v1/artifact.pb.h"
 #include "kiln/v1/kiln.pb.h"
+#include "runtime/compile/compiler.h"
 #include "runtime/compile/compiled_graph.h"
 #include "server/latency_histogram.h"
 
@@ -37,7 +40,7 @@ struct CompileResult {
 struct CompileStats {
   std::atomic<uint64_t> compiled{0};     // cache misses: built from scratch
   std::atomic<uint64_t> memory_hits{0};  // already compiled in this process
-  std::atomic<uint64_t> disk_hits{0};    // artifact found on disk
+  std::atomic<uint64_t> disk_hits{0};    // artifact found on disk, no pass run
   // Time of each successful GetOrCompile, hits included.
   LatencyHistogram seconds{LatencyHistogram::CompileBounds()};
 };
@@ -70,9 +73,23 @@ class GraphCache {
   uint64_t TrimIdleArenas(std::chrono::steady_clock::duration idle);
 
  private:
+  // A compile from scratch. With `optimized`, what the passes made of the
+  // graph is described there for the artifact (left empty when it cannot
+  // be, or when the compile did not persist what it derived).
   absl::StatusOr<std::shared_ptr<const runtime::CompiledGraph>> Build(
       const kiln::v1::Graph& graph, const runtime::CompileOptions& options, bool shape_variant,
-      bool persist);
+      bool persist, kiln::v1::OptimizedGraph* optimized);
+  // A compile from an artifact's optimized graph: no pass runs.
+  absl::StatusOr<std::shared_ptr<const runtime::CompiledGraph>> BuildOptimized(
+      const kiln::v1::OptimizedGraph& optimized, const runtime::CompileOptions& options,
+      bool shape_variant);
+  // Client constants from the store by hash, each read up to the size in
+  // `sizes`; copies from the cache directory that fail their check (all of
+  // them checked now with `*check_now`) are dropped. Saved to `persist_to`
+  // when given.
+  runtime::ConstantResolver Resolver(cache::ConstantFiles* persist_to, const bool* check_now,
+                                     const absl::flat_hash_map<std::string, int64_t>* sizes);
+  runtime::CompileHints Hints(bool shape_variant);
 
   cache::ConstantStore* constants_;
   cache::ArtifactStore* artifacts_;

@@ -33,10 +33,12 @@ import time
 from dataclasses import dataclass
 
 MAGIC = b"KILNART\0"
-FORMAT_VERSION = 1
+# 2: a GMAC nonce and tag follow the checksum (only a daemon holding the
+# directory's key can check them; `verify` checks the checksum).
+FORMAT_VERSION = 2
 # The reader in artifact_store.cc refuses longer header strings.
 _MAX_HEADER_STRING = 4096
-_MAX_HEADER_BYTES = 8 + 4 + 2 * (4 + _MAX_HEADER_STRING) + 8 + 64
+_MAX_HEADER_BYTES = 8 + 4 + 2 * (4 + _MAX_HEADER_STRING) + 8 + 64 + 12 + 16
 _TEMPORARY_MARK = ".kart.tmp."
 # As in artifact_store.cc: a temporary this old belongs to a writer that died.
 STALE_TEMPORARY_S = 3600.0
@@ -111,7 +113,8 @@ def _parse_header(path: str, head: bytes, size: int, mtime: float) -> Entry:
     features = take_string()
     raw_size = take(8)
     checksum = take(64)
-    if version is None or features is None or raw_size is None or checksum is None:
+    mac = take(12 + 16)
+    if None in (version, features, raw_size, checksum, mac):
         return bad("truncated header", format_version=fmt, runtime_version=version,
                    cpu_features=features)
     (payload_size,) = struct.unpack("<Q", raw_size)

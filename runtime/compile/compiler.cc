@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <limits>
 #include <new>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -50,30 +52,49 @@ absl::Status MissingConstantsError(const std::string& first, int count) {
       " not in the daemon's store (upload them first)"));
 }
 
-absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
-    Graph graph, const ConstantResolver& resolve, const CompileLimits& limits,
-    const CompileHints& hints) {
-  auto cg = std::make_unique<CompiledGraph>();
-  CompileReads reads;
-  CompileReadsScope reads_scope(&reads);
-  auto lap = [last = std::chrono::steady_clock::now()](double* into) mutable {
+namespace {
+
+// A compile's working state, from its constants to the graph its passes
+// leave; Lower turns it into the compiled graph.
+struct CompileState {
+  CompileState() : reads_scope(&reads) {}
+  CompileState(const CompileState&) = delete;
+  CompileState& operator=(const CompileState&) = delete;
+
+  // Sets `*into` to the milliseconds since the previous lap.
+  void Lap(double* into) {
     const auto now = std::chrono::steady_clock::now();
     *into = std::chrono::duration<double, std::milli>(now - last).count();
     last = now;
-  };
-  std::vector<const void*> constant_data(graph.nodes.size(), nullptr);
-  std::vector<ConstantData> resolved;
+  }
 
-  // 1. Constants: prepare functions and passes read their bytes. Every
-  // one is looked up before failing, so the client learns of all the
-  // missing ones at once (a store backed by files drops bad ones on lookup).
+  std::unique_ptr<CompiledGraph> cg = std::make_unique<CompiledGraph>();
+  CompileReads reads;
+  CompileReadsScope reads_scope;
+  std::chrono::steady_clock::time_point last = std::chrono::steady_clock::now();
+  Graph graph;
+  // Per node: the bytes of a constant node, else null.
+  std::vector<const void*> constant_data;
+  // Every constant's bytes, kept alive: the client's first
+  // (resolved[0, client_constants)), then those derived from them.
+  std::vector<ConstantData> resolved;
+  size_t client_constants = 0;
+};
+
+// 1. Client constants by store hash: prepare functions and passes read
+// their bytes. Every one is looked up before failing, so the client learns
+// of all the missing ones at once (a store backed by files drops bad ones
+// on lookup).
+absl::Status ResolveClientConstants(CompileState& s, const ConstantResolver& resolve) {
+  Graph& graph = s.graph;
+  s.constant_data.assign(graph.nodes.size(), nullptr);
   std::string first_missing;
   int missing = 0;
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
     Node& node = graph.nodes[i];
     if (node.kind == Node::Kind::kInput) {
-      cg->input_metas.push_back(node.outputs[0]);
-    } else if (node.kind == Node::Kind::kConstant) {
+      s.cg->input_metas.push_back(node.outputs[0]);
+    } else if (node.kind == Node::Kind::kConstant && !node.constant_hash.empty()) {
       auto data = resolve(node.constant_hash);
       if (!data.ok()) {
         if (missing++ == 0) {
@@ -86,25 +107,25 @@ absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
                                             " bytes but its meta ", node.outputs[0].ToString(),
                                             " needs ", node.outputs[0].ByteSize()));
       }
-      constant_data[i] = data->bytes.get();
+      s.constant_data[i] = data->bytes.get();
       node.share_key = StoreConstantKey(node.constant_hash);
-      resolved.push_back(*std::move(data));
+      s.resolved.push_back(*std::move(data));
     }
   }
-
   if (missing > 0) return MissingConstantsError(first_missing, missing);
-  lap(&cg->phases.constants_ms);
+  s.client_constants = s.resolved.size();
+  return absl::OkStatus();
+}
 
-  // 2. Shape sweep: every op's output metas, validating the whole graph
-  // before any pass looks at it; constant-only ops are folded on the way.
-  // resolved[client_constants:] are the constants passes derive.
-  const size_t client_constants = resolved.size();
-  PassContext ctx{graph, constant_data, resolved};
+// 2. Shape sweep: every op's output metas, validating the whole graph
+// before any pass looks at it.
+absl::Status InferShapes(CompileState& s) {
+  Graph& graph = s.graph;
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
     Node& node = graph.nodes[i];
     if (node.kind != Node::Kind::kOp) continue;
     KILN_ASSIGN_OR_RETURN(PreparedOp shapes,
-                          PrepareNode(graph, node, constant_data, /*shape_only=*/true));
+                          PrepareNode(graph, node, s.constant_data, /*shape_only=*/true));
     node.outputs = std::move(shapes.outputs);
   }
   for (const ValueRef& out : graph.outputs) {
@@ -115,10 +136,14 @@ absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
           src.outputs.size(), " outputs"));
     }
   }
+  return absl::OkStatus();
+}
 
-  lap(&cg->phases.shapes_ms);
-
-  // 3. Passes.
+// 3. Passes. resolved[client_constants:] are the constants they derive.
+absl::Status RunPasses(CompileState& s) {
+  Graph& graph = s.graph;
+  std::vector<const void*>& constant_data = s.constant_data;
+  PassContext ctx{graph, constant_data, s.resolved};
   KILN_RETURN_IF_ERROR(FoldBatchNorm(ctx));
   KILN_RETURN_IF_ERROR(AbsorbWeightTranspose(ctx));
   EliminateDeadNodes(graph);
@@ -163,7 +188,19 @@ absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
   KILN_RETURN_IF_ERROR(FuseSqueezeExcite(ctx));
 
   ShareDerivedConstants(ctx);
-  lap(&cg->phases.passes_ms);
+  return absl::OkStatus();
+}
+
+// 4 and 5: kernels, the schedule and the memory plan of the graph the
+// passes left (or an artifact described).
+absl::StatusOr<std::unique_ptr<CompiledGraph>> Lower(CompileState& s, const CompileLimits& limits,
+                                                    const CompileHints& hints) {
+  std::unique_ptr<CompiledGraph>& cg = s.cg;
+  Graph& graph = s.graph;
+  std::vector<const void*>& constant_data = s.constant_data;
+  std::vector<ConstantData>& resolved = s.resolved;
+  CompileReads& reads = s.reads;
+  const size_t client_constants = s.client_constants;
 
   // 4. Kernels, and where every value lives.
   const int n = static_cast<int>(graph.nodes.size());
@@ -369,7 +406,7 @@ absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
       if (!CheckBeforeRead(data)) return absl::DataLossError(kBadSavedConstant);
     }
   }
-  lap(&cg->phases.kernels_ms);
+  s.Lap(&cg->phases.kernels_ms);
   // Execution order and waves, and so every value's lifetime.
   ScheduleSteps(graph.options.branches, step_uses, output_requests, cg.get(), &requests);
 
@@ -419,9 +456,71 @@ absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
   for (ConstantData& c : cg->constants) {
     if (!read_at_run.contains(c.bytes.get())) c.bytes.reset();  // would dangle: never read
   }
-  lap(&cg->phases.plan_ms);
+  s.Lap(&cg->phases.plan_ms);
   cg->graph = std::move(graph);
-  return cg;
+  return std::move(cg);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
+    Graph graph, const ConstantResolver& resolve, const CompileLimits& limits,
+    const CompileHints& hints) {
+  CompileState s;
+  s.graph = std::move(graph);
+  KILN_RETURN_IF_ERROR(ResolveClientConstants(s, resolve));
+  s.Lap(&s.cg->phases.constants_ms);
+  KILN_RETURN_IF_ERROR(InferShapes(s));
+  s.Lap(&s.cg->phases.shapes_ms);
+  KILN_RETURN_IF_ERROR(RunPasses(s));
+  if (hints.on_optimized) hints.on_optimized(s.graph, s.constant_data);
+  s.Lap(&s.cg->phases.passes_ms);
+  return Lower(s, limits, hints);
+}
+
+absl::StatusOr<std::unique_ptr<CompiledGraph>> CompileOptimized(
+    Graph optimized, std::vector<std::pair<int, ConstantData>> inline_constants,
+    const ConstantResolver& resolve, const CompileLimits& limits, const CompileHints& hints) {
+  CompileState s;
+  s.graph = std::move(optimized);
+  KILN_RETURN_IF_ERROR(ResolveClientConstants(s, resolve));
+  // Derived constants: kept in the artifact, live in another compiled
+  // graph, or saved in the cache directory (read when first needed; a
+  // weight whose packed form is saved too is never read).
+  for (auto& [index, data] : inline_constants) {
+    if (index < 0 || index >= static_cast<int>(s.graph.nodes.size()) ||
+        s.graph.nodes[index].kind != Node::Kind::kConstant || s.constant_data[index] != nullptr) {
+      return absl::InvalidArgumentError("inline constant of no constant node");
+    }
+    s.constant_data[index] = data.bytes.get();
+    s.resolved.push_back(std::move(data));
+  }
+  ConstantPersistence* persistence = CurrentPersistence();
+  for (size_t i = 0; i < s.graph.nodes.size(); ++i) {
+    const Node& node = s.graph.nodes[i];
+    if (node.kind != Node::Kind::kConstant || s.constant_data[i] != nullptr) continue;
+    const int64_t size = node.outputs[0].ByteSize();
+    std::optional<ConstantData> data;
+    if (std::optional<SharedConstant> live = FindShared(node.share_key);
+        live && live->data.size == size) {
+      data = std::move(live->data);
+    } else if (persistence != nullptr) {
+      if (std::optional<ConstantData> saved =
+              persistence->Load(node.share_key, size, /*defer_check=*/true)) {
+        data = PublishShared(node.share_key, SharedConstant{*std::move(saved), node.outputs}).data;
+      }
+    }
+    if (!data || data->size != size) {
+      return absl::NotFoundError(absl::StrCat("node '", node.name, "': derived constant ",
+                                              node.share_key, " is not saved"));
+    }
+    s.constant_data[i] = data->bytes.get();
+    s.resolved.push_back(*std::move(data));
+  }
+  s.Lap(&s.cg->phases.constants_ms);
+  KILN_RETURN_IF_ERROR(InferShapes(s));
+  s.Lap(&s.cg->phases.shapes_ms);
+  return Lower(s, limits, hints);
 }
 
 }  // namespace kiln::runtime

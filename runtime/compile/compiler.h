@@ -5,6 +5,8 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "runtime/compile/compiled_graph.h"
@@ -32,6 +34,12 @@ struct CompileHints {
   // copy now rather than hold it beside the packed one until the compile
   // ends. Not called for constants the compile derived or keeps.
   std::function<void(const std::string& hash)> release_constant;
+  // Called once the passes are done, before any kernel is prepared, with
+  // the graph they leave and each node's constant bytes (null for non-
+  // constants): what an artifact records so that CompileOptimized can
+  // start from it. The bytes are only valid during the call.
+  std::function<void(const Graph& graph, const std::vector<const void*>& constant_data)>
+      on_optimized;
 };
 
 // FAILED_PRECONDITION for constants a graph names that the daemon's store
@@ -44,5 +52,17 @@ absl::Status MissingConstantsError(const std::string& first, int count);
 absl::StatusOr<std::unique_ptr<CompiledGraph>> Compile(
     Graph graph, const ConstantResolver& constants,
     const CompileLimits& limits = {}, const CompileHints& hints = {});
+
+// Compile from a graph Compile's passes left (CompileHints::on_optimized,
+// kept in an artifact: ir/optimized_proto.h), running no pass: constants,
+// the shape sweep, kernels and the memory plan. Client constants come from
+// `constants` by store hash, `inline_constants` by node index, and derived
+// ones by share key from the live shared constants or the installed
+// persistence (compile/constant_persistence.h); NOT_FOUND when one is in
+// neither (the caller compiles the original graph instead).
+absl::StatusOr<std::unique_ptr<CompiledGraph>> CompileOptimized(
+    Graph optimized, std::vector<std::pair<int, ConstantData>> inline_constants,
+    const ConstantResolver& constants, const CompileLimits& limits = {},
+    const CompileHints& hints = {});
 
 }  // namespace kiln::runtime

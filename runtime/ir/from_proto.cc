@@ -22,6 +22,8 @@ absl::Status NodeError(int index, const kiln::v1::Node& node,
   return NodeError(index, node, std::string(status.message()), status.code());
 }
 
+}  // namespace
+
 absl::StatusOr<Arg> ArgFromProto(const kiln::v1::Argument& proto, int self,
                                  int depth) {
   if (depth > kMaxArgDepth) {
@@ -88,8 +90,6 @@ absl::StatusOr<Arg> ArgFromProto(const kiln::v1::Argument& proto, int self,
   }
   return arg;
 }
-
-}  // namespace
 
 absl::StatusOr<TensorMeta> MetaFromProto(const kiln::v1::TensorMeta& proto) {
   if (!IsValidDType(proto.dtype())) {

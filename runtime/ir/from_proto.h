@@ -20,6 +20,10 @@ inline constexpr int kMaxArgDepth = 8;
 
 absl::StatusOr<Graph> GraphFromProto(const kiln::v1::Graph& proto);
 
+// One argument of node `self`: its tensor references must name earlier
+// nodes; lists nest at most kMaxArgDepth deep.
+absl::StatusOr<Arg> ArgFromProto(const kiln::v1::Argument& proto, int self, int depth = 0);
+
 // Meta of a TensorMeta message; strides, when given, must be contiguous.
 absl::StatusOr<TensorMeta> MetaFromProto(const kiln::v1::TensorMeta& proto);
 void MetaToProto(const TensorMeta& meta, kiln::v1::TensorMeta* proto);

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstring>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -18,7 +19,10 @@
 #include <thread>
 #include <vector>
 
+#include "cache/compiler_version.h"
 #include "gtest/gtest.h"
+#include "runtime/util/cpu_features.h"
+#include "runtime/util/sha256.h"
 
 namespace kiln::cache {
 namespace {
@@ -81,6 +85,44 @@ TEST_F(ArtifactStoreTest, CorruptPayloadIsAMissAndTheEntryIsRemoved) {
   EXPECT_FALSE(fs::exists(store.PathFor(key_)));
 }
 
+// Where the payload's SHA-256 (64 hex digits) sits in an entry's header.
+size_t ChecksumOffset() {
+  return 8 + 4 + 4 + std::strlen(CompilerVersion()) + 4 + runtime::CpuFeatureString().size() + 8;
+}
+
+TEST_F(ArtifactStoreTest, PayloadWithAMatchingChecksumButNoValidMacIsAMiss) {
+  ArtifactStore store(dir_.string());
+  store.Store(key_, "payload bytes");
+  std::string data = ReadFile(store.PathFor(key_));
+  // Another payload of the same size, its checksum written in: only the
+  // MAC can tell.
+  const std::string forged = "PAYLOAD BYTES";
+  data.replace(data.size() - forged.size(), forged.size(), forged);
+  data.replace(ChecksumOffset(), 64, runtime::Sha256Hex(forged));
+  WriteFile(store.PathFor(key_), data);
+  EXPECT_FALSE(store.Load(key_).has_value());
+  EXPECT_FALSE(fs::exists(store.PathFor(key_)));
+}
+
+TEST_F(ArtifactStoreTest, EntryOfAnotherDirectoryOrAnotherKeyIsAMiss) {
+  const fs::path other = dir_ / "other";
+  ArtifactStore store(dir_.string());
+  ArtifactStore elsewhere(other.string());
+  ASSERT_TRUE(store.enabled() && elsewhere.enabled());
+  ASSERT_NE(*store.key(), *elsewhere.key());
+  elsewhere.Store(key_, "payload bytes");
+  store.Store(Key('b'), "payload bytes");
+  // A whole entry of another directory (written under its key), and one of
+  // this directory moved under another graph key.
+  fs::create_directories(fs::path(store.PathFor(key_)).parent_path());
+  fs::copy_file(elsewhere.PathFor(key_), store.PathFor(key_));
+  EXPECT_FALSE(store.Load(key_).has_value());
+  fs::create_directories(fs::path(store.PathFor(Key('c'))).parent_path());
+  fs::rename(store.PathFor(Key('b')), store.PathFor(Key('c')));
+  EXPECT_FALSE(store.Load(Key('c')).has_value());
+  EXPECT_EQ(*elsewhere.Load(key_), "payload bytes");
+}
+
 TEST_F(ArtifactStoreTest, TruncatedEntryIsAMiss) {
   ArtifactStore store(dir_.string());
   store.Store(key_, std::string(1000, 'x'));
@@ -114,7 +156,9 @@ TEST_F(ArtifactStoreTest, LeavesNoTemporaryFilesBehind) {
   ArtifactStore store(dir_.string());
   for (int i = 0; i < 10; ++i) store.Store(key_, "v" + std::to_string(i));
   int files = 0;
-  for (const auto& e : fs::recursive_directory_iterator(dir_)) files += e.is_regular_file();
+  for (const auto& e : fs::recursive_directory_iterator(dir_ / "artifacts")) {
+    files += e.is_regular_file();
+  }
   EXPECT_EQ(files, 1);
   EXPECT_EQ(*store.Load(key_), "v9");
 }
@@ -274,7 +318,7 @@ TEST_F(ArtifactStoreTest, TwoStoresOnOneDirectoryFromManyThreadsNeverTearAnEntry
   EXPECT_TRUE(first.enabled());
   EXPECT_TRUE(second.enabled());
   int entries = 0, others = 0;
-  for (const auto& e : fs::recursive_directory_iterator(dir_)) {
+  for (const auto& e : fs::recursive_directory_iterator(dir_ / "artifacts")) {
     if (!e.is_regular_file()) continue;
     (e.path().extension() == ".kart" ? entries : others)++;
   }
