@@ -60,7 +60,7 @@ runtime::CompileHints GraphCache::Hints(bool shape_variant) {
 
 absl::StatusOr<std::shared_ptr<const runtime::CompiledGraph>> GraphCache::Build(
     const kiln::v1::Graph& graph, const runtime::CompileOptions& options, bool shape_variant,
-    bool persist, kiln::v1::OptimizedGraph* optimized) {
+    bool persist, kiln::v1::OptimizedGraph* optimized, bool check_first) {
   cache::ConstantFiles* files = persist ? files_ : nullptr;
   bool check_now = false;  // the second attempt's: every weight checked up front
   // What each constant's node says it holds: a file in the cache directory
@@ -86,7 +86,7 @@ absl::StatusOr<std::shared_ptr<const runtime::CompiledGraph>> GraphCache::Build(
   // made before reading it (it is gone). The second attempt derives every
   // weight again, from client weights checked before use, and reports the
   // bad ones missing (the client uploads them and compiles again).
-  for (int attempt = 0; attempt < 2; ++attempt) {
+  for (int attempt = check_first ? 1 : 0; attempt < 2; ++attempt) {
     if (attempt == 1) {
       files = nullptr;
       check_now = true;
@@ -182,6 +182,10 @@ absl::StatusOr<CompileResult> GraphCache::GetOrCompile(
   absl::StatusOr<std::shared_ptr<const runtime::CompiledGraph>> built =
       absl::NotFoundError("no artifact");
   bool disk_hit = false;
+  // The entry's compile met a saved weight that failed its check: the
+  // compile from scratch checks every weight before use, so that the
+  // client hears of all the bad ones at once.
+  bool damaged = false;
   if (persist) {
     if (auto payload = artifacts_->Load(key)) {
       kiln::v1::Artifact artifact;
@@ -193,6 +197,7 @@ absl::StatusOr<CompileResult> GraphCache::GetOrCompile(
       } else {
         built = BuildOptimized(artifact.optimized(), parsed, shape_variant);
         disk_hit = built.ok();
+        damaged = built.status().code() == absl::StatusCode::kDataLoss;
         // Weights the client has yet to upload are no fault of the entry:
         // the compile from scratch below reports them.
         if (!disk_hit && built.status().code() != absl::StatusCode::kFailedPrecondition) {
@@ -206,7 +211,7 @@ absl::StatusOr<CompileResult> GraphCache::GetOrCompile(
   kiln::v1::Artifact artifact;
   if (!disk_hit) {
     built = Build(graph, parsed, shape_variant, persist,
-                  persist ? artifact.mutable_optimized() : nullptr);
+                  persist ? artifact.mutable_optimized() : nullptr, /*check_first=*/damaged);
   }
   if (!built.ok()) {
     finish();

@@ -75,10 +75,13 @@ class GraphCache {
  private:
   // A compile from scratch. With `optimized`, what the passes made of the
   // graph is described there for the artifact (left empty when it cannot
-  // be, or when the compile did not persist what it derived).
+  // be, or when the compile did not persist what it derived). A saved
+  // weight that fails its check makes it compile again deriving every
+  // weight from client weights checked up front; `check_first` starts
+  // there.
   absl::StatusOr<std::shared_ptr<const runtime::CompiledGraph>> Build(
       const kiln::v1::Graph& graph, const runtime::CompileOptions& options, bool shape_variant,
-      bool persist, kiln::v1::OptimizedGraph* optimized);
+      bool persist, kiln::v1::OptimizedGraph* optimized, bool check_first = false);
   // A compile from an artifact's optimized graph: no pass runs.
   absl::StatusOr<std::shared_ptr<const runtime::CompiledGraph>> BuildOptimized(
       const kiln::v1::OptimizedGraph& optimized, const runtime::CompileOptions& options,

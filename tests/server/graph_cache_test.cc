@@ -6,11 +6,13 @@
 #include "server/graph_cache.h"
 
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "cache/artifact_store.h"
 #include "cache/constant_files.h"
 #include "cache/constant_store.h"
@@ -173,6 +175,41 @@ TEST_F(GraphCacheArtifacts, ADerivedWeightGoneMeansACompileFromScratch) {
   EXPECT_EQ(warm.y, cold.y);
   EXPECT_EQ(warm.compiled, 0u);
   EXPECT_EQ(warm.disk_hits, 1u);
+}
+
+TEST_F(GraphCacheArtifacts, DamagedSavedWeightsAreAllReportedMissingAtOnce) {
+  const Outcome cold = Restart();
+  // A byte of every saved weight's payload changed (uploaded ones and
+  // derived ones): headers still look right.
+  for (const std::string& path : Files(dir_)) {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(cache::kConstantFileHeaderBytes);
+    const char c = static_cast<char>(f.get());
+    f.seekp(cache::kConstantFileHeaderBytes);
+    f.put(static_cast<char>(c ^ 0x5a));
+  }
+  Daemon d(dir_);  // nothing uploaded: the client weights come from the files
+  auto first = d.graphs.GetOrCompile(graph_, {}, /*use_disk_cache=*/true);
+  ASSERT_EQ(first.status().code(), absl::StatusCode::kFailedPrecondition) << first.status();
+  // Every client weight at once, so that one upload and one retry do.
+  EXPECT_NE(first.status().message().find(
+                absl::StrCat("and ", weights_.size() - 1, " more constants")),
+            std::string::npos)
+      << first.status();
+  // As a client does: upload what the daemon says it lacks (QueryConstants).
+  for (const auto& v : weights_) {
+    const std::string hash = runtime::Sha256Hex(v.data(), v.size() * 4);
+    if (d.constants.Contains(hash)) continue;
+    ASSERT_TRUE(
+        d.constants.PutCopy(hash, v.data(), static_cast<int64_t>(v.size() * sizeof(float))).ok());
+  }
+  auto again = d.graphs.GetOrCompile(graph_, {}, /*use_disk_cache=*/true);
+  ASSERT_TRUE(again.ok()) << again.status();
+  std::vector<float> x = Random(2 * kIc * kHw * kHw, 99), y(2 * kOc * kHw * kHw, 0.f);
+  const void* in[] = {x.data()};
+  void* out[] = {y.data()};
+  ASSERT_TRUE(runtime::Execute(*again->graph, in, out).ok());
+  EXPECT_EQ(y, cold.y);
 }
 
 TEST_F(GraphCacheArtifacts, ADamagedOptimizedGraphIsCompiledAgainNotTrusted) {
