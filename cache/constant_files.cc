@@ -136,8 +136,8 @@ struct ConstantFiles::Checks {
   }
 };
 
-ConstantFiles::ConstantFiles(ArtifactStore* store)
-    : store_(store), checks_(std::make_shared<Checks>()) {
+ConstantFiles::ConstantFiles(ArtifactStore* store, RedisStore* remote)
+    : store_(store), remote_(remote), checks_(std::make_shared<Checks>()) {
   // The store loaded (or created) the directory's key before enabling
   // itself; without it nothing derived can be saved or checked.
   if (store_->enabled()) key_ = store_->key();
@@ -424,7 +424,21 @@ std::optional<runtime::ConstantData> ConstantFiles::LoadFile(const std::string& 
 
 std::optional<runtime::ConstantData> ConstantFiles::Load(const std::string& key, int64_t size,
                                                          bool defer_check) {
-  return LoadFile(key, /*derived=*/true, size, defer_check);
+  std::optional<runtime::ConstantData> found = LoadFile(key, /*derived=*/true, size, defer_check);
+  if (found || remote_ == nullptr || !Usable()) return found;
+  // From the fleet: opened (its MAC checked) by the remote tier, so
+  // nothing is deferred; saved here for the next start.
+  std::optional<std::string> payload = remote_->Get("derived", key);
+  if (!payload || (size >= 0 && payload->size() != static_cast<uint64_t>(size))) {
+    return std::nullopt;
+  }
+  std::shared_ptr<uint8_t> bytes = AllocatePayload(payload->size(), /*populate=*/true);
+  if (bytes == nullptr) return std::nullopt;
+  std::memcpy(bytes.get(), payload->data(), payload->size());
+  runtime::ConstantData data{std::move(bytes), static_cast<int64_t>(payload->size())};
+  loaded_bytes_ += payload->size();
+  Enqueue(key, /*derived=*/true, data, /*publish=*/false);
+  return data;
 }
 
 void ConstantFiles::Save(const std::string& key, runtime::ConstantData data) {
@@ -448,7 +462,8 @@ bool ConstantFiles::HasUploaded(const std::string& hash) {
   return OpenChecked(NameFor(runtime::StoreConstantKey(hash), false), -1).ok();
 }
 
-void ConstantFiles::Enqueue(const std::string& key, bool derived, runtime::ConstantData data) {
+void ConstantFiles::Enqueue(const std::string& key, bool derived, runtime::ConstantData data,
+                            bool publish) {
   if (!Usable() || data.bytes == nullptr) return;
   const std::string path = PathFor(key, derived);
   absl::MutexLock lock(&mu_);
@@ -461,7 +476,7 @@ void ConstantFiles::Enqueue(const std::string& key, bool derived, runtime::Const
           kConstantFileHeaderBytes + static_cast<uint64_t>(data.size)) {
     return;
   }
-  queue_.push_back(Pending{key, derived, std::move(data)});
+  queue_.push_back(Pending{key, derived, std::move(data), publish});
 }
 
 void ConstantFiles::Flush() {
@@ -490,6 +505,13 @@ void ConstantFiles::WriterLoop() {
       writing_ = true;
     }
     Write(NameFor(job.key, job.derived), job.data);
+    // Derived constants go to the fleet too; clients' weights are
+    // uploaded by each daemon's own clients.
+    if (remote_ != nullptr && job.derived && job.publish) {
+      remote_->Put("derived", job.key,
+                   absl::string_view(reinterpret_cast<const char*>(job.data.bytes.get()),
+                                    static_cast<size_t>(job.data.size)));
+    }
   }
 }
 

@@ -66,6 +66,7 @@
 #include "absl/synchronization/mutex.h"
 #include "cache/artifact_store.h"
 #include "cache/cache_key.h"
+#include "cache/redis_store.h"
 #include "runtime/compile/constant_persistence.h"
 
 namespace kiln::cache {
@@ -79,7 +80,10 @@ class ConstantFiles : public runtime::ConstantPersistence, public runtime::Defer
   // is disabled (no cache directory, or it failed or was refused). Derived
   // constants are checked under the directory's key, which the store read
   // (or created) before enabling itself.
-  explicit ConstantFiles(ArtifactStore* store);
+  // `remote` (may be null): derived constants not in the directory are
+  // looked up there (and saved here when found), and those saved here are
+  // published there.
+  explicit ConstantFiles(ArtifactStore* store, RedisStore* remote = nullptr);
   // Writes what is still queued, then stops the writer.
   ~ConstantFiles() override;
   ConstantFiles(const ConstantFiles&) = delete;
@@ -146,12 +150,14 @@ class ConstantFiles : public runtime::ConstantPersistence, public runtime::Defer
   bool RejectedBefore(const Name& name, const struct stat& st);
   std::optional<runtime::ConstantData> LoadFile(const std::string& key, bool derived,
                                                 int64_t size, bool defer_check);
-  void Enqueue(const std::string& key, bool derived, runtime::ConstantData data);
+  void Enqueue(const std::string& key, bool derived, runtime::ConstantData data,
+               bool publish = true);
   void WriterLoop();
   void Write(const Name& name, const runtime::ConstantData& data);
   bool Usable() const;
 
   ArtifactStore* store_;
+  RedisStore* remote_;  // may be null
   std::optional<CacheKey> key_;  // set once, at construction
   absl::Mutex mu_;
   // Files this process wrote, queued or loaded: no second write or stat.
@@ -176,6 +182,7 @@ class ConstantFiles : public runtime::ConstantPersistence, public runtime::Defer
     std::string key;
     bool derived;
     runtime::ConstantData data;
+    bool publish = true;  // also to the remote tier (not what came from it)
   };
   std::deque<Pending> queue_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;

@@ -77,6 +77,21 @@ std::string HelpText() {
       "  --cache-max-mb N   cap on the cache's total size in MiB (default: $KILN_CACHE_MAX_MB,\n",
       "                     else 2048; 0: no cap). Past it, the least recently used entries\n",
       "                     (by file mtime, which a cache hit updates) are deleted.\n",
+      "  --remote-cache URL  a Redis shared by a fleet's daemons, behind the cache\n",
+      "                     directory: redis://[[user]:password@]host[:port][/db] or\n",
+      "                     unix:///path/redis.sock[?db=N] (env KILN_REMOTE_CACHE; default\n",
+      "                     none). Compiled graphs and derived weights are looked up there\n",
+      "                     after the cache directory and published there after a compile;\n",
+      "                     one daemon of the fleet compiles a graph, the others wait and\n",
+      "                     fetch it. A Redis that is down or slow costs a warning and a\n",
+      "                     local compile.\n",
+      "  --remote-cache-key-file PATH  the fleet's key (64 hex digits; mode 0600; env\n",
+      "                     KILN_REMOTE_CACHE_KEY_FILE), required with --remote-cache:\n",
+      "                     values are sealed with it and refused without it.\n",
+      "  --remote-cache-prefix P       prefix of every Redis key (default kiln:).\n",
+      "  --remote-cache-ttl-s N        expiry of values written (default 0: none).\n",
+      "  --remote-cache-timeout-ms N   deadline of each Redis call (default 500).\n",
+      "  --remote-cache-max-value-mb N  largest value written or read (default 1024).\n",
       "  --threads N        threads for execution (default 0: all cores): how many runs\n",
       "                     go at once, the size of a graph's thread arena by default,\n",
       "                     and the most a client's config num_threads gets.\n",
@@ -347,6 +362,44 @@ constexpr FlagSpec kFlags[] = {
      [](DaemonConfig& c, const std::string& f, const std::string& v) {
        return ParseCount(f, v, 0, 65535, "a TCP port from 0 (off) to 65535", &c.metrics_port);
      }},
+    {"remote-cache", false, false,
+     [](DaemonConfig& c, const std::string&, const std::string& v) {
+       return SetString(&c.remote_cache.url, v);
+     }},
+    {"remote-cache-key-file", false, false,
+     [](DaemonConfig& c, const std::string&, const std::string& v) {
+       return SetString(&c.remote_cache.key_file, v);
+     }},
+    {"remote-cache-prefix", false, false,
+     [](DaemonConfig& c, const std::string& f, const std::string& v) -> absl::Status {
+       if (v.empty() || v.size() > 200) {
+         return absl::InvalidArgumentError(absl::StrCat(f, " takes 1 to 200 characters"));
+       }
+       c.remote_cache.key_prefix = v;
+       return absl::OkStatus();
+     }},
+    {"remote-cache-ttl-s", false, false,
+     [](DaemonConfig& c, const std::string& f, const std::string& v) -> absl::Status {
+       int seconds = 0;
+       absl::Status s = ParseCount(f, v, 0, std::numeric_limits<int>::max(),
+                                   "a number of seconds >= 0", &seconds);
+       c.remote_cache.ttl_s = seconds;
+       return s;
+     }},
+    {"remote-cache-timeout-ms", false, false,
+     [](DaemonConfig& c, const std::string& f, const std::string& v) -> absl::Status {
+       int ms = 0;
+       absl::Status s = ParseCount(f, v, 1, 600'000, "milliseconds from 1 to 600000", &ms);
+       c.remote_cache.timeout_ms = ms;
+       return s;
+     }},
+    {"remote-cache-max-value-mb", false, false,
+     [](DaemonConfig& c, const std::string& f, const std::string& v) -> absl::Status {
+       int mb = 0;
+       absl::Status s = ParseCount(f, v, 1, 1 << 20, "a number of MiB >= 1", &mb);
+       c.remote_cache.max_value_bytes = int64_t{mb} << 20;
+       return s;
+     }},
 };
 
 const FlagSpec* FindFlag(std::string_view name) {
@@ -419,6 +472,8 @@ absl::StatusOr<DaemonConfig> ParseFlags(int argc, char** argv) {
   if (std::string fmt = Env("KILN_LOG_FORMAT"); !fmt.empty()) config.log_format = fmt;
   config.token_file = Env("KILN_TOKEN_FILE");
   config.config_file = Env("KILN_CONFIG_FILE");
+  config.remote_cache.url = Env("KILN_REMOTE_CACHE");
+  config.remote_cache.key_file = Env("KILN_REMOTE_CACHE_KEY_FILE");
   if (std::string mb = Env("KILN_CACHE_MAX_MB"); !mb.empty()) {
     if (absl::Status s = ParseMegabytes("KILN_CACHE_MAX_MB", mb, &config.cache_max_mb); !s.ok()) return s;
   }

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "cache/remote_cache_config.h"
 #include "server/client_limits.h"
 
 namespace kiln::server {
@@ -22,6 +23,7 @@ struct DaemonConfig {
   std::string tls_key;
   std::string cache_dir;    // empty = no on-disk cache
   uint64_t cache_max_mb = 2048;  // cap on the cache's entries, 0 = none
+  cache::RemoteCacheConfig remote_cache;  // url empty = no remote tier
   std::string log_level = "info";
   std::string log_file;
   std::string log_format = "text";  // text or json (one object per line)

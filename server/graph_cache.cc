@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "cache/graph_key.h"
 #include "kiln/v1/artifact.pb.h"
 #include "runtime/compile/compiler.h"
@@ -15,6 +18,48 @@
 #include "spdlog/spdlog.h"
 
 namespace kiln::server {
+
+namespace {
+
+// A fleet lock's lifetime: renewed while its holder compiles, so that it
+// expires soon after a holder that died.
+constexpr std::chrono::milliseconds kFleetLockTtl{30'000};
+// How often a waiting daemon looks for the holder's entry, and how long it
+// waits at most before compiling itself.
+constexpr absl::Duration kFleetPoll = absl::Milliseconds(100);
+constexpr std::chrono::minutes kFleetWait{30};
+
+}  // namespace
+
+// The fleet's lock on one graph key while this daemon compiles it: taken
+// with a TTL, renewed by a thread every third of it, given up when
+// destroyed.
+class GraphCache::FleetLock {
+ public:
+  // Null when another daemon holds it.
+  static std::unique_ptr<FleetLock> Take(cache::RedisStore* remote, const std::string& key) {
+    if (!remote->TryLock(key, kFleetLockTtl)) return nullptr;
+    return std::unique_ptr<FleetLock>(new FleetLock(remote, key));
+  }
+  ~FleetLock() {
+    done_.Notify();
+    renewer_.join();
+    remote_->Unlock(key_);
+  }
+
+ private:
+  FleetLock(cache::RedisStore* remote, std::string key)
+      : remote_(remote), key_(std::move(key)), renewer_([this] {
+          while (!done_.WaitForNotificationWithTimeout(absl::FromChrono(kFleetLockTtl / 3))) {
+            remote_->Renew(key_, kFleetLockTtl);
+          }
+        }) {}
+
+  cache::RedisStore* remote_;
+  const std::string key_;
+  absl::Notification done_;
+  std::thread renewer_;
+};
 
 namespace {
 
@@ -111,6 +156,29 @@ absl::StatusOr<std::shared_ptr<const runtime::CompiledGraph>> GraphCache::Build(
   return std::shared_ptr<const runtime::CompiledGraph>(*std::move(compiled));
 }
 
+absl::StatusOr<std::shared_ptr<const runtime::CompiledGraph>> GraphCache::BuildFromEntry(
+    const std::string& key, const std::string& payload, const kiln::v1::Graph& graph,
+    const runtime::CompileOptions& options, bool shape_variant) {
+  kiln::v1::Artifact artifact;
+  if (!artifact.ParseFromString(payload) ||
+      cache::CanonicalGraphBytes(artifact.graph()) != cache::CanonicalGraphBytes(graph)) {
+    spdlog::warn("cache entry {} does not match its key; recompiling", key);
+    return absl::DataLossError("entry does not match its key");
+  }
+  if (!artifact.has_optimized()) {
+    spdlog::info("cache entry {} holds no optimized graph; recompiling", key.substr(0, 12));
+    return absl::NotFoundError("no optimized graph");
+  }
+  auto built = BuildOptimized(artifact.optimized(), options, shape_variant);
+  // Weights the client has yet to upload are no fault of the entry: the
+  // compile from scratch reports them.
+  if (!built.ok() && built.status().code() != absl::StatusCode::kFailedPrecondition) {
+    spdlog::warn("cache entry {}: {}; recompiling", key.substr(0, 12),
+                 std::string(built.status().message()));
+  }
+  return built;
+}
+
 absl::StatusOr<std::shared_ptr<const runtime::CompiledGraph>> GraphCache::BuildOptimized(
     const kiln::v1::OptimizedGraph& optimized, const runtime::CompileOptions& options,
     bool shape_variant) {
@@ -173,43 +241,59 @@ absl::StatusOr<CompileResult> GraphCache::GetOrCompile(
   };
 
   // On disk: a valid artifact for this key holds what the compiler made
-  // of this graph with this runtime on this CPU. Its stored graph must be
-  // the one asked for (guards against a hash collision or a tampered file).
-  // Its optimized graph is compiled without passes; when that fails (a
-  // derived constant gone from the directory, say), the graph is compiled
-  // from scratch and the entry written again.
+  // of this graph with this runtime on this CPU; it is compiled without
+  // passes. When that fails (a derived constant gone from the directory,
+  // say), the graph is compiled from scratch and the entry written again.
+  // Then the fleet's Redis, the same way; an entry from there is written
+  // to the directory once it built.
   const bool persist = use_disk_cache && artifacts_->enabled();
   absl::StatusOr<std::shared_ptr<const runtime::CompiledGraph>> built =
       absl::NotFoundError("no artifact");
-  bool disk_hit = false;
+  bool disk_hit = false, remote_hit = false;
   // The entry's compile met a saved weight that failed its check: the
   // compile from scratch checks every weight before use, so that the
   // client hears of all the bad ones at once.
   bool damaged = false;
+  std::unique_ptr<FleetLock> fleet_lock;
   if (persist) {
     if (auto payload = artifacts_->Load(key)) {
-      kiln::v1::Artifact artifact;
-      if (!artifact.ParseFromString(*payload) ||
-          cache::CanonicalGraphBytes(artifact.graph()) != cache::CanonicalGraphBytes(graph)) {
-        spdlog::warn("cache entry {} does not match its key; recompiling", key);
-      } else if (!artifact.has_optimized()) {
-        spdlog::info("cache entry {} holds no optimized graph; recompiling", key.substr(0, 12));
-      } else {
-        built = BuildOptimized(artifact.optimized(), parsed, shape_variant);
-        disk_hit = built.ok();
-        damaged = built.status().code() == absl::StatusCode::kDataLoss;
-        // Weights the client has yet to upload are no fault of the entry:
-        // the compile from scratch below reports them.
-        if (!disk_hit && built.status().code() != absl::StatusCode::kFailedPrecondition) {
-          spdlog::warn("cache entry {}: {}; recompiling", key.substr(0, 12),
-                       std::string(built.status().message()));
+      built = BuildFromEntry(key, *payload, graph, parsed, shape_variant);
+      disk_hit = built.ok();
+      damaged = built.status().code() == absl::StatusCode::kDataLoss;
+    }
+    if (!disk_hit && remote_ != nullptr) {
+      // Fleet-wide single flight: the daemon that takes the lock compiles,
+      // the others wait for its entry; a holder that dies stops renewing
+      // the lock, which then expires and lets the next one compile.
+      const auto give_up = std::chrono::steady_clock::now() + kFleetWait;
+      for (bool first = true;; first = false) {
+        if (auto payload = remote_->Get("artifact", key)) {
+          built = BuildFromEntry(key, *payload, graph, parsed, shape_variant);
+          if (built.ok()) {
+            remote_hit = true;
+            artifacts_->Store(key, *payload);
+            break;
+          }
         }
+        fleet_lock = FleetLock::Take(remote_, key);
+        if (fleet_lock != nullptr) break;
+        if (first) {
+          stats_.fleet_waits++;
+          spdlog::info("graph {}: another daemon of the fleet compiles it; waiting",
+                       key.substr(0, 12));
+        }
+        if (std::chrono::steady_clock::now() > give_up) {
+          spdlog::warn("graph {}: gave up waiting for the fleet's compile; compiling here",
+                       key.substr(0, 12));
+          break;
+        }
+        absl::SleepFor(kFleetPoll);
       }
     }
   }
 
   kiln::v1::Artifact artifact;
-  if (!disk_hit) {
+  if (!disk_hit && !remote_hit) {
     built = Build(graph, parsed, shape_variant, persist,
                   persist ? artifact.mutable_optimized() : nullptr, /*check_first=*/damaged);
   }
@@ -219,6 +303,8 @@ absl::StatusOr<CompileResult> GraphCache::GetOrCompile(
   }
   if (disk_hit) {
     stats_.disk_hits++;
+  } else if (remote_hit) {
+    stats_.remote_hits++;
   } else {
     stats_.compiled++;
     if (persist) {
@@ -228,22 +314,30 @@ absl::StatusOr<CompileResult> GraphCache::GetOrCompile(
       }
       artifact.set_arena_bytes((*built)->arena_bytes);
       if (artifact.optimized().nodes_size() == 0) artifact.clear_optimized();
-      artifacts_->Store(key, artifact.SerializeAsString());
+      const std::string payload = artifact.SerializeAsString();
+      artifacts_->Store(key, payload);
+      if (remote_ != nullptr && artifact.has_optimized()) {
+        // The derived weights it names first, so that a daemon that
+        // fetches the entry finds them.
+        if (files_ != nullptr) files_->Flush();
+        remote_->Put("artifact", key, payload);
+      }
     }
   }
+  fleet_lock.reset();
   {
     absl::MutexLock lock(&mu_);
     live_[key] = *built;
     in_flight_.erase(key);
   }
   result.graph = *std::move(built);
-  result.cache_hit = disk_hit;
+  result.cache_hit = disk_hit || remote_hit;
   result.compile_ms = elapsed_ms();
   stats_.seconds.Observe(std::chrono::steady_clock::now() - start);
   spdlog::info("compiled graph {} ({} steps, {} KiB arena, {}) in {:.1f} ms{}", key.substr(0, 12),
                result.graph->steps.size(), result.graph->TotalArenaBytes() / 1024,
                runtime::CompileOptionsString(parsed), result.compile_ms,
-               disk_hit ? " [disk cache hit]" : "");
+               disk_hit ? " [disk cache hit]" : remote_hit ? " [remote cache hit]" : "");
   const auto& ph = result.graph->phases;
   spdlog::debug("graph {} compile phases: constants {:.1f} ms, shapes {:.1f}, passes {:.1f}, "
                 "kernels {:.1f}, plan {:.1f}",

@@ -19,6 +19,7 @@
 #include "cache/artifact_store.h"
 #include "cache/constant_files.h"
 #include "cache/constant_store.h"
+#include "cache/redis_store.h"
 #include "kiln/v1/artifact.pb.h"
 #include "kiln/v1/kiln.pb.h"
 #include "runtime/compile/compiler.h"
@@ -41,6 +42,8 @@ struct CompileStats {
   std::atomic<uint64_t> compiled{0};     // cache misses: built from scratch
   std::atomic<uint64_t> memory_hits{0};  // already compiled in this process
   std::atomic<uint64_t> disk_hits{0};    // artifact found on disk, no pass run
+  std::atomic<uint64_t> remote_hits{0};  // artifact from the fleet's Redis, no pass run
+  std::atomic<uint64_t> fleet_waits{0};  // waited for another daemon's compile
   // Time of each successful GetOrCompile, hits included.
   LatencyHistogram seconds{LatencyHistogram::CompileBounds()};
 };
@@ -49,9 +52,12 @@ class GraphCache {
  public:
   // `files` (may be null): where compiles with model caching save the
   // constants they use and derive, and find those saved before.
+  // `remote` (may be null): the fleet's tier behind the artifact store;
+  // entries missing here are fetched from it, compiles publish to it, and
+  // one daemon of the fleet compiles a key while the others wait for it.
   GraphCache(cache::ConstantStore* constants, cache::ArtifactStore* artifacts,
-             cache::ConstantFiles* files = nullptr)
-      : constants_(constants), artifacts_(artifacts), files_(files) {}
+             cache::ConstantFiles* files = nullptr, cache::RedisStore* remote = nullptr)
+      : constants_(constants), artifacts_(artifacts), files_(files), remote_(remote) {}
 
   // `options` (CompileRequest.options) must parse as CompileOptions
   // (INVALID_ARGUMENT otherwise); they are part of the key.
@@ -82,6 +88,11 @@ class GraphCache {
   absl::StatusOr<std::shared_ptr<const runtime::CompiledGraph>> Build(
       const kiln::v1::Graph& graph, const runtime::CompileOptions& options, bool shape_variant,
       bool persist, kiln::v1::OptimizedGraph* optimized, bool check_first = false);
+  // The entry `payload` (from the directory or the fleet) for `graph`
+  // compiled without passes; an error when it does not fit or build.
+  absl::StatusOr<std::shared_ptr<const runtime::CompiledGraph>> BuildFromEntry(
+      const std::string& key, const std::string& payload, const kiln::v1::Graph& graph,
+      const runtime::CompileOptions& options, bool shape_variant);
   // A compile from an artifact's optimized graph: no pass runs.
   absl::StatusOr<std::shared_ptr<const runtime::CompiledGraph>> BuildOptimized(
       const kiln::v1::OptimizedGraph& optimized, const runtime::CompileOptions& options,
@@ -97,6 +108,8 @@ class GraphCache {
   cache::ConstantStore* constants_;
   cache::ArtifactStore* artifacts_;
   cache::ConstantFiles* files_;
+  cache::RedisStore* remote_;
+  class FleetLock;
   CompileStats stats_;
   absl::Mutex mu_;
   // Live compiled graphs by key; weak so releasing every handle frees them.

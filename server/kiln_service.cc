@@ -48,11 +48,12 @@ absl::Status FillCompileResponse(CompileResult result, bool want_dump, Session& 
 }  // namespace
 
 KilnService::KilnService(std::string cache_dir, int execution_threads, uint64_t cache_max_bytes,
-                         absl::Duration constant_grace)
+                         absl::Duration constant_grace, std::unique_ptr<cache::RedisStore> remote)
     : constant_grace_(constant_grace),
+      remote_(std::move(remote)),
       artifacts_(std::move(cache_dir), cache_max_bytes),
-      constant_files_(&artifacts_),
-      graphs_(&constants_, &artifacts_, &constant_files_),
+      constant_files_(&artifacts_, remote_.get()),
+      graphs_(&constants_, &artifacts_, &constant_files_, remote_.get()),
       channel_slots_(execution_threads > 0 ? execution_threads : runtime::ConfiguredThreads()),
       executions_(execution_threads > 0 ? execution_threads : runtime::ConfiguredThreads()) {
   constants_.SetFiles(&constant_files_);

@@ -25,6 +25,7 @@
 #include "cache/artifact_store.h"
 #include "cache/constant_files.h"
 #include "cache/constant_store.h"
+#include "cache/redis_store.h"
 #include "kiln/v1/kiln.grpc.pb.h"
 #include "runtime/exec/work_queue.h"
 #include "server/execution_slots.h"
@@ -49,9 +50,12 @@ class KilnService final : public kiln::v1::Kiln::CallbackService {
   // executions run at once; more wait in FIFO order. `cache_max_bytes` caps
   // the on-disk cache (0: no cap). Constants no compiled graph holds are
   // dropped after `constant_grace` without use.
+  // `remote` (may be null): the fleet's Redis tier behind the cache
+  // directory (cache/redis_store.h).
   explicit KilnService(std::string cache_dir, int execution_threads = 0,
                        uint64_t cache_max_bytes = cache::kDefaultArtifactCacheMaxBytes,
-                       absl::Duration constant_grace = absl::Seconds(60));
+                       absl::Duration constant_grace = absl::Seconds(60),
+                       std::unique_ptr<cache::RedisStore> remote = nullptr);
 
   // Who may call: `peers` vouches for the connections it accepted on the
   // daemon's unix socket (their user checked; OpenSession holds the pid a
@@ -180,6 +184,8 @@ class KilnService final : public kiln::v1::Kiln::CallbackService {
   absl::Mutex channel_open_mu_;
   const absl::Duration constant_grace_;
   cache::ConstantStore constants_;
+  // Before the caches that use it.
+  std::unique_ptr<cache::RedisStore> remote_;
   cache::ArtifactStore artifacts_;
   // After artifacts_, whose directory and cap it uses; its destructor
   // finishes the writes still queued.

@@ -60,6 +60,17 @@ MetricsSnapshot KilnService::CollectMetrics() {
   m.compiles = cs.compiled.load();
   m.memory_cache_hits = cs.memory_hits.load();
   m.disk_cache_hits = cs.disk_hits.load();
+  m.remote_cache_hits = cs.remote_hits.load();
+  if (remote_ != nullptr) {
+    const cache::RemoteStats& rs = remote_->stats();
+    m.remote = true;
+    m.remote_hits = rs.hits.load();
+    m.remote_misses = rs.misses.load();
+    m.remote_refused = rs.refused.load();
+    m.remote_errors = rs.errors.load();
+    m.remote_bytes_read = rs.bytes_read.load();
+    m.remote_bytes_written = rs.bytes_written.load();
+  }
   m.cache_misses = m.compiles;  // every miss compiles
   m.executes = executes_.load();
   m.execute_errors = execute_errors_.load();
@@ -89,10 +100,21 @@ absl::Status KilnService::DoGetStats(const grpc::CallbackServerContext& ctx,
   const MetricsSnapshot m = CollectMetrics();
   resp->set_runtime_version(cache::CompilerVersion());
   resp->set_graphs_compiled(m.compiles);
-  resp->set_cache_hits(m.memory_cache_hits + m.disk_cache_hits);
+  resp->set_cache_hits(m.memory_cache_hits + m.disk_cache_hits + m.remote_cache_hits);
   resp->set_cache_misses(m.cache_misses);
   resp->set_memory_cache_hits(m.memory_cache_hits);
   resp->set_disk_cache_hits(m.disk_cache_hits);
+  resp->set_remote_cache_hits(m.remote_cache_hits);
+  resp->set_fleet_waits(graphs_.stats().fleet_waits.load());
+  if (remote_ != nullptr) {
+    resp->set_remote_cache(remote_->display_url());
+    resp->set_remote_hits(m.remote_hits);
+    resp->set_remote_misses(m.remote_misses);
+    resp->set_remote_refused(m.remote_refused);
+    resp->set_remote_errors(m.remote_errors);
+    resp->set_remote_bytes_read(m.remote_bytes_read);
+    resp->set_remote_bytes_written(m.remote_bytes_written);
+  }
   resp->set_executes(m.executes);
   resp->set_execute_errors(m.execute_errors);
   resp->set_live_handles(sessions_.handle_count());

@@ -150,8 +150,21 @@ int Run(int argc, char** argv) {
   kiln::runtime::ConfigureThreads(config->threads);
   kiln::runtime::SetKeepWarm(config->spin_us);
 
+  std::unique_ptr<kiln::cache::RedisStore> remote;
+  if (!config->remote_cache.url.empty()) {
+    auto created = kiln::cache::RedisStore::Create(config->remote_cache);
+    if (!created.ok()) {
+      spdlog::error("{}", std::string(created.status().message()));
+      return 2;
+    }
+    remote = *std::move(created);
+    if (config->cache_dir.empty()) {
+      spdlog::warn("--remote-cache {} with --no-cache: the remote tier sits behind the cache "
+                   "directory and is not used without one", remote->display_url());
+    }
+  }
   KilnService service(config->cache_dir, /*execution_threads=*/0, config->cache_max_mb << 20,
-                      absl::Seconds(config->constant_grace_s));
+                      absl::Seconds(config->constant_grace_s), std::move(remote));
   service.SetAccess(listener.get(), tcp_token);
   service.SetClientLimits(config->limits);
   service.SetDaemonLimits(config->daemon_limits);

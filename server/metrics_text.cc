@@ -38,9 +38,26 @@ std::string RenderMetrics(const MetricsSnapshot& m) {
          "Graphs compiled from scratch (every cache miss compiles).", absl::StrCat(m.compiles));
   Header(&out, "kiln_cache_hits_total", "counter",
          "Compile requests answered from a cache: memory (already compiled in this daemon) "
-         "or disk (artifact in the cache directory).");
+         "or disk (artifact in the cache directory) or remote (the fleet's Redis).");
   absl::StrAppend(&out, "kiln_cache_hits_total{level=\"memory\"} ", m.memory_cache_hits, "\n",
-                  "kiln_cache_hits_total{level=\"disk\"} ", m.disk_cache_hits, "\n");
+                  "kiln_cache_hits_total{level=\"disk\"} ", m.disk_cache_hits, "\n",
+                  "kiln_cache_hits_total{level=\"remote\"} ", m.remote_cache_hits, "\n");
+  if (m.remote) {
+    Header(&out, "kiln_remote_lookups_total", "counter",
+           "Values looked up in the fleet's Redis (artifacts and derived weights), by result: "
+           "hit, miss, refused (not sealed under the fleet's key, or over the caps).");
+    absl::StrAppend(&out, "kiln_remote_lookups_total{result=\"hit\"} ", m.remote_hits, "\n",
+                    "kiln_remote_lookups_total{result=\"miss\"} ", m.remote_misses, "\n",
+                    "kiln_remote_lookups_total{result=\"refused\"} ", m.remote_refused, "\n");
+    Scalar(&out, "kiln_remote_errors_total", "counter",
+           "Calls to the fleet's Redis that failed (down, slow, full).",
+           absl::StrCat(m.remote_errors));
+    Header(&out, "kiln_remote_bytes_total", "counter",
+           "Bytes read from and written to the fleet's Redis.");
+    absl::StrAppend(&out, "kiln_remote_bytes_total{direction=\"read\"} ", m.remote_bytes_read,
+                    "\n", "kiln_remote_bytes_total{direction=\"written\"} ",
+                    m.remote_bytes_written, "\n");
+  }
   Scalar(&out, "kiln_cache_misses_total", "counter", "Compile requests no cache could answer.",
          absl::StrCat(m.cache_misses));
   Scalar(&out, "kiln_executes_total", "counter",

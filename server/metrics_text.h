@@ -20,7 +20,12 @@ struct MetricsSnapshot {
   uint64_t compiles = 0;  // graphs compiled from scratch (every cache miss)
   uint64_t memory_cache_hits = 0;
   uint64_t disk_cache_hits = 0;
+  uint64_t remote_cache_hits = 0;
   uint64_t cache_misses = 0;
+  // The fleet's Redis, when there is one.
+  bool remote = false;
+  uint64_t remote_hits = 0, remote_misses = 0, remote_refused = 0, remote_errors = 0;
+  uint64_t remote_bytes_read = 0, remote_bytes_written = 0;
   uint64_t executes = 0;  // gRPC and call channel, failed ones included
   uint64_t execute_errors = 0;
   // Histograms.

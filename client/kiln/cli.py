@@ -68,7 +68,8 @@ def format_stats(s: kiln_pb2.StatsResponse, socket_path: str) -> str:
         + (f" ({mib(s.cache_bytes)} of "
            f"{mib(s.cache_max_bytes) if s.cache_max_bytes else 'no'} cap)" if s.cache_dir else ""),
         f"  graphs compiled: {s.graphs_compiled} (cache misses; cache hits {s.cache_hits}: "
-        f"{s.memory_cache_hits} memory, {s.disk_cache_hits} disk; hit rate {hit_rate})",
+        f"{s.memory_cache_hits} memory, {s.disk_cache_hits} disk, {s.remote_cache_hits} remote; "
+        f"hit rate {hit_rate})",
         f"  dynamic shapes:  {s.dynamic_graphs} templates, {s.specializations} specializations",
         f"  executes:        {s.executes} ({s.execute_errors} errors)",
         f"  memory:          resident {mib(s.resident_bytes)}; uploaded constants "
@@ -78,6 +79,12 @@ def format_stats(s: kiln_pb2.StatsResponse, socket_path: str) -> str:
         f"{mib(s.constant_bytes_from_cache)} read from the cache dir",
         f"  clients:         {s.sessions} sessions, {s.live_handles} handles",
     ]
+    if s.remote_cache:
+        lines.insert(3, f"  remote cache:    {s.remote_cache}: {s.remote_hits} hits, "
+                        f"{s.remote_misses} misses, {s.remote_refused} refused, "
+                        f"{s.remote_errors} errors; {mib(s.remote_bytes_read)} read, "
+                        f"{mib(s.remote_bytes_written)} written; waited for the fleet "
+                        f"{s.fleet_waits} times")
     for c in s.clients:
         lines.append(f"    pid {c.pid} ({c.client_name or 'unnamed'}, session {c.session_id}): "
                      f"{c.handles} handles, {c.channels} channels")
