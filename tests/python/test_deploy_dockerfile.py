@@ -381,7 +381,8 @@ def test_runtime_stage_has_every_library_kilnd_links():
 # deploy/apt-packages.txt entries the image build does without: the test and
 # benchmark libraries (tests and benchmarks are off there), Python's headers
 # (the client's C++ helper is off there too) and the tools these tests use.
-NOT_FOR_THE_IMAGE = {"libgtest-dev", "libbenchmark-dev", "python3-dev", "curl", "systemd"}
+NOT_FOR_THE_IMAGE = {"libgtest-dev", "libbenchmark-dev", "python3-dev", "curl", "systemd",
+                     "redis-server"}
 
 
 def test_build_stage_installs_the_projects_build_dependencies():
