@@ -20,42 +20,24 @@
 #include "runtime/ir/from_proto.h"
 #include "runtime/util/sha256.h"
 #include "tests/cache/constant_files_fixture.h"
-#include "tests/testing/proto_graph.h"
+#include "tests/testing/conv_bn_graph.h"
 
 namespace kiln::cache {
 namespace {
 
 using namespace testing_support;  // NOLINT: the shared fixture
 
-// conv -> batch norm -> relu: compiling folds the batch norm into the
+// tests/testing/conv_bn_graph.h: compiling folds the batch norm into the
 // convolution's weight and bias and packs the folded weight.
 class PersistedCompile : public ConstantFilesTest {
  protected:
   int64_t kIc = 8, kOc = 16, kHw = 10;  // set before SetUp builds the graph
 
   kiln::v1::Graph Build() {
-    GraphBuilder b;
-    const int x = b.Input({2, kIc, kHw, kHw}, "x");
-    auto constant = [&](std::vector<int64_t> shape, float lo, float hi) {
-      int64_t n = 1;
-      for (int64_t d : shape) n *= d;
-      weights_.push_back(Random(n, static_cast<unsigned>(weights_.size()) + 10, lo, hi));
-      return b.Constant(weights_.back(), shape);
-    };
-    const int conv = b.Call("aten.convolution.default",
-                            {Ref(x), Ref(constant({kOc, kIc, 3, 3}, -0.3f, 0.3f)),
-                             Ref(constant({kOc}, -0.1f, 0.1f)), IntList({1, 1}),
-                             IntList({1, 1}), IntList({1, 1}), Bool(false), IntList({0, 0}),
-                             Int(1)},
-                            "conv");
-    const int bn = b.Call("aten.native_batch_norm.default",
-                          {Ref(conv), Ref(constant({kOc}, 0.5f, 1.5f)),
-                           Ref(constant({kOc}, -0.5f, 0.5f)), Ref(constant({kOc}, -0.2f, 0.2f)),
-                           Ref(constant({kOc}, 0.5f, 2.f)), Bool(false), Float(0.1),
-                           Float(1e-5)},
-                          "bn");
-    b.Output(b.Call("aten.relu.default", {Ref(bn, 0)}, "relu"));
-    return b.graph();
+    kiln::testing::ConvBnGraph g =
+        kiln::testing::BuildConvBnGraph(2, kIc, kOc, kHw, kiln::testing::ConvBnTail::kNone);
+    weights_ = std::move(g.weights);
+    return std::move(g.graph);
   }
 
   runtime::ConstantResolver Resolver() {

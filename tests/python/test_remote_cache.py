@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from cache_clients import ATOL, RTOL, CnnSpec, build
-from test_shared_cache import _run_clients
+from test_shared_cache import _compile_here, _run_clients
 from testing.daemons import Kilnd
 from testing.processes import wait_for
 from testing.redis_server import RedisServer, write_key_file
@@ -52,15 +52,6 @@ def fleet():
             d.stop()
         redis.stop()
         shutil.rmtree(work, ignore_errors=True)
-
-
-def _compile_here(socket: str, spec: CnnSpec) -> None:
-    model, x = build(spec)
-    torch._dynamo.reset()
-    compiled = torch.compile(model, backend="kiln", options={"socket": socket, "autostart": False})
-    with torch.no_grad():
-        torch.testing.assert_close(compiled(x), model(x), rtol=RTOL, atol=ATOL)
-    torch._dynamo.reset()
 
 
 SPEC = CnnSpec(seed=7700, width=16, layers=3, size=12, batch_norm=True)

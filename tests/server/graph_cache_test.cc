@@ -21,7 +21,7 @@
 #include "runtime/exec/executor.h"
 #include "runtime/util/sha256.h"
 #include "tests/cache/constant_files_fixture.h"
-#include "tests/testing/proto_graph.h"
+#include "tests/testing/conv_bn_graph.h"
 
 namespace kiln::server {
 namespace {
@@ -41,37 +41,19 @@ struct Daemon {
   GraphCache graphs;
 };
 
-// conv -> batch norm -> relu -> add of a constant row: the passes fold the
-// batch norm into the convolution, fuse the relu, pack the folded weight.
+// conv -> batch norm -> relu -> add of a constant row (tests/testing/
+// conv_bn_graph.h): the passes fold the batch norm into the convolution,
+// fuse the relu, pack the folded weight.
 class GraphCacheArtifacts : public ConstantFilesTest {
  protected:
   static constexpr int64_t kIc = 8, kOc = 16, kHw = 10;
 
   void SetUp() override {
     ConstantFilesTest::SetUp();
-    GraphBuilder b;
-    const int x = b.Input({2, kIc, kHw, kHw}, "x");
-    auto constant = [&](std::vector<int64_t> shape, float lo, float hi) {
-      int64_t n = 1;
-      for (int64_t d : shape) n *= d;
-      weights_.push_back(Random(n, static_cast<unsigned>(weights_.size()) + 10, lo, hi));
-      return b.Constant(weights_.back(), shape);
-    };
-    const int conv = b.Call("aten.convolution.default",
-                            {Ref(x), Ref(constant({kOc, kIc, 3, 3}, -0.3f, 0.3f)),
-                             Ref(constant({kOc}, -0.1f, 0.1f)), IntList({1, 1}),
-                             IntList({1, 1}), IntList({1, 1}), Bool(false), IntList({0, 0}),
-                             Int(1)},
-                            "conv");
-    const int bn = b.Call("aten.native_batch_norm.default",
-                          {Ref(conv), Ref(constant({kOc}, 0.5f, 1.5f)),
-                           Ref(constant({kOc}, -0.5f, 0.5f)), Ref(constant({kOc}, -0.2f, 0.2f)),
-                           Ref(constant({kOc}, 0.5f, 2.f)), Bool(false), Float(0.1),
-                           Float(1e-5)},
-                          "bn");
-    const int relu = b.Call("aten.relu.default", {Ref(bn, 0)}, "relu");
-    b.Output(b.Call("aten.add.Tensor", {Ref(relu), Ref(constant({kHw}, -1.f, 1.f))}, "add"));
-    graph_ = b.graph();
+    kiln::testing::ConvBnGraph g =
+        kiln::testing::BuildConvBnGraph(2, kIc, kOc, kHw, kiln::testing::ConvBnTail::kAddRow);
+    weights_ = std::move(g.weights);
+    graph_ = std::move(g.graph);
   }
 
   void Upload(Daemon& d) {

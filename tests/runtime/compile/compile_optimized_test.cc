@@ -12,55 +12,28 @@
 #include "runtime/ir/from_proto.h"
 #include "runtime/ir/optimized_proto.h"
 #include "tests/testing/constant_table.h"
-#include "tests/testing/proto_graph.h"
+#include "tests/testing/conv_bn_graph.h"
 
 namespace kiln::runtime {
 namespace {
 
-using kiln::testing::Bool;
-using kiln::testing::Float;
-using kiln::testing::GraphBuilder;
-using kiln::testing::Int;
-using kiln::testing::IntList;
-using kiln::testing::Ref;
 using kiln::testing::UniformFloats;
 
 constexpr int64_t kIc = 4, kOc = 8, kHw = 6;
 
-// conv -> batch norm -> relu -> * 2 + row: a fold of the batch norm into
-// the convolution (derived constants with share keys), a fused activation,
-// and an elementwise tail that reads a client constant at run time.
+// The fold of the batch norm gives derived constants with share keys; the
+// tail reads a client constant at run time.
 struct ConvBnGraph {
   std::vector<std::vector<float>> weights;
   kiln::testing::ConstantTable constants;
   kiln::v1::Graph graph;
 
   ConvBnGraph() {
-    GraphBuilder b;
-    const int x = b.Input({1, kIc, kHw, kHw}, "x");
-    auto constant = [&](std::vector<int64_t> shape, float lo, float hi) {
-      int64_t n = 1;
-      for (int64_t d : shape) n *= d;
-      weights.push_back(UniformFloats(n, lo, hi, static_cast<int>(weights.size()) + 3));
-      constants.Add(weights.back());
-      return b.Constant(weights.back(), shape);
-    };
-    const int conv = b.Call("aten.convolution.default",
-                            {Ref(x), Ref(constant({kOc, kIc, 3, 3}, -0.3f, 0.3f)),
-                             Ref(constant({kOc}, -0.1f, 0.1f)), IntList({1, 1}),
-                             IntList({1, 1}), IntList({1, 1}), Bool(false), IntList({0, 0}),
-                             Int(1)},
-                            "conv");
-    const int bn = b.Call("aten.native_batch_norm.default",
-                          {Ref(conv), Ref(constant({kOc}, 0.5f, 1.5f)),
-                           Ref(constant({kOc}, -0.5f, 0.5f)), Ref(constant({kOc}, -0.2f, 0.2f)),
-                           Ref(constant({kOc}, 0.5f, 2.f)), Bool(false), Float(0.1),
-                           Float(1e-5)},
-                          "bn");
-    const int relu = b.Call("aten.relu.default", {Ref(bn, 0)}, "relu");
-    const int mul = b.Call("aten.mul.Tensor", {Ref(relu), Float(2.0)}, "mul");
-    b.Output(b.Call("aten.add.Tensor", {Ref(mul), Ref(constant({kHw}, -1.f, 1.f))}, "add"));
-    graph = b.graph();
+    kiln::testing::ConvBnGraph g = kiln::testing::BuildConvBnGraph(
+        1, kIc, kOc, kHw, kiln::testing::ConvBnTail::kTimesTwoAddRow);
+    weights = std::move(g.weights);
+    for (const auto& w : weights) constants.Add(w);
+    graph = std::move(g.graph);
   }
 };
 
