@@ -239,6 +239,21 @@ uint64_t ArtifactStore::Rescan() {
   return total_bytes_;
 }
 
+std::vector<ArtifactStore::StoredFile> ArtifactStore::List(const char* kind) {
+  std::vector<StoredFile> files;
+  if (!enabled()) return files;
+  ScanResult scan;
+  {
+    absl::MutexLock lock(&mu_);
+    ScanKind(kind, std::strcmp(kind, "artifacts") == 0 ? ".kart" : ".kcst", &scan);
+  }
+  files.reserve(scan.entries.size());
+  for (auto& e : scan.entries) {
+    files.push_back({std::move(e.path), e.size, static_cast<int64_t>(e.mtime.tv_sec)});
+  }
+  return files;
+}
+
 uint64_t ArtifactStore::total_bytes() const {
   absl::MutexLock lock(&mu_);
   return total_bytes_;
@@ -286,7 +301,7 @@ std::string ArtifactStore::PathFor(const std::string& key) const {
   return (fs::path(dir_) / "artifacts" / key.substr(0, 2) / (key + ".kart")).string();
 }
 
-std::optional<std::string> ArtifactStore::Load(const std::string& key) {
+std::optional<std::string> ArtifactStore::Load(const std::string& key, bool for_export) {
   if (!enabled()) return std::nullopt;
   const std::string path = PathFor(key);
   absl::StatusOr<FileDescriptor> shard = OpenShard("artifacts", key.substr(0, 2), false);
@@ -323,8 +338,11 @@ std::optional<std::string> ArtifactStore::Load(const std::string& key) {
   if (!r.Scalar(&format)) return reject("truncated header");
   if (format != kArtifactFormatVersion) return reject("other format version");
   if (!r.String(&version) || !r.String(&features)) return reject("truncated header");
-  if (version != CompilerVersion()) return reject("other runtime version");
-  if (features != runtime::CpuFeatureString()) return reject("other CPU features");
+  if (version != CompilerVersion() || features != runtime::CpuFeatureString()) {
+    // Another kilnd's on this directory: its business, not an export's.
+    if (for_export) return std::nullopt;
+    return reject(version != CompilerVersion() ? "other runtime version" : "other CPU features");
+  }
   std::string iv, tag;
   if (!r.Scalar(&size) || !r.Bytes(64, &checksum) || !r.Bytes(12, &iv) || !r.Bytes(16, &tag)) {
     return reject("truncated header");
@@ -348,7 +366,7 @@ std::optional<std::string> ArtifactStore::Load(const std::string& key) {
   const std::optional<MacTag> expected = EntryMac(*key_, nonce, key, payload);
   if (!expected || !TagsEqual(*expected, stored)) return reject("no valid MAC");
   // The LRU clock (see the header); failing to set it only ages the entry.
-  ::futimens(entry->fd.get(), nullptr);
+  if (!for_export) ::futimens(entry->fd.get(), nullptr);
   return payload;
 }
 

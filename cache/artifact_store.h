@@ -44,6 +44,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -74,8 +75,10 @@ class ArtifactStore {
   uint64_t max_bytes() const { return max_bytes_; }
 
   // The payload stored under `key`, or nullopt (miss or bad entry). A hit
-  // marks the entry most recently used.
-  std::optional<std::string> Load(const std::string& key);
+  // marks the entry most recently used. `for_export` (a cache archive
+  // reading the directory): no entry is marked used, and an entry of
+  // another compiler or CPU is skipped rather than deleted.
+  std::optional<std::string> Load(const std::string& key, bool for_export = false);
   // Stores `payload` under `key`, then evicts least recently used entries
   // (never this one) if the cap is exceeded. Failures are logged, not
   // returned: the cache is an optimization and must never fail a compile.
@@ -101,6 +104,16 @@ class ArtifactStore {
   // or `bytes` were just removed.
   void Added(const std::string& path, uint64_t bytes);
   void Forget(uint64_t bytes);
+
+  // A file of the store's, as a scan found it.
+  struct StoredFile {
+    std::string path;
+    uint64_t size;
+    int64_t mtime_s;  // its last use
+  };
+  // The entries (`kind` "artifacts") or the saved constants ("constants")
+  // in the directory now, other daemons' included; none when disabled.
+  std::vector<StoredFile> List(const char* kind);
 
   // Total size of entries as this store last counted it (see above).
   uint64_t total_bytes() const;

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <openssl/rand.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -93,6 +94,51 @@ absl::StatusOr<CacheKey> ReadCacheKey(int dir, const std::string& name, const st
   }
   if (text.back() != '\n') {
     return absl::DataLossError(absl::StrCat(path, " is not a key (no newline after the digits)"));
+  }
+  return key;
+}
+
+absl::StatusOr<CacheKey> ReadKeyFile(const std::string& path) {
+  // Followed through links (a Kubernetes Secret's file is one), opened
+  // without blocking (a FIFO in its place is refused, not waited on).
+  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  if (fd.get() < 0) {
+    return absl::NotFoundError(absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " is not a regular file"));
+  }
+  if (st.st_uid != ::geteuid() && st.st_uid != 0) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        path, " belongs to uid ", st.st_uid, ", not to kilnd's uid ", ::geteuid(), " or root"));
+  }
+  // Nobody but its owner (and its group, a Secret's fsGroup) may read it,
+  // and nobody but its owner write it.
+  if ((st.st_mode & 027) != 0) {
+    return absl::PermissionDeniedError(absl::StrFormat(
+        "%s may be read by others or written by its group (mode %04o; 0600 or 0440)", path,
+        st.st_mode & 07777));
+  }
+  char text[66] = {};
+  const ssize_t n = ::read(fd.get(), text, sizeof(text));
+  size_t digits = n == 65 && text[64] == '\n' ? 64 : static_cast<size_t>(n);
+  CacheKey key;
+  if (digits != 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " is not a key (64 hex digits and an optional newline)"));
+  }
+  for (size_t i = 0; i < key.size(); ++i) {
+    int v = 0;
+    for (char c : {text[2 * i], text[2 * i + 1]}) {
+      const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+      if (d < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, " is not a key (64 lowercase hex digits)"));
+      }
+      v = v << 4 | d;
+    }
+    key[i] = static_cast<uint8_t>(v);
   }
   return key;
 }

@@ -37,4 +37,12 @@ absl::StatusOr<CacheKey> LoadOrCreateCacheKey(int dir, const std::string& name,
 // there is none.
 absl::StatusOr<CacheKey> ReadCacheKey(int dir, const std::string& name, const std::string& path);
 
+// A key given in the file at `path` (the fleet's, kilnd --remote-cache-key-file;
+// a cache archive's, cache/cache_archive.h): 64 lowercase hex digits and an
+// optional newline (openssl rand -hex 32), in a regular file (links
+// followed) of the daemon's user or root that others may not read and only
+// its owner may write (0600, or a Kubernetes Secret's 0440 under the pod's
+// fsGroup).
+absl::StatusOr<CacheKey> ReadKeyFile(const std::string& path);
+
 }  // namespace kiln::cache

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <random>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "cache/cache_dir.h"
 #include "cache/compiler_version.h"
@@ -368,7 +369,8 @@ bool ConstantFiles::IsBad(const void* data) const {
 }
 
 std::optional<runtime::ConstantData> ConstantFiles::LoadFile(const std::string& key, bool derived,
-                                                             int64_t size, bool defer_check) {
+                                                             int64_t size, bool defer_check,
+                                                             bool mark_used) {
   defer_check = defer_check && deferring_.load();
   if (!Usable()) return std::nullopt;
   const Name name = NameFor(key, derived);
@@ -391,7 +393,9 @@ std::optional<runtime::ConstantData> ConstantFiles::LoadFile(const std::string& 
   // The LRU clock (artifact_store.h); failing to set it only ages the file.
   // Not when it is recent: a model's files are loaded a hundred at a time,
   // and an hour is fine resolution for eviction.
-  if (file->entry.st.st_mtime < ::time(nullptr) - 3600) ::futimens(file->entry.fd.get(), nullptr);
+  if (mark_used && file->entry.st.st_mtime < ::time(nullptr) - 3600) {
+    ::futimens(file->entry.fd.get(), nullptr);
+  }
   {
     absl::MutexLock lock(&mu_);
     known_.insert(name.path);
@@ -460,6 +464,43 @@ void ConstantFiles::SaveUploaded(const std::string& hash, runtime::ConstantData 
 bool ConstantFiles::HasUploaded(const std::string& hash) {
   if (!Usable()) return false;
   return OpenChecked(NameFor(runtime::StoreConstantKey(hash), false), -1).ok();
+}
+
+std::vector<ConstantFiles::Saved> ConstantFiles::List() {
+  std::vector<Saved> saved;
+  if (!Usable()) return saved;
+  for (const ArtifactStore::StoredFile& f : store_->List("constants")) {
+    const std::string file = fs::path(f.path).filename().string();
+    // The store listed it from a checked directory; no link followed and
+    // no FIFO waited on here either.
+    FileDescriptor fd(::open(f.path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+    struct stat st;
+    if (fd.get() < 0 || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    std::string head(kConstantFileHeaderBytes, '\0');
+    if (!ReadExactly(fd.get(), 0, head.data(), head.size(), f.path).ok()) continue;
+    Header h;
+    std::memcpy(&h, head.data(), sizeof(h));
+    // A key longer than the header holds cannot be named again.
+    if (std::memcmp(h.magic, kMagic, sizeof(kMagic)) != 0 ||
+        h.format != kConstantFileFormatVersion || h.key_length > kMaxStoredKey) {
+      continue;
+    }
+    std::string key(head.data() + kKeyOffset, h.key_length);
+    const bool derived = !absl::StartsWith(key, "h:");
+    // Derived for another runtime or CPU, or not where its key puts it.
+    if (NameFor(key, derived).file != file) continue;
+    saved.push_back(Saved{std::move(key), derived, h.payload_size, f.mtime_s});
+  }
+  return saved;
+}
+
+std::optional<runtime::ConstantData> ConstantFiles::ReadSaved(const Saved& saved) {
+  return LoadFile(saved.key, saved.derived, static_cast<int64_t>(saved.size),
+                  /*defer_check=*/false, /*mark_used=*/false);
+}
+
+void ConstantFiles::Import(const Saved& saved, runtime::ConstantData data) {
+  Enqueue(saved.key, saved.derived, std::move(data), /*publish=*/false);
 }
 
 void ConstantFiles::Enqueue(const std::string& key, bool derived, runtime::ConstantData data,

@@ -58,6 +58,7 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -116,6 +117,25 @@ class ConstantFiles : public runtime::ConstantPersistence, public runtime::Defer
   // cannot be used is deleted (logged), so it is never "present" again.
   bool HasUploaded(const std::string& hash);
 
+  // A constant saved in the directory, as its file's header names it.
+  struct Saved {
+    std::string key;  // "h:<sha256>": a client's; anything else: derived
+    bool derived = false;
+    uint64_t size = 0;    // payload bytes
+    int64_t mtime_s = 0;  // its last use
+  };
+  // The constants saved in the directory that this runtime on this CPU can
+  // use (derived ones of other runtimes are not), as their headers say:
+  // their bytes are neither read nor checked (ReadSaved does both).
+  std::vector<Saved> List();
+  // `saved`'s bytes, read and checked now, without marking the file used;
+  // nullopt when it is gone, or bad (then deleted, and logged).
+  std::optional<runtime::ConstantData> ReadSaved(const Saved& saved);
+  // Saves `data` under `saved.key` as a compile would (in the background:
+  // Flush waits), not published to the remote tier. The caller has
+  // checked the bytes (cache/cache_archive.h).
+  void Import(const Saved& saved, runtime::ConstantData data);
+
   // Waits until every queued write is done (tests, shutdown).
   void Flush();
   // Payload bytes of the files loaded so far.
@@ -149,7 +169,8 @@ class ConstantFiles : public runtime::ConstantPersistence, public runtime::Defer
   // `st` is a file Reject could not delete.
   bool RejectedBefore(const Name& name, const struct stat& st);
   std::optional<runtime::ConstantData> LoadFile(const std::string& key, bool derived,
-                                                int64_t size, bool defer_check);
+                                                int64_t size, bool defer_check,
+                                                bool mark_used = true);
   void Enqueue(const std::string& key, bool derived, runtime::ConstantData data,
                bool publish = true);
   void WriterLoop();

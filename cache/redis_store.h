@@ -116,11 +116,4 @@ class RedisStore {
   bool outage_logged_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-// The fleet key in the file at `path`: 64 lowercase hex digits and an
-// optional newline (openssl rand -hex 32), in a regular file (links
-// followed) of the daemon's user or root that others may not read and only
-// its owner may write (0600, or a Kubernetes Secret's 0440 under the pod's
-// fsGroup).
-absl::StatusOr<CacheKey> ReadKeyFile(const std::string& path);
-
 }  // namespace kiln::cache

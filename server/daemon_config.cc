@@ -53,7 +53,8 @@ std::string DefaultCacheDir() {
 std::string HelpText() {
   return absl::StrCat(
       "kilnd ", cache::CompilerVersion(), " - the Kiln compile-and-execute daemon\n\n",
-      "Usage: kilnd [flags]\n\n",
+      "Usage: kilnd [flags]\n",
+      "       kilnd cache-export|cache-import ... (a cache archive; kilnd cache-export --help)\n\n",
       "Flags:\n",
       "  --socket PATH      unix socket to listen on (default: $KILN_SOCKET, else\n",
       "                     $XDG_RUNTIME_DIR/kiln/kilnd.sock, else /tmp/kiln-<uid>/kilnd.sock;\n",

@@ -24,6 +24,7 @@
 #include "runtime/exec/arenas.h"
 #include "runtime/exec/executor.h"
 #include "runtime/exec/profile.h"
+#include "server/cache_archive_command.h"
 #include "server/daemon_config.h"
 #include "server/json_log_formatter.h"
 #include "server/kiln_service.h"
@@ -44,6 +45,7 @@ constexpr int kMaxMessageBytes = 256 << 20;
 
 int Run(int argc, char** argv) {
   using namespace kiln::server;
+  if (argc > 1 && IsCacheArchiveCommand(argv[1])) return RunCacheArchiveCommand(argc, argv);
   auto config = ParseFlags(argc, argv);
   if (!config.ok()) {
     std::fprintf(stderr, "kilnd: %s\n", std::string(config.status().message()).c_str());

@@ -1,5 +1,7 @@
 """`kiln cache ls|stats|verify|prune|clear`: the daemon's on-disk cache,
-inspected and trimmed through the files themselves (no daemon needed).
+inspected and trimmed through the files themselves (no daemon needed);
+`kiln cache export|import`: a cache archive written or read by kilnd's own
+binary (cache/cache_archive.h).
 
 The client's lowering entries (lowered/, kiln/lowering_cache.py) are
 counted by stats, listed by `ls --lowerings`, checked by verify, aged out
@@ -242,6 +244,36 @@ def _clear(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _archive(ns: argparse.Namespace) -> int:
+    """export/import: kilnd does both (cache/cache_archive.h), so an archive
+    is checked and sealed by the compiler that will use it."""
+    command = ["cache-export" if ns.cache_command == "export" else "cache-import",
+               "--cache-dir", ns.cache_dir]
+    if ns.key_file:
+        command += ["--key-file", ns.key_file]
+    if ns.cache_command == "export":
+        for prefix in ns.key or ():
+            command += ["--key", prefix]
+        if ns.used_within is not None:
+            command += ["--used-within-s", str(max(1, round(ns.used_within * 86400)))]
+    else:
+        cap_mb, source = cache_files.configured_max_mb()
+        if cap_mb is None:
+            print(f"kiln cache import: {source}", file=sys.stderr)
+            return 2
+        command += ["--cache-max-mb", str(cap_mb)]
+    try:
+        binary = daemon.find_daemon_binary()
+    except daemon.DaemonError as e:
+        print(f"kiln cache {ns.cache_command}: {e}", file=sys.stderr)
+        return 1
+    try:
+        return subprocess.run([binary, *command, ns.archive]).returncode
+    except OSError as e:
+        print(f"kiln cache {ns.cache_command}: cannot run {binary}: {e}", file=sys.stderr)
+        return 1
+
+
 def _non_negative_int(text: str) -> int:
     value = int(text)
     if value < 0:
@@ -280,12 +312,30 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        help="the version to keep with --other-versions (default: what "
                             "`kilnd --version` prints)")
     commands.add_parser("clear", help="remove every entry (and every lowering entry)")
+    key_file_help = ("the archive's key: 64 hex digits in a file only its owner may read "
+                     "(openssl rand -hex 32 > FILE; chmod 600 FILE); default "
+                     "$KILN_REMOTE_CACHE_KEY_FILE, the fleet's key")
+    export = commands.add_parser(
+        "export", help="write entries, the constants they use and lowering entries to one "
+                       "archive, each record sealed under a key file")
+    export.add_argument("archive", metavar="FILE", help="the archive to write")
+    export.add_argument("--key-file", default=None, help=key_file_help)
+    export.add_argument("--key", action="append", metavar="PREFIX",
+                        help="only entries whose key starts with PREFIX (as `kiln cache ls` "
+                             "shows it; repeatable), with their constants and no lowering entry")
+    export.add_argument("--used-within", type=_non_negative_float, default=None, metavar="DAYS",
+                        help="only what was used in the last DAYS days")
+    import_ = commands.add_parser(
+        "import", help="check every record of an archive under its key and add those that "
+                       "open to the cache directory")
+    import_.add_argument("archive", metavar="FILE", help="the archive to read")
+    import_.add_argument("--key-file", default=None, help=key_file_help)
 
 
 def run(ns: argparse.Namespace) -> int:
     ns.cache_dir = ns.cache_dir or daemon.default_cache_dir()
     handler = {"ls": _ls, "stats": _stats, "verify": _verify, "prune": _prune,
-               "clear": _clear}[ns.cache_command]
+               "clear": _clear, "export": _archive, "import": _archive}[ns.cache_command]
     try:
         return handler(ns)
     except cache_files.CacheDirError as e:

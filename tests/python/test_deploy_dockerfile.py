@@ -382,7 +382,7 @@ def test_runtime_stage_has_every_library_kilnd_links():
 # benchmark libraries (tests and benchmarks are off there), Python's headers
 # (the client's C++ helper is off there too) and the tools these tests use.
 NOT_FOR_THE_IMAGE = {"libgtest-dev", "libbenchmark-dev", "python3-dev", "curl", "systemd",
-                     "redis-server"}
+                     "redis-server", "openssl"}
 
 
 def test_build_stage_installs_the_projects_build_dependencies():
