@@ -65,8 +65,11 @@ bool WriteAll(int fd, const void* data, size_t size) {
 // buffers are (at least) 64-aligned, with one zero page past the end:
 // kernels may read a little past a weight's last byte (vector loads).
 // Untouched pages cost nothing until the payload is read into them.
-// `populate`: the bytes are read in now, and the kernel allocating every
-// page at once costs less than a fault per page while reading.
+// `populate`: the bytes are read in now by one thread, and the kernel
+// allocating every page at once costs less than a fault per page while
+// reading. A payload read in chunks on every core is better off with the
+// faults: they are then zero-filled in parallel, where populating would
+// do it all on this thread first.
 std::shared_ptr<uint8_t> AllocatePayload(uint64_t size, bool populate) {
   const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
   const uint64_t map_size = (size + page - 1) / page * page + page;
@@ -380,7 +383,8 @@ std::optional<runtime::ConstantData> ConstantFiles::LoadFile(const std::string& 
   // Always the daemon's own copy, whenever read in; a check, whenever it
   // comes, is of that copy.
   const bool read_now = !defer_check || payload_size <= kReadAtLoadBytes;
-  std::shared_ptr<uint8_t> bytes = AllocatePayload(payload_size, read_now);
+  std::shared_ptr<uint8_t> bytes =
+      AllocatePayload(payload_size, /*populate=*/read_now && payload_size <= kReadChunk);
   if (bytes == nullptr) return std::nullopt;
   if (read_now && !ReadPayload(*file, name, bytes.get()).ok()) return std::nullopt;
   if (!defer_check) {
