@@ -503,17 +503,37 @@ def _compile_partitions(split: fx.GraphModule, constant_inputs: frozenset[int],
 def kiln_backend(gm: fx.GraphModule, example_inputs: Sequence[Any],
                  options: Mapping[str, Any] | None = None,
                  mode: str | None = None) -> Callable[..., Any]:
-    """torch.compile backend entry point (registered as "kiln")."""
-    opts = KilnOptions.from_mapping(options)
+    """torch.compile backend entry point (registered as "kiln").
+
+    Returns the compiled graph as a precompiled.KilnCompiledFunction, which
+    torch's aot_compile can save and load."""
     if mode not in (None, "default"):
         _warn_once(f"mode:{mode}", "kiln: ignoring torch.compile mode=%r", mode)
+    from kiln.precompiled import KilnCompiledFunction
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    weights = frozenset(i for i, (n, e) in enumerate(zip(placeholders, example_inputs))
+                        if lowering.is_param_or_buffer(n, e))
+    compiled = compile_for_torch(gm, example_inputs, options)
+    return KilnCompiledFunction(compiled, gm, weights, options)
+
+
+def compile_for_torch(gm: fx.GraphModule, example_inputs: Sequence[Any],
+                      options: Mapping[str, Any] | None,
+                      constant_inputs: frozenset[int] | None = None) -> Callable[..., Any]:
+    """What kiln_backend compiles gm to. `constant_inputs`: the positions of
+    gm's inputs that are weights, when gm no longer says (a graph loaded by
+    torch.compiler.load_compiled_function: its metadata was not saved)."""
+    opts = KilnOptions.from_mapping(options)
     conn = get_connection(opts.socket, opts.autostart, opts.cache_dir, opts.daemon_idle_min)
     _check_device(opts, conn)
     if opts.dict_tag_guards:
         guards.use_for_this_frame()
+    inputs = len(example_inputs)
     gm, attributes = lowering.lift_tensor_attributes(gm)
     if attributes:
         example_inputs = [*example_inputs, *attributes]
+        if constant_inputs is not None:
+            constant_inputs = constant_inputs | frozenset(range(inputs, len(example_inputs)))
     if opts.aot_autograd:
         compiled = aot.compile_with_aot(
             gm, example_inputs,
@@ -521,7 +541,7 @@ def kiln_backend(gm: fx.GraphModule, example_inputs: Sequence[Any],
                                                        traced=True),
             opts.decompositions)
     else:
-        compiled = compile_graph(gm, example_inputs, opts, conn)
+        compiled = compile_graph(gm, example_inputs, opts, conn, constant_inputs)
     return _with_attributes(compiled, attributes) if attributes else compiled
 
 

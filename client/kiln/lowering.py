@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 from typing import Sequence
 
 import torch
@@ -48,13 +49,21 @@ def _source_names(source: object) -> list[str]:
 LIFTED = "kiln_lifted_attribute"
 
 
+_FLAT_WEIGHT_NAME = re.compile(r"^[LG]_.*_(parameters|buffers)_")
+
+
 def is_param_or_buffer(node: fx.Node, example: object) -> bool:
     """True if a Dynamo placeholder is an nn.Module parameter or buffer."""
     if isinstance(example, torch.nn.Parameter) or node.meta.get(LIFTED):
         return True
     grapharg = node.meta.get("grapharg")
     if grapharg is None:
-        return False
+        # torch's aot_compile hands over placeholders without their
+        # GraphArg; their names still spell the source Dynamo flattened
+        # (L['model']._modules['bn1']._buffers['running_mean'] becomes
+        # L_model_modules_bn1_buffers_running_mean_). A plain input taken
+        # for a weight only costs a check of its bytes per call.
+        return isinstance(node.target, str) and _FLAT_WEIGHT_NAME.match(node.target) is not None
     if isinstance(getattr(grapharg, "example", None), torch.nn.Parameter):
         return True
     names = _source_names(getattr(grapharg, "source", None))

@@ -31,7 +31,7 @@ def test_one_partition_is_called_directly_with_the_split_graphs_results(daemon_u
     def both_paths(gm, example_inputs):
         """Runs the direct call and the split GraphModule side by side and
         returns the direct call's results once they are checked equal."""
-        compiled = backend.kiln_backend(gm, example_inputs)
+        compiled = backend.compile_for_torch(gm, example_inputs, None)
         graphs.append(compiled)
 
         def run(*args):
@@ -60,9 +60,9 @@ def test_a_graph_split_around_eager_nodes_keeps_its_graph_module(daemon_up):
     graphs: list[backend.CompiledGraph] = []
 
     def capture(gm, example_inputs):
-        graphs.append(backend.kiln_backend(gm, example_inputs,
-                                           options={"disabled_ops": ["aten.relu"],
-                                                    "min_partition_size": 1}))
+        graphs.append(backend.compile_for_torch(gm, example_inputs,
+                                                options={"disabled_ops": ["aten.relu"],
+                                                         "min_partition_size": 1}))
         return graphs[-1]
 
     with torch.no_grad():
