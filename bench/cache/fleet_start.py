@@ -12,7 +12,9 @@ Dynamo, the backend and the run):
   kiln exported    `kiln cache export` of the first directory, `kiln cache
                    import` into an empty one, a daemon there (no Redis)
   kiln precompiled torch's precompile: a process saves
-                   torch.compile(run, fullgraph=True, backend="kiln")
+                   torch.compile(run, fullgraph=True, backend="kiln",
+                   options={"guard_filter_fn":
+                   torch.compiler.keep_portable_guards_unsafe})
                    .aot_compile(...); the timed one loads it
                    (torch.compiler.load_compiled_function: no Dynamo trace)
                    on the first daemon restarted, and calls it
@@ -81,8 +83,13 @@ with torch.no_grad():
         inductor_config.freezing = backend == "inductor-freezing"
     if backend == "kiln-save":
         try:
-            aot = torch.compile(run, fullgraph=True, backend="kiln").aot_compile(
-                ((work.model, *work.inputs), {}))
+            # Guards on tensors and global state only, as torch documents for
+            # portable precompiled functions: transformers' models carry
+            # identity guards that cannot be saved at all.
+            aot = torch.compile(
+                run, fullgraph=True, backend="kiln",
+                options={"guard_filter_fn": torch.compiler.keep_portable_guards_unsafe},
+            ).aot_compile(((work.model, *work.inputs), {}))
             aot.save_compiled_function(sys.argv[5])
         except Exception as e:
             print(json.dumps({"error": f"{type(e).__name__}: {str(e)[:300]}"}))
