@@ -30,8 +30,9 @@ model; a precompiled function's load is charged to its first call.
         [--rounds 1] [--results-file bench/cache/RESULTS-fleet-{isa}.md]
 
 Prints one table per run (median first-call seconds over rounds, each
-phase's ratio to Kiln's cold, the daemons' compile counters), and with
---results-file writes it with the host's CPU, flags and FMA peak.
+phase's ratio to Kiln's cold, the daemons' compile counters) and keeps
+every figure in bench/results/fleet-<date>.json; with --results-file it
+writes the table with the host's CPU, flags and FMA peak.
 """
 from __future__ import annotations
 
@@ -326,11 +327,15 @@ def main() -> int:
     results["minutes"] = (time.monotonic() - began) / 60
     text = report(results)
     print(text)
+    # Every run's figures, as bench/models/run.py keeps its runs (not in git).
+    raw = REPO / "bench" / "results" / f"fleet-{datetime.datetime.now():%Y%m%d-%H%M%S}.json"
+    raw.parent.mkdir(parents=True, exist_ok=True)
+    raw.write_text(json.dumps(results, indent=1))
+    print(f"wrote {raw}", file=sys.stderr)
     if args.results_file:
         path = args.results_file.replace(
             "{isa}", host.isa_class(results["environment"]["cpu_flags"]))
         Path(path).write_text(text)
-        Path(path).with_suffix(".json").write_text(json.dumps(results, indent=1))
         print(f"wrote {path}", file=sys.stderr)
     return 0
 
