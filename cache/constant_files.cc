@@ -124,6 +124,7 @@ struct PendingCheck {
   uint64_t size = 0;
   std::string key;
   bool derived = false;
+  bool remote = false;  // not in the directory: read in from the fleet's tier
   MacIv iv;        // from the header read with the bytes
   MacTag tag;
   struct stat st;  // of the file read: a rejection deletes that one only
@@ -317,6 +318,11 @@ bool ConstantFiles::CheckBeforeRead(const void* data) {
   {
     // Concurrent readers wait here for the one checking.
     absl::MutexLock lock(&check->mu);
+    if (check->state == PendingCheck::State::kPending && check->remote) {
+      // Opened (its MAC checked) by the remote tier as it is read in.
+      check->state = ReadInRemote(*check) ? PendingCheck::State::kGood
+                                          : PendingCheck::State::kBad;
+    }
     if (check->state == PendingCheck::State::kPending) {
       const Name name = NameFor(check->key, check->derived);
       absl::Status verified = absl::OkStatus();
@@ -434,8 +440,30 @@ std::optional<runtime::ConstantData> ConstantFiles::Load(const std::string& key,
                                                          bool defer_check) {
   std::optional<runtime::ConstantData> found = LoadFile(key, /*derived=*/true, size, defer_check);
   if (found || remote_ == nullptr || !Usable()) return found;
-  // From the fleet: opened (its MAC checked) by the remote tier, so
-  // nothing is deferred; saved here for the next start.
+  if (defer_check && deferring_.load() && size > static_cast<int64_t>(kReadAtLoadBytes)) {
+    // Fetched when first needed: a fold whose packed form is found too is
+    // never fetched at all (half of what a compile saves).
+    std::shared_ptr<uint8_t> bytes = AllocatePayload(static_cast<uint64_t>(size), false);
+    if (bytes == nullptr) return std::nullopt;
+    auto check = std::make_shared<PendingCheck>();
+    check->data = bytes.get();
+    check->size = static_cast<uint64_t>(size);
+    check->key = key;
+    check->derived = true;
+    check->remote = true;
+    const uint8_t* raw = bytes.get();
+    {
+      absl::MutexLock lock(&checks_->mu);
+      checks_->by_data[raw] = std::move(check);
+    }
+    auto release = [bytes = std::move(bytes), checks = checks_](const uint8_t* p) {
+      absl::MutexLock lock(&checks->mu);
+      checks->by_data.erase(p);
+    };
+    return runtime::ConstantData{std::shared_ptr<const uint8_t>(raw, std::move(release)), size};
+  }
+  // From the fleet: opened (its MAC checked) by the remote tier; saved
+  // here for the next start.
   std::optional<std::string> payload = remote_->Get("derived", key);
   if (!payload || (size >= 0 && payload->size() != static_cast<uint64_t>(size))) {
     return std::nullopt;
@@ -447,6 +475,27 @@ std::optional<runtime::ConstantData> ConstantFiles::Load(const std::string& key,
   loaded_bytes_ += payload->size();
   Enqueue(key, /*derived=*/true, data, /*publish=*/false);
   return data;
+}
+
+bool ConstantFiles::ReadInRemote(PendingCheck& check) {
+  std::optional<std::string> payload = remote_->Get("derived", check.key);
+  if (!payload || payload->size() != check.size) {
+    spdlog::info("derived constant {} is no longer in the fleet's tier", check.key.substr(0, 40));
+    return false;
+  }
+  std::memcpy(check.data, payload->data(), payload->size());
+  check.read_in = true;
+  loaded_bytes_ += payload->size();
+  checked_bytes_ += payload->size();
+  // Saved here for the next start, from a copy of its own.
+  std::shared_ptr<uint8_t> copy = AllocatePayload(payload->size(), /*populate=*/true);
+  if (copy != nullptr) {
+    std::memcpy(copy.get(), payload->data(), payload->size());
+    Enqueue(check.key, /*derived=*/true,
+            runtime::ConstantData{std::move(copy), static_cast<int64_t>(payload->size())},
+            /*publish=*/false);
+  }
+  return true;
 }
 
 void ConstantFiles::Save(const std::string& key, runtime::ConstantData data) {

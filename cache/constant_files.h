@@ -82,8 +82,9 @@ class ConstantFiles : public runtime::ConstantPersistence, public runtime::Defer
   // constants are checked under the directory's key, which the store read
   // (or created) before enabling itself.
   // `remote` (may be null): derived constants not in the directory are
-  // looked up there (and saved here when found), and those saved here are
-  // published there.
+  // looked up there (and saved here when found; a load that may defer its
+  // check fetches them when first read, so a fold whose packing is found
+  // is never fetched), and those saved here are published there.
   explicit ConstantFiles(ArtifactStore* store, RedisStore* remote = nullptr);
   // Writes what is still queued, then stops the writer.
   ~ConstantFiles() override;
@@ -168,6 +169,9 @@ class ConstantFiles : public runtime::ConstantPersistence, public runtime::Defer
   void Reject(const Name& name, int shard, const struct stat& st, absl::string_view why);
   // `st` is a file Reject could not delete.
   bool RejectedBefore(const Name& name, const struct stat& st);
+  // A deferred load from the remote tier (`check.remote`), read in now;
+  // false when the value is gone or does not open. Called with check.mu held.
+  bool ReadInRemote(struct PendingCheck& check);
   std::optional<runtime::ConstantData> LoadFile(const std::string& key, bool derived,
                                                 int64_t size, bool defer_check,
                                                 bool mark_used = true);

@@ -314,13 +314,10 @@ absl::StatusOr<CompileResult> GraphCache::GetOrCompile(
       }
       artifact.set_arena_bytes((*built)->arena_bytes);
       if (artifact.optimized().nodes_size() == 0) artifact.clear_optimized();
-      const std::string payload = artifact.SerializeAsString();
+      std::string payload = artifact.SerializeAsString();
       artifacts_->Store(key, payload);
       if (remote_ != nullptr && artifact.has_optimized()) {
-        // The derived weights it names first, so that a daemon that
-        // fetches the entry finds them.
-        if (files_ != nullptr) files_->Flush();
-        remote_->Put("artifact", key, payload);
+        Publish(Publication{key, std::move(payload), std::move(fleet_lock)});
       }
     }
   }
@@ -344,6 +341,53 @@ absl::StatusOr<CompileResult> GraphCache::GetOrCompile(
                 key.substr(0, 12), ph.constants_ms, ph.shapes_ms, ph.passes_ms, ph.kernels_ms,
                 ph.plan_ms);
   return result;
+}
+
+GraphCache::~GraphCache() {
+  {
+    absl::MutexLock lock(&publish_mu_);
+    stopping_ = true;
+  }
+  if (publisher_.joinable()) publisher_.join();
+}
+
+void GraphCache::Publish(Publication publication) {
+  absl::MutexLock lock(&publish_mu_);
+  to_publish_.push_back(std::move(publication));
+  if (!publisher_.joinable()) publisher_ = std::thread([this] { PublishLoop(); });
+}
+
+void GraphCache::PublishLoop() {
+  for (;;) {
+    Publication next;
+    {
+      absl::MutexLock lock(&publish_mu_);
+      publishing_ = false;
+      publish_mu_.Await(absl::Condition(
+          +[](GraphCache* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->publish_mu_) {
+            return !self->to_publish_.empty() || self->stopping_;
+          },
+          this));
+      if (to_publish_.empty()) return;  // stopping, and everything published
+      next = std::move(to_publish_.front());
+      to_publish_.pop_front();
+      publishing_ = true;
+    }
+    // The derived weights it names first, so that a daemon that fetches
+    // the entry finds them.
+    if (files_ != nullptr) files_->Flush();
+    remote_->Put("artifact", next.key, next.payload);
+    next.lock.reset();  // the fleet may fetch it now
+  }
+}
+
+void GraphCache::FlushPublished() {
+  absl::MutexLock lock(&publish_mu_);
+  publish_mu_.Await(absl::Condition(
+      +[](GraphCache* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->publish_mu_) {
+        return self->to_publish_.empty() && !self->publishing_;
+      },
+      this));
 }
 
 GraphCache::LiveGraphs GraphCache::Live() {

@@ -9,9 +9,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
@@ -58,6 +60,10 @@ class GraphCache {
   GraphCache(cache::ConstantStore* constants, cache::ArtifactStore* artifacts,
              cache::ConstantFiles* files = nullptr, cache::RedisStore* remote = nullptr)
       : constants_(constants), artifacts_(artifacts), files_(files), remote_(remote) {}
+  // Publishes what is still queued for the fleet first.
+  ~GraphCache();
+  GraphCache(const GraphCache&) = delete;
+  GraphCache& operator=(const GraphCache&) = delete;
 
   // `options` (CompileRequest.options) must parse as CompileOptions
   // (INVALID_ARGUMENT otherwise); they are part of the key.
@@ -68,6 +74,9 @@ class GraphCache {
                                              const std::map<std::string, std::string>& options,
                                              bool use_disk_cache, bool shape_variant = false);
   const CompileStats& stats() const { return stats_; }
+  // Waits until every compiled entry queued for the fleet is published
+  // (tests).
+  void FlushPublished();
 
   struct LiveGraphs {
     uint64_t count = 0;
@@ -105,11 +114,29 @@ class GraphCache {
                                      const absl::flat_hash_map<std::string, int64_t>* sizes);
   runtime::CompileHints Hints(bool shape_variant);
 
+  class FleetLock;
+  // A compiled entry going to the fleet: the derived weights it names
+  // first (they are written to the directory in the background, and
+  // published as they are), then the entry, while this daemon still holds
+  // the key's fleet lock, so the fleet waits for it rather than compiling.
+  // In the background: the compile's answer does not wait for Redis.
+  struct Publication {
+    std::string key;
+    std::string payload;
+    std::shared_ptr<FleetLock> lock;  // shared: FleetLock is complete only in the .cc
+  };
+  void Publish(Publication publication);
+  void PublishLoop();
+
   cache::ConstantStore* constants_;
   cache::ArtifactStore* artifacts_;
   cache::ConstantFiles* files_;
   cache::RedisStore* remote_;
-  class FleetLock;
+  absl::Mutex publish_mu_;
+  std::deque<Publication> to_publish_ ABSL_GUARDED_BY(publish_mu_);
+  bool publishing_ ABSL_GUARDED_BY(publish_mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(publish_mu_) = false;
+  std::thread publisher_;  // started with the first publication
   CompileStats stats_;
   absl::Mutex mu_;
   // Live compiled graphs by key; weak so releasing every handle frees them.
