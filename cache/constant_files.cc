@@ -442,7 +442,10 @@ std::optional<runtime::ConstantData> ConstantFiles::Load(const std::string& key,
   if (found || remote_ == nullptr || !Usable()) return found;
   if (defer_check && deferring_.load() && size > static_cast<int64_t>(kReadAtLoadBytes)) {
     // Fetched when first needed: a fold whose packed form is found too is
-    // never fetched at all (half of what a compile saves).
+    // never fetched at all (half of what a compile saves). One that is not
+    // there is a miss now; one that is there but then does not open fails
+    // its check, as a bad file does.
+    if (!remote_->Has("derived", key)) return std::nullopt;
     std::shared_ptr<uint8_t> bytes = AllocatePayload(static_cast<uint64_t>(size), false);
     if (bytes == nullptr) return std::nullopt;
     auto check = std::make_shared<PendingCheck>();

@@ -414,8 +414,13 @@ void RedisStore::Unlock(const std::string& name) {
   if (!reply) Fail(absl::StrCat("EVAL: ", c->errstr));
 }
 
-bool RedisStore::Locked(const std::string& name) {
-  const std::string key = KeyOf("lock", name);
+bool RedisStore::Has(absl::string_view kind, const std::string& name) {
+  return Exists(KeyOf(kind, name));
+}
+
+bool RedisStore::Locked(const std::string& name) { return Exists(KeyOf("lock", name)); }
+
+bool RedisStore::Exists(const std::string& key) {
   absl::MutexLock lock(&mu_);
   redisContext* c = Connection();
   if (c == nullptr) return false;

@@ -61,6 +61,9 @@ class RedisStore {
   // value that does not open (logged, counted as refused) or Redis
   // unavailable (logged once per outage).
   std::optional<std::string> Get(absl::string_view kind, const std::string& name);
+  // Whether a value is stored under `kind`/`name` now (not whether it
+  // opens: Get says that); false when Redis is unavailable.
+  bool Has(absl::string_view kind, const std::string& name);
   // Seals and writes `payload`; failures are logged and counted, not
   // returned: the tier is an optimization.
   void Put(absl::string_view kind, const std::string& name, absl::string_view payload);
@@ -102,6 +105,7 @@ class RedisStore {
   absl::Status SetRaw(const std::string& key, absl::string_view value)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string KeyOf(absl::string_view kind, const std::string& name) const;
+  bool Exists(const std::string& key);
 
   const RemoteCacheConfig config_;
   const Target target_;

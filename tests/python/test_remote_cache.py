@@ -158,3 +158,41 @@ def test_a_bad_remote_setting_stops_the_start_with_a_clear_error(fleet):
         d.launch()
         wait_for(lambda: d.proc.poll() is not None, 30, "kilnd to refuse its flags")
         assert d.proc.returncode == 2 and said in d.log(), d.log(10)
+
+
+class _Fused(torch.nn.Module):
+    """Weights concatenated at run time (a fused projection): the daemon
+    folds the concatenation into a derived weight of 512 KiB, above the
+    size whose read it defers, so a fleet's copy is fetched only when
+    first read."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(7730)
+        self.a = torch.nn.Parameter(torch.randn(256, 256) / 16)
+        self.b = torch.nn.Parameter(torch.randn(256, 256) / 16)
+
+    def forward(self, x):
+        return torch.relu(x @ torch.cat([self.a, self.b], 0).t())
+
+
+def _compile_fused(socket: str) -> None:
+    model = _Fused().eval()
+    x = torch.randn(4, 256)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="kiln", options={"socket": socket, "autostart": False})
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), rtol=RTOL, atol=ATOL)
+    torch._dynamo.reset()
+
+
+def test_large_derived_weights_compile_beside_an_empty_fleet_and_come_from_a_full_one(fleet):
+    first = fleet()
+    _compile_fused(first.socket)  # nothing in Redis: every derived weight is a miss
+    _published(fleet.redis)
+    assert first.stats().graphs_compiled == 1, first.log(30)
+    second = fleet()
+    _compile_fused(second.socket)
+    s = second.stats()
+    assert (s.graphs_compiled, s.remote_cache_hits) == (0, 1), second.log(30)
+    assert s.remote_refused == 0 and s.remote_errors == 0
