@@ -95,6 +95,14 @@ std::optional<MacTag> MacOf(const CacheKey& key, const MacIv& iv, const std::str
                std::string_view(reinterpret_cast<const char*>(data), static_cast<size_t>(size))});
 }
 
+// Whether a derived constant goes through the fleet's tier. Not packed
+// weights ("pack|<key>|<layouts>", runtime/kernels/onednn_util.cc): a
+// daemon packs one from its fold or its client's weight faster than it
+// fetches the packed copy from Redis (bert_base's remote hit took four
+// times its cold compile fetching them), and they are half of what a
+// compile derives.
+bool SharedInFleet(const std::string& key) { return !absl::StartsWith(key, "pack|"); }
+
 }  // namespace
 
 struct ConstantFiles::Name {
@@ -439,7 +447,7 @@ std::optional<runtime::ConstantData> ConstantFiles::LoadFile(const std::string& 
 std::optional<runtime::ConstantData> ConstantFiles::Load(const std::string& key, int64_t size,
                                                          bool defer_check) {
   std::optional<runtime::ConstantData> found = LoadFile(key, /*derived=*/true, size, defer_check);
-  if (found || remote_ == nullptr || !Usable()) return found;
+  if (found || remote_ == nullptr || !Usable() || !SharedInFleet(key)) return found;
   if (defer_check && deferring_.load() && size > static_cast<int64_t>(kReadAtLoadBytes)) {
     // Fetched when first needed: a fold whose packed form is found too is
     // never fetched at all (half of what a compile saves). One that is not
@@ -603,8 +611,9 @@ void ConstantFiles::WriterLoop() {
     }
     Write(NameFor(job.key, job.derived), job.data);
     // Derived constants go to the fleet too; clients' weights are
-    // uploaded by each daemon's own clients.
-    if (remote_ != nullptr && job.derived && job.publish) {
+    // uploaded by each daemon's own clients, and packed weights are packed
+    // again by each daemon (SharedInFleet).
+    if (remote_ != nullptr && job.derived && job.publish && SharedInFleet(job.key)) {
       remote_->Put("derived", job.key,
                    absl::string_view(reinterpret_cast<const char*>(job.data.bytes.get()),
                                     static_cast<size_t>(job.data.size)));

@@ -83,8 +83,8 @@ class ConstantFiles : public runtime::ConstantPersistence, public runtime::Defer
   // (or created) before enabling itself.
   // `remote` (may be null): derived constants not in the directory are
   // looked up there (and saved here when found; a load that may defer its
-  // check fetches them when first read, so a fold whose packing is found
-  // is never fetched), and those saved here are published there.
+  // check fetches them when first read), and those saved here are
+  // published there; packed weights excepted, which each daemon packs.
   explicit ConstantFiles(ArtifactStore* store, RedisStore* remote = nullptr);
   // Writes what is still queued, then stops the writer.
   ~ConstantFiles() override;
