@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -92,6 +93,8 @@ def main() -> int:
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
+        log.close()
+        shutil.rmtree(workdir, ignore_errors=True)
 
     print(f"one-op graph (x + 1 on 1x16), median over {args.rounds} rounds "
           f"of {args.calls} calls each")
