@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "cache/cache_dir.h"
 #include "cache/compiler_version.h"
 #include "cache/digest.h"
 #include "runtime/util/cpu_features.h"
@@ -404,16 +405,11 @@ void ArtifactStore::Store(const std::string& key, const std::string& payload) {
   if (fd < 0) {
     return Disable(absl::StrCat("cannot write ", tmp.string(), ": ", std::strerror(errno)));
   }
-  size_t written = 0;
-  while (written < data.size()) {
-    ssize_t n = write(fd, data.data() + written, data.size() - written);
-    if (n <= 0) {
-      int err = errno;
-      close(fd);
-      ::unlinkat(shard->get(), tmp_name.c_str(), 0);
-      return Disable(absl::StrCat("write to ", tmp.string(), " failed: ", std::strerror(err)));
-    }
-    written += static_cast<size_t>(n);
+  if (!WriteAll(fd, data.data(), data.size())) {
+    const int err = errno;
+    close(fd);
+    ::unlinkat(shard->get(), tmp_name.c_str(), 0);
+    return Disable(absl::StrCat("write to ", tmp.string(), " failed: ", std::strerror(err)));
   }
   if (fsync(fd) != 0 || close(fd) != 0) {
     ::unlinkat(shard->get(), tmp_name.c_str(), 0);

@@ -53,18 +53,6 @@ bool IsHexKey(absl::string_view s) {
   return true;
 }
 
-bool WriteAll(int fd, const void* data, size_t size) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  while (size > 0) {
-    const ssize_t n = ::write(fd, p, size);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    p += n;
-    size -= static_cast<size_t>(n);
-  }
-  return true;
-}
-
 template <typename T>
 void Put(std::string* out, T v) {
   out->append(reinterpret_cast<const char*>(&v), sizeof(v));

@@ -154,4 +154,16 @@ absl::Status ReadExactly(int fd, uint64_t offset, void* out, size_t size,
   return absl::OkStatus();
 }
 
+bool WriteAll(int fd, const void* data, size_t size) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  while (size > 0) {
+    const ssize_t n = ::write(fd, p, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
 }  // namespace kiln::cache

@@ -90,4 +90,8 @@ absl::StatusOr<CacheEntry> OpenCacheEntry(int dir, const std::string& name,
 absl::Status ReadExactly(int fd, uint64_t offset, void* out, size_t size,
                          const std::string& path);
 
+// Writes all `size` bytes of `data` to `fd`, going on after a short write
+// or a signal; false (errno says why) if the file takes no more.
+bool WriteAll(int fd, const void* data, size_t size);
+
 }  // namespace kiln::cache

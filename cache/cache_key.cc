@@ -33,9 +33,7 @@ absl::Status Published(int dir, const std::string& name, const std::string& path
   if (fd.get() < 0) {
     return absl::InternalError(absl::StrCat("cannot create ", path, ": ", std::strerror(errno)));
   }
-  const bool written = ::write(fd.get(), text.data(), text.size()) ==
-                           static_cast<ssize_t>(text.size()) &&
-                       ::fsync(fd.get()) == 0;
+  const bool written = WriteAll(fd.get(), text.data(), text.size()) && ::fsync(fd.get()) == 0;
   const int err = errno;
   absl::Status status = absl::OkStatus();
   if (!written) {

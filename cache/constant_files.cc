@@ -49,18 +49,6 @@ struct Header {
 };
 static_assert(sizeof(Header) == kKeyOffset);
 
-bool WriteAll(int fd, const void* data, size_t size) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  while (size > 0) {
-    ssize_t n = ::write(fd, p, size);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    p += n;
-    size -= static_cast<size_t>(n);
-  }
-  return true;
-}
-
 // Memory for a payload of `size` bytes, page-aligned as the kernels' own
 // buffers are (at least) 64-aligned, with one zero page past the end:
 // kernels may read a little past a weight's last byte (vector loads).
@@ -98,9 +86,8 @@ std::optional<MacTag> MacOf(const CacheKey& key, const MacIv& iv, const std::str
 // Whether a derived constant goes through the fleet's tier. Not packed
 // weights ("pack|<key>|<layouts>", runtime/kernels/onednn_util.cc): a
 // daemon packs one from its fold or its client's weight faster than it
-// fetches the packed copy from Redis (bert_base's remote hit took four
-// times its cold compile fetching them), and they are half of what a
-// compile derives.
+// fetches the packed copy from Redis (bench/cache/RESULTS-fleet-*.md), and
+// they are half of what a compile derives.
 bool SharedInFleet(const std::string& key) { return !absl::StartsWith(key, "pack|"); }
 
 }  // namespace
@@ -431,17 +418,23 @@ std::optional<runtime::ConstantData> ConstantFiles::LoadFile(const std::string& 
   check->iv = file->iv;
   check->tag = file->tag;
   check->st = file->entry.st;
+  return Deferred(std::move(bytes), std::move(check));
+}
+
+runtime::ConstantData ConstantFiles::Deferred(std::shared_ptr<uint8_t> bytes,
+                                              std::shared_ptr<PendingCheck> check) {
   const uint8_t* raw = bytes.get();
+  const auto size = static_cast<int64_t>(check->size);
   {
     absl::MutexLock lock(&checks_->mu);
     checks_->by_data[raw] = std::move(check);
   }
+  // The check lives as long as the bytes it is of.
   auto release = [bytes = std::move(bytes), checks = checks_](const uint8_t* p) {
     absl::MutexLock lock(&checks->mu);
     checks->by_data.erase(p);
   };
-  return runtime::ConstantData{std::shared_ptr<const uint8_t>(raw, std::move(release)),
-                               static_cast<int64_t>(payload_size)};
+  return runtime::ConstantData{std::shared_ptr<const uint8_t>(raw, std::move(release)), size};
 }
 
 std::optional<runtime::ConstantData> ConstantFiles::Load(const std::string& key, int64_t size,
@@ -449,10 +442,9 @@ std::optional<runtime::ConstantData> ConstantFiles::Load(const std::string& key,
   std::optional<runtime::ConstantData> found = LoadFile(key, /*derived=*/true, size, defer_check);
   if (found || remote_ == nullptr || !Usable() || !SharedInFleet(key)) return found;
   if (defer_check && deferring_.load() && size > static_cast<int64_t>(kReadAtLoadBytes)) {
-    // Fetched when first needed: a fold whose packed form is found too is
-    // never fetched at all (half of what a compile saves). One that is not
-    // there is a miss now; one that is there but then does not open fails
-    // its check, as a bad file does.
+    // Fetched when first read: a fold that only fed a packing saved here
+    // is never fetched. One that is not there is a miss now; one that is
+    // there but then does not open fails its check, as a bad file does.
     if (!remote_->Has("derived", key)) return std::nullopt;
     std::shared_ptr<uint8_t> bytes = AllocatePayload(static_cast<uint64_t>(size), false);
     if (bytes == nullptr) return std::nullopt;
@@ -462,16 +454,7 @@ std::optional<runtime::ConstantData> ConstantFiles::Load(const std::string& key,
     check->key = key;
     check->derived = true;
     check->remote = true;
-    const uint8_t* raw = bytes.get();
-    {
-      absl::MutexLock lock(&checks_->mu);
-      checks_->by_data[raw] = std::move(check);
-    }
-    auto release = [bytes = std::move(bytes), checks = checks_](const uint8_t* p) {
-      absl::MutexLock lock(&checks->mu);
-      checks->by_data.erase(p);
-    };
-    return runtime::ConstantData{std::shared_ptr<const uint8_t>(raw, std::move(release)), size};
+    return Deferred(std::move(bytes), std::move(check));
   }
   // From the fleet: opened (its MAC checked) by the remote tier; saved
   // here for the next start.

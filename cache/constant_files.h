@@ -172,6 +172,10 @@ class ConstantFiles : public runtime::ConstantPersistence, public runtime::Defer
   // A deferred load from the remote tier (`check.remote`), read in now;
   // false when the value is gone or does not open. Called with check.mu held.
   bool ReadInRemote(struct PendingCheck& check);
+  // A load whose check is deferred: registers `check` for `bytes`, and
+  // drops it when the returned data's last reference goes.
+  runtime::ConstantData Deferred(std::shared_ptr<uint8_t> bytes,
+                                 std::shared_ptr<struct PendingCheck> check);
   std::optional<runtime::ConstantData> LoadFile(const std::string& key, bool derived,
                                                 int64_t size, bool defer_check,
                                                 bool mark_used = true);

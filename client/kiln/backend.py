@@ -20,6 +20,7 @@ import torch.fx as fx
 
 from kiln import aot, decompose, guards, lowering, lowering_cache, partition
 from kiln.connection import Connection, get_connection
+from kiln.fx_attrs import fetch_attr
 from kiln.options import KilnOptions
 from kiln.subgraph import KilnFallbackError, KilnSubgraph
 
@@ -486,7 +487,7 @@ def _compile_partitions(split: fx.GraphModule, constant_inputs: frozenset[int],
                 constant_args.append(example_inputs[index])
             elif isinstance(arg, fx.Node) and arg.op == "get_attr":
                 constant_positions.append(pos)
-                constant_args.append(lowering.fetch_attr(split, arg.target))
+                constant_args.append(fetch_attr(split, arg.target, None))
             else:
                 constant_args.append(None)
         sub = KilnSubgraph(node.target, fused, constant_positions, constant_args,

@@ -17,6 +17,7 @@ from torch._decomp import core_aten_decompositions
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from kiln import partition
+from kiln.fx_attrs import fetch_attr
 
 
 class LoweringError(RuntimeError):
@@ -87,7 +88,7 @@ def lift_tensor_attributes(gm: fx.GraphModule) -> tuple[fx.GraphModule, list[tor
     lifted: dict[str, torch.Tensor] = {}
     for node in gm.graph.nodes:
         if node.op == "get_attr" and node.target not in lifted:
-            value = fetch_attr(gm, node.target)
+            value = fetch_attr(gm, node.target, None)
             if isinstance(value, torch.Tensor):
                 lifted[node.target] = value
     if not lifted:
@@ -115,14 +116,6 @@ def lift_tensor_attributes(gm: fx.GraphModule) -> tuple[fx.GraphModule, list[tor
             node.replace_all_uses_with(inputs[node.target])
             graph.erase_node(node)
     return fx.GraphModule(gm, graph), list(lifted.values())
-
-
-def fetch_attr(module: torch.nn.Module, target: str) -> object:
-    """The attribute a get_attr node's dotted target names (None if absent)."""
-    value: object = module
-    for part in target.split("."):
-        value = getattr(value, part, None)
-    return value
 
 
 def _identifier(target: str) -> str:

@@ -26,6 +26,8 @@ import torch.fx as fx
 from torch.fx._lazy_graph_module import _LazyGraphModule, _make_graph_module
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, is_fake
 
+from kiln.fx_attrs import fetch_attr, holder_of
+
 # get_attr tensors above this are not hashed or stored: the graph is not cached.
 MAX_ATTR_BYTES = 1 << 20
 
@@ -38,14 +40,6 @@ class Uncacheable(Exception):
 
 class BadEntry(Exception):
     """An entry that must not be used."""
-
-
-def fetch_attr(module: torch.nn.Module, target: str) -> Any:
-    """What a get_attr node of `module` names ("a.b.c")."""
-    value: Any = module
-    for part in target.split("."):
-        value = getattr(value, part)
-    return value
 
 
 def tensor_bytes(t: torch.Tensor) -> bytes:
@@ -261,12 +255,7 @@ def decode_split(payload: dict) -> fx.GraphModule:
         """A module holding `owner`'s get_attr tensors (GraphModule copies them)."""
         root = torch.nn.Module()
         for target, t in tensors.get(owner, {}).items():
-            *path, leaf = target.split(".")
-            holder = root
-            for part in path:
-                if not hasattr(holder, part):
-                    holder.add_module(part, torch.nn.Module())
-                holder = getattr(holder, part)
+            holder, leaf = holder_of(root, target)
             setattr(holder, leaf, t)
         return root
 

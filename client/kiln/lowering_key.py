@@ -14,7 +14,8 @@ import torch
 import torch.fx as fx
 
 from kiln import cache_files
-from kiln.lowering_codec import Uncacheable, fetch_attr, small_real_tensor, tensor_bytes
+from kiln.fx_attrs import fetch_attr
+from kiln.lowering_codec import Uncacheable, small_real_tensor, tensor_bytes
 from kiln.options import KilnOptions
 
 _TORCH_MODULES = ("torch", "_operator", "operator", "math", "builtins")

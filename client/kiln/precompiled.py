@@ -29,6 +29,8 @@ import torch
 import torch.fx as fx
 from torch._dynamo.aot_compile_types import SerializableCallable
 
+from kiln.fx_attrs import fetch_attr, holder_of
+
 # 1: {"format", "graph" (a pickled GraphModule), "constant_inputs", "options"}.
 FORMAT = 1
 
@@ -114,7 +116,7 @@ def _graph_state(gm: fx.GraphModule) -> bytes:
                       fx.map_arg(node.args, lambda n: _Ref(index[n])),
                       fx.map_arg(node.kwargs, lambda n: _Ref(index[n]))))
         index[node] = i
-    attributes = {node.target: _get_attr(gm, node.target) for node in gm.graph.nodes
+    attributes = {node.target: fetch_attr(gm, node.target) for node in gm.graph.nodes
                   if node.op == "get_attr"}
     if any(node.op == "call_module" for node in gm.graph.nodes):
         raise RuntimeError("kiln: cannot save a graph that calls submodules")
@@ -187,20 +189,8 @@ def _resolve(name: str) -> Any:
     raise ImportError(f"no module for {name!r}")
 
 
-def _get_attr(module: torch.nn.Module, target: str) -> Any:
-    value: Any = module
-    for part in target.split("."):
-        value = getattr(value, part)
-    return value
-
-
 def _set_attr(root: torch.nn.Module, target: str, value: Any) -> None:
-    *path, name = target.split(".")
-    owner = root
-    for part in path:
-        if not hasattr(owner, part):
-            owner.add_module(part, torch.nn.Module())
-        owner = getattr(owner, part)
+    owner, name = holder_of(root, target)
     if isinstance(value, torch.nn.Parameter):
         owner.register_parameter(name, value)
     elif isinstance(value, torch.Tensor):

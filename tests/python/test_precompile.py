@@ -7,7 +7,6 @@ daemon's compiled graph (the session daemon's; clients in fresh processes).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -105,11 +104,3 @@ except RuntimeError as e:
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "refused: GuardManager check failed" in out.stdout, out.stdout + out.stderr[-2000:]
-
-
-def test_a_file_of_another_format_says_so(tmp_path):
-    from kiln.precompiled import FORMAT, KilnCompiledFunction
-    import pickle
-    with pytest.raises(RuntimeError, match=f"format 99.*reads format {FORMAT}"):
-        KilnCompiledFunction.deserialize_compile_artifacts(pickle.dumps({"format": 99}))
-    assert os.path.isdir(tmp_path)
