@@ -2,9 +2,10 @@
 
 `markdown()` gives the run's facts (command, commit, date, host, CPU flags,
 measured FMA peak, settings, versions), the geomean ratios, the chart and,
-per batch size, a latency table with Kiln's ratio to each other backend, a
-compile-time table and a correctness table, then the list of failed
-cells. `chart()` draws the speedup of every backend over eager (PNG or
+the models where Kiln is behind a reference with the cause profiling found
+(bench/causes.txt), per batch size, a latency table with Kiln's ratio to
+each other backend, a compile-time table and a correctness table, then the
+list of failed cells. `chart()` draws the speedup of every backend over eager (PNG or
 SVG, by the file's name). `host_text()` and `geomean_text()` are what
 run.py prints first and last.
 
@@ -15,9 +16,13 @@ check, and say how many that was.
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 TARGET = "kiln"
+# Why Kiln is behind a reference on a model, as found by profiling: the
+# report names the cause beside each model where Kiln is behind.
+CAUSES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "causes.txt")
 # "baseline": Kiln of another checkout (run.py --baseline).
 BACKEND_ORDER = ("eager", "inductor", "openvino", "onnxruntime", "baseline", "kiln")
 
@@ -121,6 +126,62 @@ def geomean_text(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def isa_of(env: dict[str, Any]) -> str:
+    """The kind of host a run speaks for (host.isa_class)."""
+    return "avx512" if "avx512f" in env.get("cpu_flags", []) else "avx2"
+
+
+def read_causes(path: str = CAUSES) -> dict[tuple[str, str], str]:
+    """{(model, host kind): cause} from a causes file: one
+    `<model> <avx2|avx512|any>: <cause>` per line, `#` comments."""
+    causes: dict[tuple[str, str], str] = {}
+    try:
+        with open(path) as f:
+            text = f.read()
+    except FileNotFoundError:
+        return causes
+    for n, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        head, sep, cause = line.partition(":")
+        words = head.split()
+        if not sep or len(words) != 2 or words[1] not in ("avx2", "avx512", "any") \
+                or not cause.strip():
+            raise ValueError(f"{path}:{n}: expected '<model> <avx2|avx512|any>: <cause>'")
+        causes[(words[0], words[1])] = cause.strip()
+    return causes
+
+
+def behind(results: dict[str, Any]) -> list[tuple[int, str, list[tuple[str, float]]]]:
+    """(batch, model, [(reference, reference_ms / kiln_ms)]) for every model
+    where a reference that ran correctly was faster than Kiln."""
+    cells = _index(results)
+    out = []
+    for batch in _batches(results):
+        for m in _models(results):
+            slower = [(r, x) for r in _backends(results) if r != TARGET
+                      and (x := ratio(cells, m, batch, r)) is not None and x < 1.0]
+            if slower:
+                out.append((batch, m, slower))
+    return out
+
+
+def _behind_lines(results: dict[str, Any], causes: dict[tuple[str, str], str]) -> list[str]:
+    rows = behind(results)
+    if not rows:
+        return []
+    isa = isa_of(results.get("environment", {}))
+    lines = ["", f"## Where {TARGET} is behind", "",
+             f"Every model where a backend ran faster than {TARGET} (X ms / {TARGET} ms below 1), "
+             "with the cause profiling found (bench/causes.txt; bench/README.md says how):", ""]
+    for batch, model, slower in rows:
+        refs = ", ".join(f"{r} {x:.2f}x" for r, x in slower)
+        cause = causes.get((model, isa)) or causes.get((model, "any")) or "not profiled yet"
+        lines.append(f"- {model} (batch {batch}): {refs}. {cause}")
+    return lines
+
+
 def _cell_status(cell: dict[str, Any] | None) -> str | None:
     if cell is None:
         return "-"
@@ -217,8 +278,12 @@ def _quick_note(settings: dict[str, Any]) -> list[str]:
             "and 8 is `make bench` (about an hour on 2 cores)."]
 
 
-def markdown(results: dict[str, Any], chart: str | None = None) -> str:
-    """The whole report as Markdown; `chart` is the chart's file name, beside it."""
+def markdown(results: dict[str, Any], chart: str | None = None,
+             causes: dict[tuple[str, str], str] | None = None) -> str:
+    """The whole report as Markdown; `chart` is the chart's file name, beside
+    it; `causes` as read_causes() gives them (default: bench/causes.txt)."""
+    if causes is None:
+        causes = read_causes()
     cells = _index(results)
     backends = _backends(results)
     refs = [b for b in backends if b != TARGET] if TARGET in backends else []
@@ -300,6 +365,8 @@ def markdown(results: dict[str, Any], chart: str | None = None) -> str:
                 listed = "; ".join(f"`{op}` x{n}" for op, n in list(ops.items())[:8])
                 more = f"; and {len(ops) - 8} more" if len(ops) > 8 else ""
                 lines.append(f"- {model} (batch {batch}): {listed}{more}")
+    if TARGET in backends:
+        lines += _behind_lines(results, causes)
     if chart:
         lines += ["", f"![Speedup of each backend over eager, per model]({chart})"]
     for batch in _batches(results):
