@@ -165,6 +165,7 @@ grpc::ServerUnaryReactor* KilnService::RegisterRegion(grpc::CallbackServerContex
     // Checked before opening: another client's object is not even opened.
     KILN_RETURN_IF_ERROR(session->CheckRegionName(req->name()));
     KILN_ASSIGN_OR_RETURN(auto region, ShmRegion::Open(req->name(), req->byte_size()));
+    region->set_output_block(req->output_block());
     KILN_ASSIGN_OR_RETURN(uint64_t id, session->AddRegion(std::move(region)));
     resp->set_region_id(id);
     return absl::OkStatus();

@@ -192,6 +192,8 @@ class KilnService final : public kiln::v1::Kiln::CallbackService {
   cache::ConstantFiles constant_files_;
   GraphCache graphs_;
   std::atomic<uint64_t> executes_{0};
+  std::atomic<uint64_t> input_bytes_{0};           // StatsResponse.input_bytes
+  std::atomic<uint64_t> input_bytes_in_place_{0};  // StatsResponse.input_bytes_in_place
   std::atomic<uint64_t> execute_errors_{0};
   std::atomic<uint64_t> channel_calls_{0};
   std::atomic<uint64_t> dynamic_graphs_{0};

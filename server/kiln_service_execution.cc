@@ -24,6 +24,8 @@ void KilnService::CountExecute(std::chrono::steady_clock::time_point start, bool
 }
 
 absl::Status KilnService::RunGated(const PreparedRun& run) {
+  input_bytes_ += run.input_bytes;
+  input_bytes_in_place_ += run.input_bytes_in_place;
   if (call_gate_ != nullptr) call_gate_->Pass();
   return RunPrepared(run);
 }

@@ -2,6 +2,7 @@
 // schema and CPU features), GetStats, and the metrics --metrics-port serves.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <optional>
@@ -74,6 +75,9 @@ MetricsSnapshot KilnService::CollectMetrics() {
   m.cache_misses = m.compiles;  // every miss compiles
   m.executes = executes_.load();
   m.execute_errors = execute_errors_.load();
+  // In place first: the total read after it is never the smaller.
+  m.input_bytes_in_place = input_bytes_in_place_.load();
+  m.input_bytes = std::max(input_bytes_.load(), m.input_bytes_in_place);
   m.execute_seconds = execute_seconds_.Snapshot();
   m.compile_seconds = cs.seconds.Snapshot();
   m.constant_bytes = constants_.bytes();
@@ -117,6 +121,8 @@ absl::Status KilnService::DoGetStats(const grpc::CallbackServerContext& ctx,
   }
   resp->set_executes(m.executes);
   resp->set_execute_errors(m.execute_errors);
+  resp->set_input_bytes(m.input_bytes);
+  resp->set_input_bytes_in_place(m.input_bytes_in_place);
   resp->set_live_handles(sessions_.handle_count());
   resp->set_sessions(m.clients);
   resp->set_channels(sessions_.channel_count());

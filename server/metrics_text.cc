@@ -65,6 +65,12 @@ std::string RenderMetrics(const MetricsSnapshot& m) {
          absl::StrCat(m.executes));
   Scalar(&out, "kiln_execute_errors_total", "counter", "Execute calls that failed.",
          absl::StrCat(m.execute_errors));
+  Header(&out, "kiln_input_bytes_total", "counter",
+         "Bytes of execute inputs: copied into the client's arena for the call, or read in "
+         "place where an earlier call's output lies.");
+  absl::StrAppend(&out, "kiln_input_bytes_total{where=\"copied\"} ",
+                  m.input_bytes - m.input_bytes_in_place, "\n",
+                  "kiln_input_bytes_total{where=\"in_place\"} ", m.input_bytes_in_place, "\n");
   Histogram(&out, "kiln_execute_seconds",
             "Time the daemon spent on an Execute call, from receiving it to the reply "
             "(validation, waiting for a thread, the run).",

@@ -28,6 +28,9 @@ struct MetricsSnapshot {
   uint64_t remote_bytes_read = 0, remote_bytes_written = 0;
   uint64_t executes = 0;  // gRPC and call channel, failed ones included
   uint64_t execute_errors = 0;
+  // Input bytes of executes, and of those read in place (StatsResponse).
+  uint64_t input_bytes = 0;
+  uint64_t input_bytes_in_place = 0;
   // Histograms.
   HistogramSnapshot execute_seconds;
   HistogramSnapshot compile_seconds;

@@ -75,6 +75,9 @@ absl::StatusOr<PreparedRun> PrepareRun(const Session& session, uint64_t handle,
                                                    absl::StrCat("input ", i), &run.regions));
     run.inputs.push_back(p);
     span(inputs[i], graph.input_metas[i], false, i);
+    const auto bytes = static_cast<uint64_t>(graph.input_metas[i].ByteSize());
+    run.input_bytes += bytes;
+    if (run.regions.back()->output_block()) run.input_bytes_in_place += bytes;
   }
   for (size_t i = 0; i < outputs.size(); ++i) {
     KILN_ASSIGN_OR_RETURN(uint8_t * p, ResolveSlot(session, outputs[i], graph.output_metas[i],

@@ -39,6 +39,10 @@ struct PreparedRun {
   // False when the client computes right after this run (a channel
   // request's flag): see runtime::Execute.
   bool keep_warm = true;
+  // Bytes of the inputs, and of those in output blocks (an earlier call's
+  // outputs, passed back without a copy): StatsResponse.input_bytes*.
+  uint64_t input_bytes = 0;
+  uint64_t input_bytes_in_place = 0;
 };
 
 // Resolves bytes [offset, offset + byte_size) of one of the session's

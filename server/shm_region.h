@@ -51,6 +51,10 @@ class ShmRegion {
   // The object mapped (st_dev, st_ino): two regions of one object share it.
   uint64_t device() const { return device_; }
   uint64_t inode() const { return inode_; }
+  // Registered as a block a call's output is handed out in
+  // (RegisterRegionRequest.output_block); set before the region is shared.
+  bool output_block() const { return output_block_; }
+  void set_output_block(bool output_block) { output_block_ = output_block; }
 
  private:
   ShmRegion(std::string name, uint8_t* base, uint64_t size, size_t guard_slot, uint64_t device,
@@ -68,6 +72,7 @@ class ShmRegion {
   size_t guard_slot_;
   uint64_t device_;
   uint64_t inode_;
+  bool output_block_ = false;
 };
 
 bool IsValidRegionName(const std::string& name);

@@ -95,6 +95,11 @@ class CallPlan:
             if i not in self.pooled_outputs:
                 offset += shm.align(shm.nbytes(dtype, shape))
         self.input_offsets = offsets
+        # Inputs large enough to be an output handed back in a block of its
+        # own, which a call then reads in place (output_pool.locate).
+        self.input_nbytes = [shm.nbytes(dtype, shape) for shape, dtype in self.input_metas]
+        self.large_inputs = [i for i, n in enumerate(self.input_nbytes)
+                             if n >= output_pool_mod.MIN_BYTES]
         self.total_bytes = max(offset, shm.ALIGNMENT)
         self.slot_list: list[tuple[int, int, int]] = []
         self.region: shm.Region | None = None
@@ -186,14 +191,18 @@ class CallPlan:
     def park(self, last_run_us: float) -> bool:
         return self.PARK and last_run_us >= self.PARK_FROM_US
 
-    def request(self, session_id: str, handle: int,
-                blocks: Mapping[int, shm.Region]) -> kiln_pb2.ExecuteRequest:
+    def request(self, session_id: str, handle: int, blocks: Mapping[int, shm.Region],
+                in_place: Mapping[int, tuple[shm.Region, int]] | None = None
+                ) -> kiln_pb2.ExecuteRequest:
         """The same call as an Execute RPC (when channels are unavailable);
-        outputs in `blocks` go to offset 0 of their block."""
+        outputs in `blocks` go to offset 0 of their block, inputs in
+        `in_place` are read where they lie."""
         assert self.region is not None
+        in_place = in_place or {}
         request = kiln_pb2.ExecuteRequest(session_id=session_id, handle=handle)
-        for off, (shape, dtype) in zip(self.input_offsets, self.input_metas):
-            request.inputs.append(self.region.descriptor(off, dtype, shape))
+        for i, (off, (shape, dtype)) in enumerate(zip(self.input_offsets, self.input_metas)):
+            region, off = in_place.get(i, (self.region, off))
+            request.inputs.append(region.descriptor(off, dtype, shape))
         for i, (off, (shape, _, dtype)) in enumerate(zip(self.output_offsets,
                                                           self.output_metas)):
             if i in blocks:
@@ -202,8 +211,34 @@ class CallPlan:
                 request.outputs.append(self.region.descriptor(off, dtype, shape))
         return request
 
-    def acquire_blocks(self, pool: output_pool_mod.OutputPool) -> tuple[dict, bytes]:
-        """A block per pooled output and the call's slot bytes pointing at them."""
+    def inputs_in_place(self, pool: output_pool_mod.OutputPool | None,
+                        inputs: Sequence[torch.Tensor]) -> dict[int, tuple[shm.Region, int]]:
+        """{input index: (block, offset)} of the inputs that lie in blocks of
+        `pool` (earlier calls' outputs): the call reads them there."""
+        if pool is None or not self.large_inputs:
+            return {}
+        found = {}
+        for i in self.large_inputs:
+            where = pool.locate(inputs[i], self.input_nbytes[i])
+            if where is not None:
+                found[i] = where
+        return found
+
+    def call_slots(self, blocks: Mapping[int, shm.Region],
+                   in_place: Mapping[int, tuple[shm.Region, int]]) -> bytes:
+        """The call's slot bytes: the plan's, with outputs in `blocks` at
+        offset 0 of their block and inputs in `in_place` where they lie."""
+        if not blocks and not in_place:
+            return self.slots
+        slots = list(self.slot_list)
+        for i, (block, offset) in in_place.items():
+            slots[i] = (block.region_id, offset, slots[i][2])
+        for i, block in blocks.items():
+            slots[self.num_inputs + i] = (block.region_id, 0, slots[self.num_inputs + i][2])
+        return channel_mod.pack_slots(slots)
+
+    def acquire_blocks(self, pool: output_pool_mod.OutputPool) -> dict[int, shm.Region]:
+        """A block per pooled output."""
         blocks: dict = {}
         try:
             for i in self.pooled_outputs:
@@ -216,7 +251,4 @@ class CallPlan:
             raise RuntimeError(
                 f"kiln: no room in /dev/shm for a {shm.nbytes(dtype, shape) >> 20} MiB output "
                 f"({e}); give /dev/shm more space (in a container: --shm-size)") from e
-        slots = list(self.slot_list)
-        for i, block in blocks.items():
-            slots[self.num_inputs + i] = (block.region_id, 0, slots[self.num_inputs + i][2])
-        return blocks, channel_mod.pack_slots(slots)
+        return blocks

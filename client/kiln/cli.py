@@ -71,7 +71,9 @@ def format_stats(s: kiln_pb2.StatsResponse, socket_path: str) -> str:
         f"{s.memory_cache_hits} memory, {s.disk_cache_hits} disk, {s.remote_cache_hits} remote; "
         f"hit rate {hit_rate})",
         f"  dynamic shapes:  {s.dynamic_graphs} templates, {s.specializations} specializations",
-        f"  executes:        {s.executes} ({s.execute_errors} errors)",
+        f"  executes:        {s.executes} ({s.execute_errors} errors); inputs "
+        f"{mib(s.input_bytes - s.input_bytes_in_place)} copied, "
+        f"{mib(s.input_bytes_in_place)} read in place",
         f"  memory:          resident {mib(s.resident_bytes)}; uploaded constants "
         f"{s.constants} ({mib(s.constant_bytes)}); packed weights {mib(s.packed_weight_bytes)}; "
         f"plans of {s.live_graphs} live graphs {mib(s.plan_bytes)}",

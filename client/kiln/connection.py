@@ -344,12 +344,15 @@ class Connection:
 
     # ------------------------------------------------------ shared memory --
 
-    def _register(self, name: str, byte_size: int) -> int:
+    def _register(self, name: str, byte_size: int, output_block: bool = False) -> int:
         response = self.stub.RegisterRegion(
             kiln_pb2.RegisterRegionRequest(session_id=self.session_id, name=name,
-                                           byte_size=byte_size),
+                                           byte_size=byte_size, output_block=output_block),
             timeout=SMALL_CALL_TIMEOUT_S)
         return response.region_id
+
+    def _register_block(self, name: str, byte_size: int) -> int:
+        return self._register(name, byte_size, output_block=True)
 
     def _unregister(self, region_id: int) -> None:
         try:
@@ -379,10 +382,15 @@ class Connection:
             if pool is None or pool.generation != self.generation:
                 if pool is not None:
                     pool.close()  # its blocks died with the old session
-                pool = output_pool_mod.OutputPool(self._register, self._unregister,
+                pool = output_pool_mod.OutputPool(self._register_block, self._unregister,
                                                   self.generation)
                 self._output_pool = pool
             return pool
+
+    def live_output_pool(self) -> output_pool_mod.OutputPool | None:
+        """The current generation's output pool if it has one (none made)."""
+        pool = self._output_pool
+        return pool if pool is not None and pool.generation == self.generation else None
 
     def channel(self) -> channel_mod.Channel | None:
         """This thread's call channel in the current generation, or None

@@ -12,6 +12,12 @@ finalizer on that array returns the block to the pool, so a block is only
 reused once nothing can see it: a returned tensor never changes under a
 later call, as with copied outputs.
 
+Such a tensor passed back as an input (a decode step's KV cache, the next
+partition's activations) is not copied into the arena: the call's slot
+points at its block, where the daemon reads it (locate()). The daemon only
+reads inputs, and the block stays out of the pool while the caller holds the
+tensor, so no call writes it meanwhile.
+
 Blocks are Regions (shm.py) registered with the daemon like the arenas.
 A pool belongs to one connection generation; after a reconnect the
 connection starts a new one and blocks of the old one are simply dropped
@@ -60,6 +66,8 @@ class OutputPool:
         self._unregister = unregister
         self._lock = threading.Lock()
         self._free: dict[int, list[shm.Region]] = {}
+        # Blocks handed out as tensors' memory, by address (locate()).
+        self._live: dict[int, shm.Region] = {}
         self._retired: list[shm.Region] = []  # to unregister, in a caller's thread
         self._closed = False
 
@@ -83,8 +91,22 @@ class OutputPool:
         for s in shape:
             count *= int(s)
         array = np.frombuffer(block.buffer(), dtype=_NUMPY[dtype], count=count)
+        with self._lock:
+            self._live[block.address] = block
         weakref.finalize(array, self._release, block)
         return torch.from_numpy(array).view(list(shape))
+
+    def locate(self, t: torch.Tensor, nbytes: int) -> tuple[shm.Region, int] | None:
+        """(block, offset) when `t`'s `nbytes` lie densely in a block this pool
+        handed out, at an offset as aligned as an arena slot; else None."""
+        base = t.untyped_storage().data_ptr()
+        block = self._live.get(base)
+        if block is None:
+            return None
+        offset = t.data_ptr() - base
+        if offset % shm.ALIGNMENT or offset + nbytes > block.byte_size or not t.is_contiguous():
+            return None
+        return block, offset
 
     def give_back(self, block: shm.Region) -> None:
         """Returns a block no tensor was made over (the call failed before
@@ -112,6 +134,7 @@ class OutputPool:
         # A finalizer: runs while the array still holds its view of the
         # mapping, so nothing here may unmap or call the daemon.
         with self._lock:
+            self._live.pop(block.address, None)
             if self._closed:
                 return
             free = self._free.setdefault(block.byte_size, [])

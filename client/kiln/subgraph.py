@@ -323,23 +323,28 @@ class KilnSubgraph(torch.nn.Module):
         region = conn.arena().reserve(plan.total_bytes)
         if plan.region is not region:
             plan.bind(region)
-        if plan.native_plan is not None:
+        inputs = plan.take_inputs(args)
+        # Earlier calls' large outputs passed back (a decode step's KV
+        # cache) are read where they lie, not copied (output_pool.py).
+        in_place = plan.inputs_in_place(conn.live_output_pool(), inputs)
+        if plan.native_plan is not None and not in_place:
             outputs = self._call_native(plan, args)
             if outputs is not None:
                 return outputs
-        inputs = plan.take_inputs(args)
         for i, (t, meta) in enumerate(zip(inputs, plan.input_metas)):
             if t.shape != meta[0] or t.dtype != meta[1]:
                 raise Mismatch(f"input {i} is {t.dtype}{list(t.shape)}, compiled for "
                                f"{meta[1]}{list(meta[0])}")
-        for t, view in zip(inputs, plan.input_views):
-            shm.copy_tensor(view, t.detach(), stream=True)
+        for i, (t, view) in enumerate(zip(inputs, plan.input_views)):
+            if i not in in_place:
+                shm.copy_tensor(view, t.detach(), stream=True)
         # Large outputs go to blocks of their own that become the returned
         # tensors (output_pool.py); the rest are copied out of the arena.
-        pool, blocks, slots = None, {}, plan.slots
+        pool, blocks = None, {}
         if plan.pooled_outputs:
             pool = conn.output_pool()
-            blocks, slots = plan.acquire_blocks(pool)
+            blocks = plan.acquire_blocks(pool)
+        slots = plan.call_slots(blocks, in_place)
         # Allocated before the call, not after: once this thread has slept
         # through the run its caches are cold and everything costs more.
         # Fresh tensors with eager's strides: outputs never alias the arena.
@@ -358,7 +363,7 @@ class KilnSubgraph(torch.nn.Module):
                         conn.discard_thread_state()
                     raise
             else:
-                conn.stub.Execute(plan.request(conn.session_id, plan.handle, blocks),
+                conn.stub.Execute(plan.request(conn.session_id, plan.handle, blocks, in_place),
                                   timeout=self.timeout_s)
         except BaseException:
             for block in blocks.values():

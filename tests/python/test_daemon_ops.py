@@ -213,6 +213,10 @@ def test_metrics_endpoint_counts_a_real_torch_compile_run(tmp_path, daemons):
     assert after["kiln_compile_seconds_count"] >= before["kiln_compile_seconds_count"] + 1
     assert after["kiln_executes_total"] >= before["kiln_executes_total"] + runs
     assert after["kiln_execute_errors_total"] == 0
+    # Every input was copied into the arena (none is an earlier call's output).
+    copied = 'kiln_input_bytes_total{where="copied"}'
+    assert after[copied] >= before[copied] + runs * 4 * 16 * 4
+    assert after['kiln_input_bytes_total{where="in_place"}'] == 0
     executes = after["kiln_execute_seconds_count"] - before["kiln_execute_seconds_count"]
     assert executes >= runs
     assert after["kiln_execute_seconds_count"] == after["kiln_executes_total"]

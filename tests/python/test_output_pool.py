@@ -1,7 +1,9 @@
 """Large outputs come back in shared-memory blocks of their own
 (client/kiln/output_pool.py), with the real daemon: the values are eager's,
 a returned tensor never changes under later calls, a block is reused once
-its tensor is freed (and not before), and the RPC path does the same."""
+its tensor is freed (and not before), such an output passed back as an
+input is read where it lies instead of copied (the daemon's
+input_bytes_in_place counts it), and the RPC path does the same."""
 from __future__ import annotations
 
 import gc
@@ -26,6 +28,17 @@ class _Head(nn.Module):
 
     def forward(self, x):
         return self.proj(x), self.proj(x[:1]) * 2
+
+
+class _Consume(nn.Module):
+    """Reads a [rows, 8192] input: one value per row."""
+
+    def forward(self, y):
+        return (y * 3.0 - 1.0).sum(dim=1)
+
+
+def _in_place_bytes(kilnd) -> int:
+    return kilnd.stats().input_bytes_in_place
 
 
 def _pooled(t: torch.Tensor) -> bool:
@@ -93,3 +106,56 @@ def test_pooled_outputs_over_the_execute_rpc(daemon_up):
                          timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip().endswith("ok")
+
+
+def test_an_earlier_output_passed_back_is_read_where_it_lies(daemon_up):
+    model = _Head().eval()
+    produce = torch.compile(model, backend="kiln")
+    consume_model = _Consume().eval()
+    consume = torch.compile(consume_model, backend="kiln")
+    with torch.no_grad():
+        big, _ = produce(torch.randn(64, 64))
+        assert _pooled(big)
+        for what, y in (("the whole output", big),
+                        # rows 8 on: 64-byte aligned, contiguous, 1.75 MiB
+                        ("an aligned slice of it", big[8:])):
+            before = _in_place_bytes(daemon_up)
+            got = consume(y)
+            assert _in_place_bytes(daemon_up) - before == y.nbytes, what
+            torch.testing.assert_close(got, consume_model(y), rtol=1e-5, atol=1e-3)
+        # The caller's own writes to it are what the next call reads.
+        big.mul_(-0.5)
+        got = consume(big)
+        torch.testing.assert_close(got, consume_model(big), rtol=1e-5, atol=1e-3)
+        # Not dense in its block: copied, as any input.
+        before = _in_place_bytes(daemon_up)
+        view = big[:, :4096]
+        got = consume(view)
+        assert _in_place_bytes(daemon_up) == before
+        torch.testing.assert_close(got, consume_model(view), rtol=1e-5, atol=1e-3)
+        # An ordinary tensor of the same size is copied.
+        plain = big.clone()
+        got = consume(plain)
+        assert _in_place_bytes(daemon_up) == before
+        torch.testing.assert_close(got, consume_model(plain), rtol=1e-5, atol=1e-3)
+
+
+def test_an_output_passed_back_over_the_execute_rpc_is_read_in_place(daemon_up):
+    code = (
+        "import torch, sys\n"
+        "sys.path.insert(0, %r)\n"
+        "from test_output_pool import _Head, _Consume, _pooled\n"
+        "m, k = _Head().eval(), _Consume().eval()\n"
+        "p, c = torch.compile(m, backend='kiln'), torch.compile(k, backend='kiln')\n"
+        "with torch.no_grad():\n"
+        "    big, _ = p(torch.randn(64, 64))\n"
+        "    assert _pooled(big)\n"
+        "    for _ in range(3):\n"
+        "        torch.testing.assert_close(c(big), k(big), rtol=1e-5, atol=1e-3)\n"
+        "print(big.nbytes)\n" % str(REPO / "tests" / "python"))
+    before = _in_place_bytes(daemon_up)
+    env = dict(os.environ, KILN_CALL_CHANNEL="0")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert _in_place_bytes(daemon_up) - before == 3 * int(out.stdout.strip().splitlines()[-1])

@@ -34,6 +34,8 @@ MetricsSnapshot Sample() {
   m.cache_misses = 3;
   m.executes = 5;
   m.execute_errors = 1;
+  m.input_bytes = 3000;
+  m.input_bytes_in_place = 1000;
   m.execute_seconds = exec.Snapshot();
   m.compile_seconds = compile.Snapshot();
   m.constant_bytes = 1 << 20;
@@ -84,6 +86,7 @@ TEST(MetricsTextTest, EachFamilyHasHelpThenTypeBeforeItsSamples) {
       {"kiln_compiles_total", "counter"},      {"kiln_cache_hits_total", "counter"},
       {"kiln_cache_misses_total", "counter"},  {"kiln_executes_total", "counter"},
       {"kiln_execute_errors_total", "counter"}, {"kiln_execute_seconds", "histogram"},
+      {"kiln_input_bytes_total", "counter"},
       {"kiln_compile_seconds", "histogram"},   {"kiln_constant_bytes", "gauge"},
       {"kiln_packed_weight_bytes", "gauge"},   {"kiln_plan_bytes", "gauge"},
       {"kiln_resident_bytes", "gauge"},        {"kiln_clients", "gauge"},
@@ -110,6 +113,8 @@ TEST(MetricsTextTest, CountersAndGaugesCarryTheSnapshotsValues) {
   EXPECT_EQ(s.at("kiln_cache_misses_total"), "3");
   EXPECT_EQ(s.at("kiln_executes_total"), "5");
   EXPECT_EQ(s.at("kiln_execute_errors_total"), "1");
+  EXPECT_EQ(s.at("kiln_input_bytes_total{where=\"copied\"}"), "2000");
+  EXPECT_EQ(s.at("kiln_input_bytes_total{where=\"in_place\"}"), "1000");
   EXPECT_EQ(s.at("kiln_constant_bytes"), "1048576");
   EXPECT_EQ(s.at("kiln_packed_weight_bytes"), "2097152");
   EXPECT_EQ(s.at("kiln_plan_bytes"), "4096");
