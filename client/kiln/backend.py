@@ -216,6 +216,8 @@ _NODE_IN_MESSAGE = re.compile(r"node '([^']+)'")
 MAX_REPARTITIONS = 8
 # Reasons for eager nodes the user chose (options), logged at info, not as warnings.
 _CHOSEN_REASONS = frozenset({"disabled by option", "partition too small (min_partition_size)"})
+# Not a fallback: what the write-back copies was computed in the daemon.
+_EXPECTED_REASONS = _CHOSEN_REASONS | {partition.WRITE_BACK}
 
 
 def _rejected_node(sub: KilnSubgraph) -> str | None:
@@ -399,18 +401,20 @@ def _account(gm: fx.GraphModule, done: _Partitioned, opts: KilnOptions) -> None:
     eager_nodes, eager_reasons = _eager_nodes(done)
     subgraphs = done.subgraphs
     rejected_subs = [sub for sub in subgraphs if sub.fallback]
-    if opts.fallback != "error":
-        for reason, names in eager_reasons.items():
-            # What the user asked for is news, not a problem.
-            level = logging.INFO if reason in _CHOSEN_REASONS else logging.WARNING
-            log.log(level, "kiln: %d node(s) run in eager (%s): %s%s", len(names),
-                    reason, ", ".join(names[:8]),
-                    " ..." if len(names) > 8 else "")
-    if opts.fallback == "error" and (eager_reasons or rejected_subs):
+    fallbacks = {r: names for r, names in eager_reasons.items() if r != partition.WRITE_BACK}
+    for reason, names in eager_reasons.items():
+        if opts.fallback == "error" and reason in fallbacks:
+            continue  # raised below
+        # What the user asked for is news, not a problem.
+        level = logging.INFO if reason in _EXPECTED_REASONS else logging.WARNING
+        log.log(level, "kiln: %d node(s) run in eager (%s): %s%s", len(names),
+                reason, ", ".join(names[:8]),
+                " ..." if len(names) > 8 else "")
+    if opts.fallback == "error" and (fallbacks or rejected_subs):
         for sub in subgraphs:
             sub.close()
         parts = [f"{reason}: {', '.join(names[:8])}{' ...' if len(names) > 8 else ''}"
-                 for reason, names in eager_reasons.items()]
+                 for reason, names in fallbacks.items()]
         parts += [f"partition {sub.name} rejected by the daemon: {sub.fallback_reason}"
                   for sub in rejected_subs]
         raise KilnFallbackError("kiln: nodes would run in eager (options fallback='error'): "

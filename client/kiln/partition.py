@@ -205,12 +205,26 @@ def partition(gm: fx.GraphModule, capabilities: Capabilities,
     return partitioner.fuse_partitions(partitions)
 
 
+# The copy_ that functionalization ends a graph with to write an updated
+# value back into the input it mutates (a static KV cache's index_copy_):
+# the value is computed in the daemon, the write-back is that copy.
+WRITE_BACK = "writes an updated value back into an input"
+
+
+def is_write_back(node: fx.Node) -> bool:
+    first = node.args[0] if node.args else None
+    return (node.target is torch.ops.aten.copy_.default and isinstance(first, fx.Node)
+            and first.op == "placeholder")
+
+
 def eager_reason(node: fx.Node, capabilities: Capabilities, excluded: Collection[str] = (),
                  disabled: Callable[[object], bool] | None = None, *,
                  chains: Collection[str] | None = None) -> str:
     """Why a call_function node left in eager is there, in a few words.
     `chains` is storage_chains() of the node's graph module, which callers
     asking about many nodes of one graph compute once."""
+    if is_write_back(node):
+        return WRITE_BACK
     if node.name in excluded:
         return "rejected by the daemon"
     if disabled is not None and disabled(node.target):

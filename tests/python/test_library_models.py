@@ -53,6 +53,33 @@ def test_llama_generate_with_compiled_forward_gives_eager_tokens(daemon_up):
     assert s.nodes_in_daemon > 0 and s.nodes_in_eager == 0 and s.fallback_partitions == 0, s
 
 
+def test_llama_generate_with_a_static_cache_gives_eager_tokens(daemon_up, caplog):
+    # cache_implementation="static": the cache is preallocated and every step
+    # writes its new keys and values into it (index_copy_), which the
+    # lowered graph computes in the daemon and copies back into the cache.
+    model = _llama()
+    ids = torch.randint(0, 512, (2, 12), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        want = model.generate(ids, max_new_tokens=8, do_sample=False,
+                              cache_implementation="static")
+        # fallback="error": the write-backs are not a fallback.
+        model.forward = torch.compile(model.forward, backend="kiln",
+                                      options={"fallback": "error"})
+        with caplog.at_level("INFO", logger="kiln"):
+            got = model.generate(ids, max_new_tokens=8, do_sample=False,
+                                 cache_implementation="static")
+    assert got.tolist() == want.tolist()
+    s = backend.stats()
+    assert s.graphs >= 2 and s.eager_graphs == 0 and s.fallback_partitions == 0, s
+    # Only the write-backs run in eager: one per cache tensor (2 layers,
+    # keys and values) per graph.
+    write_backs = [r.getMessage() for r in caplog.records
+                   if "writes an updated value back into an input" in r.getMessage()]
+    assert write_backs and all(r.levelname == "INFO" for r in caplog.records
+                               if "run in eager" in r.getMessage()), caplog.text
+    assert all("copy_" in m for m in write_backs)
+
+
 def _unet():
     torch.manual_seed(0)
     return diffusers.UNet2DConditionModel(

@@ -171,3 +171,22 @@ def test_as_strided_of_storage_that_is_not_dense_stays_in_eager_with_its_views()
     assert partition.eager_reason(eager["aten.permute.default"], caps) == (
         "feeds a view that an op left in eager reads the storage of")
     torch.testing.assert_close(split(x), _strided_window_of_a_transpose(x), rtol=0, atol=0)
+
+
+def _update_in_place(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    x.mul_(2.0)  # the input itself is updated, as a static KV cache is
+    return torch.nn.functional.linear(x, w, b)
+
+
+def test_the_write_back_into_an_updated_input_is_named_as_such():
+    inputs = unit_graphs.example_inputs()
+    lowered = unit_graphs.lowered(_update_in_place, inputs=[t.clone() for t in inputs])
+    caps = unit_graphs.capabilities(lowered.gm, without=["aten.copy_.default"])
+    split = partition.partition(lowered.gm, caps, views=unit_graphs.NO_VIEWS)
+    [write_back] = [n for n in eager_calls(split) if n.target is torch.ops.aten.copy_.default]
+    assert partition.is_write_back(write_back)
+    assert partition.eager_reason(write_back, caps) == partition.WRITE_BACK
+    # It updates the caller's tensor as eager does.
+    got, want = [t.clone() for t in inputs], [t.clone() for t in inputs]
+    torch.testing.assert_close(split(*got), _update_in_place(*want))
+    torch.testing.assert_close(got[0], want[0])
