@@ -14,7 +14,24 @@ std::string Name(const TensorSpan& s) {
 
 }  // namespace
 
-absl::Status CheckOutputsDisjoint(absl::Span<TensorSpan> spans) {
+absl::Status CheckOutputsDisjoint(absl::Span<TensorSpan> spans,
+                                  absl::Span<const OutputOverInput> may_coincide) {
+  // An input that its output covers exactly is that output's own bytes:
+  // left out, so that whatever else overlaps it overlaps the output.
+  for (const OutputOverInput& pair : may_coincide) {
+    auto find = [&](bool output, int index) {
+      return std::find_if(spans.begin(), spans.end(), [&](const TensorSpan& s) {
+        return s.output == output && s.index == index;
+      });
+    };
+    auto out = find(true, pair.output);
+    auto in = find(false, pair.input);
+    if (out == spans.end() || in == spans.end()) continue;
+    if (std::tie(out->device, out->inode, out->start, out->end) ==
+        std::tie(in->device, in->inode, in->start, in->end)) {
+      in->end = in->start;  // empty: overlaps nothing
+    }
+  }
   std::sort(spans.begin(), spans.end(), [](const TensorSpan& a, const TensorSpan& b) {
     return std::tie(a.device, a.inode, a.start) < std::tie(b.device, b.inode, b.start);
   });

@@ -26,9 +26,18 @@ struct TensorSpan {
   int index = 0;  // position among the call's inputs or outputs
 };
 
+// An output that may lie exactly over an input (the graph's
+// outputs_over_inputs): positions among the call's outputs and inputs.
+struct OutputOverInput {
+  int output = 0;
+  int input = 0;
+};
+
 // OK when no output overlaps an input or another output (inputs may
-// overlap each other; empty tensors overlap nothing). INVALID_ARGUMENT
-// naming the two tensors otherwise. Reorders `spans`.
-absl::Status CheckOutputsDisjoint(absl::Span<TensorSpan> spans);
+// overlap each other; empty tensors overlap nothing), except that an output
+// of `may_coincide` may cover exactly its input's bytes, neither more nor
+// less. INVALID_ARGUMENT naming the two tensors otherwise. Reorders `spans`.
+absl::Status CheckOutputsDisjoint(absl::Span<TensorSpan> spans,
+                                  absl::Span<const OutputOverInput> may_coincide = {});
 
 }  // namespace kiln::server

@@ -85,7 +85,11 @@ absl::StatusOr<PreparedRun> PrepareRun(const Session& session, uint64_t handle,
     run.outputs.push_back(p);
     span(outputs[i], graph.output_metas[i], true, i);
   }
-  KILN_RETURN_IF_ERROR(CheckOutputsDisjoint(absl::MakeSpan(spans)));
+  absl::InlinedVector<OutputOverInput, 4> may_coincide;
+  for (const runtime::OutputOverInput& pair : graph.graph.outputs_over_inputs) {
+    may_coincide.push_back({pair.output, pair.input});
+  }
+  KILN_RETURN_IF_ERROR(CheckOutputsDisjoint(absl::MakeSpan(spans), may_coincide));
   return run;
 }
 

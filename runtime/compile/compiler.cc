@@ -396,6 +396,8 @@ absl::StatusOr<std::unique_ptr<CompiledGraph>> Lower(CompileState& s, const Comp
       if (r >= 0 && outputs_in[r] == 1) output_of_request[r] = static_cast<int>(i);
     }
   }
+  KILN_RETURN_IF_ERROR(CheckOutputsOverInputs(graph, "graph"));  // with every meta known
+  KeepOutputsOverInputsSafe(graph, request_of, &output_of_request);
   // Constants handed out before their checks (cache files, see
   // compile/constant_persistence.h): those read here or by runs must pass
   // now; those nothing read (originals and folds whose packed forms were

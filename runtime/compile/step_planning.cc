@@ -97,6 +97,42 @@ std::vector<int> PlanInPlace(const Graph& graph, const CompiledGraph& cg,
   return ShareInPlace(candidates, reads_in_wave, requests);
 }
 
+namespace {
+
+// Whether node `n` overwrites input `input` (ops.def: Overwrites) and is
+// the one reader of it, graph outputs included.
+bool OverwritesItsOnlyReader(const Graph& graph, int n, int input) {
+  const Node& node = graph.nodes[n];
+  const OpDef* op = node.kind == Node::Kind::kOp ? OpOf(node) : nullptr;
+  const int pos = op != nullptr ? op->traits.overwrites : -1;
+  const int input_node = InputNode(graph, input);
+  if (pos < 0 || static_cast<size_t>(pos) >= node.args.size() ||
+      node.args[pos].kind != Arg::Kind::kTensor || node.outputs.size() != 1 ||
+      node.args[pos].tensor.node != input_node) {
+    return false;
+  }
+  int reads = 0;
+  for (const Node& other : graph.nodes) {
+    if (other.dead) continue;
+    for (const ValueRef& ref : TensorInputsOf(other)) reads += ref.node == input_node;
+  }
+  for (const ValueRef& out : graph.outputs) reads += out.node == input_node;
+  return reads == 1;
+}
+
+}  // namespace
+
+void KeepOutputsOverInputsSafe(const Graph& graph,
+                               const std::vector<std::vector<int>>& request_of,
+                               std::vector<int>* output_of_request) {
+  for (const OutputOverInput& pair : graph.outputs_over_inputs) {
+    const ValueRef out = graph.outputs[pair.output];
+    const int r = request_of[out.node][out.output];
+    if (r < 0 || (*output_of_request)[r] != pair.output) continue;  // copied after the run
+    if (!OverwritesItsOnlyReader(graph, out.node, pair.input)) (*output_of_request)[r] = -1;
+  }
+}
+
 // Cats whose inputs fill their output end to end (every dimension before
 // the cat's is 1) become join candidates (plan/joined_in_place.h); those
 // joined lose their step, since their inputs' producers then write the

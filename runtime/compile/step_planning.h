@@ -39,6 +39,17 @@ std::vector<int> PlanInPlace(const Graph& graph, const CompiledGraph& cg,
                              const std::vector<int>& output_of_request,
                              std::vector<BufferRequest>* requests);
 
+// Outputs a caller may lay over an input (Graph::outputs_over_inputs) may
+// be computed in the caller's memory during the run (output_of_request)
+// only by a step that overwrites that input (ops.def: Overwrites) and is
+// its one reader: with the bytes shared, that step updates the input in
+// place, having read nothing of it before. Any other such output is taken
+// out of output_of_request: computed in the arena, it is copied over the
+// input after the run, once nothing reads the input any more.
+void KeepOutputsOverInputsSafe(const Graph& graph,
+                               const std::vector<std::vector<int>>& request_of,
+                               std::vector<int>* output_of_request);
+
 // Cats whose inputs fill their output end to end (every dimension before
 // the cat's is 1) become join candidates (plan/joined_in_place.h); those
 // joined lose their step, since their inputs' producers then write the

@@ -296,10 +296,12 @@ absl::Status Execute(const CompiledGraph& g,
       }
     }
     // Outputs computed in place (ValueSlot::kOutput) are there already.
+    // memmove: an output laid over an input (Graph::outputs_over_inputs)
+    // may be another input, which may overlap it.
     for (size_t i = 0; i < g.graph.outputs.size(); ++i) {
       const void* value = run.Address(g.graph.outputs[i]);
       if (value == outputs[i]) continue;
-      std::memcpy(outputs[i], value, static_cast<size_t>(g.output_metas[i].ByteSize()));
+      std::memmove(outputs[i], value, static_cast<size_t>(g.output_metas[i].ByteSize()));
     }
   }, keep_warm);
   if (status.ok()) {

@@ -203,6 +203,10 @@ absl::StatusOr<Graph> GraphFromProto(const kiln::v1::Graph& proto) {
     }
     graph.outputs.push_back({out.node(), out.output()});
   }
+  for (const auto& pair : proto.outputs_over_inputs()) {
+    graph.outputs_over_inputs.push_back({pair.output(), pair.input()});
+  }
+  KILN_RETURN_IF_ERROR(CheckOutputsOverInputs(graph, "graph"));
   return graph;
 }
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "runtime/ir/compile_options.h"
 #include "runtime/ir/tensor_meta.h"
 
@@ -81,10 +82,19 @@ struct Node {
   bool dead = false;
 };
 
+// Output `output` may lie exactly over input `input` (kiln.proto's
+// OutputOverInput): the run then reads every byte of that input before it
+// writes the output's (compile/compiler.cc).
+struct OutputOverInput {
+  int output = 0;
+  int input = 0;
+};
+
 struct Graph {
   std::vector<Node> nodes;
   std::vector<ValueRef> outputs;
   int num_inputs = 0;
+  std::vector<OutputOverInput> outputs_over_inputs;
   // From the compile request (not the wire graph): how to compile and run
   // this graph. Set before Compile(); read by prepare functions (through
   // NodeArgs), passes and the executor.
@@ -94,6 +104,16 @@ struct Graph {
     return nodes[v.node].outputs[v.output];
   }
 };
+
+// OK when every pair names an existing output and input, no output or
+// input is named twice, and (where the output's meta is known: an op's is
+// once shapes are inferred) the two metas agree in dtype and shape;
+// INVALID_ARGUMENT saying which otherwise. `what` prefixes the message
+// ("graph", "optimized graph").
+absl::Status CheckOutputsOverInputs(const Graph& graph, const std::string& what);
+
+// The placeholder node of input `index`, or -1.
+int InputNode(const Graph& graph, int index);
 
 // Appends every tensor reference inside `arg` (depth first) to `out`.
 void CollectTensorRefs(const Arg& arg, std::vector<ValueRef>* out);

@@ -157,6 +157,11 @@ bool OptimizedGraphToProto(const Graph& graph, const std::vector<const void*>& c
     o->set_node(new_index[ref.node]);
     o->set_output(ref.output);
   }
+  for (const OutputOverInput& pair : graph.outputs_over_inputs) {
+    kiln::v1::OutputOverInput* p = out->add_outputs_over_inputs();
+    p->set_output(pair.output);
+    p->set_input(pair.input);
+  }
   return true;
 }
 
@@ -265,6 +270,10 @@ absl::StatusOr<DecodedOptimizedGraph> OptimizedGraphFromProto(
     }
     graph.outputs.push_back({out.node(), out.output()});
   }
+  for (const auto& pair : proto.outputs_over_inputs()) {
+    graph.outputs_over_inputs.push_back({pair.output(), pair.input()});
+  }
+  KILN_RETURN_IF_ERROR(CheckOutputsOverInputs(graph, "optimized graph"));
   return decoded;
 }
 

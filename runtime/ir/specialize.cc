@@ -180,6 +180,7 @@ absl::StatusOr<kiln::v1::Graph> SpecializeGraph(
     o->set_node(new_index[ref.node()]);
     o->set_output(ref.output());
   }
+  *out.mutable_outputs_over_inputs() = tmpl.outputs_over_inputs();
   return out;
 }
 

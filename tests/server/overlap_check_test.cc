@@ -16,7 +16,9 @@ TensorSpan Out(uint64_t inode, uint64_t start, uint64_t end, int index = 0) {
   return TensorSpan{1, inode, start, end, true, index};
 }
 
-absl::Status Check(std::vector<TensorSpan> spans) { return CheckOutputsDisjoint(absl::MakeSpan(spans)); }
+absl::Status Check(std::vector<TensorSpan> spans, std::vector<OutputOverInput> pairs = {}) {
+  return CheckOutputsDisjoint(absl::MakeSpan(spans), pairs);
+}
 
 TEST(OverlapCheck, DisjointSpansPass) {
   EXPECT_TRUE(Check({In(7, 0, 64), Out(7, 64, 128), Out(7, 128, 129, 1)}).ok());
@@ -49,6 +51,33 @@ TEST(OverlapCheck, SameOffsetsInAnotherObjectDoNotOverlap) {
 
 TEST(OverlapCheck, EmptyTensorsOverlapNothing) {
   EXPECT_TRUE(Check({In(7, 0, 64), Out(7, 10, 10)}).ok());
+}
+
+TEST(OverlapCheck, AnOutputMayCoverExactlyTheInputItIsDeclaredOver) {
+  // Output 1 over input 2 (the graph's outputs_over_inputs).
+  EXPECT_TRUE(Check({In(7, 0, 64, 2), Out(7, 0, 64, 1), In(7, 64, 128, 0), Out(7, 128, 192, 0)},
+                    {{1, 2}})
+                  .ok());
+  // Not declared, or declared for another input: refused.
+  EXPECT_FALSE(Check({In(7, 0, 64, 2), Out(7, 0, 64, 1)}).ok());
+  EXPECT_FALSE(Check({In(7, 0, 64, 2), Out(7, 0, 64, 1)}, {{1, 0}}).ok());
+  // Only exactly: shifted, shorter or longer spans are refused.
+  for (const TensorSpan& out : {Out(7, 8, 72, 1), Out(7, 0, 32, 1), Out(7, 0, 65, 1)}) {
+    EXPECT_FALSE(Check({In(7, 0, 64, 2), out}, {{1, 2}}).ok()) << out.start << " " << out.end;
+  }
+  // The same bytes in another object are not the input's.
+  EXPECT_FALSE(Check({In(7, 0, 64, 2), Out(8, 0, 64, 1), Out(7, 0, 64, 0)}, {{1, 2}}).ok());
+}
+
+TEST(OverlapCheck, WhatOverlapsTheCoveredInputOverlapsItsOutput) {
+  // Input 0 shares bytes with input 2, which output 1 covers: output 1
+  // would rewrite input 0 mid-run.
+  absl::Status s = Check({In(7, 0, 64, 2), Out(7, 0, 64, 1), In(7, 32, 96, 0)}, {{1, 2}});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("output 1 shares memory with input 0"), absl::string_view::npos)
+      << s.message();
+  // And another output over it as well.
+  EXPECT_FALSE(Check({In(7, 0, 64, 2), Out(7, 0, 64, 1), Out(7, 0, 64, 0)}, {{1, 2}}).ok());
 }
 
 }  // namespace

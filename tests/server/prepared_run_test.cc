@@ -152,6 +152,38 @@ TEST_F(PreparedRunTest, OutputOverlappingTheInputIsRefused) {
       << run.status();
 }
 
+TEST_F(PreparedRunTest, AnOutputDeclaredOverAnInputRunsOnItsBytes) {
+  // relu(x) declared as an update of x (Graph.outputs_over_inputs).
+  GraphBuilder b;
+  int x = b.Input({kN});
+  b.Output(b.Call("aten.relu.default", {Ref(x)}));
+  kiln::v1::OutputOverInput* pair = b.graph().add_outputs_over_inputs();
+  pair->set_output(0);
+  pair->set_input(0);
+  auto ir = runtime::GraphFromProto(b.graph());
+  ASSERT_TRUE(ir.ok()) << ir.status();
+  kiln::testing::ConstantTable consts;
+  auto graph = runtime::Compile(*std::move(ir), consts.Resolver());
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  auto handle = session_.AddHandle(*std::move(graph));
+  ASSERT_TRUE(handle.ok()) << handle.status();
+  for (int i = 0; i < kN; ++i) Floats(0)[i] = static_cast<float>(i - kN / 2);
+  const TensorSlot in[] = {Slot(0)}, same[] = {Slot(0)};
+  auto run = PrepareRun(session_, *handle, in, same);
+  ASSERT_TRUE(run.ok()) << run.status();
+  ASSERT_TRUE(RunPrepared(*run).ok());
+  for (int i = 0; i < kN; ++i) {
+    EXPECT_EQ(Floats(0)[i], i < kN / 2 ? 0.0f : static_cast<float>(i - kN / 2)) << i;
+  }
+  // Only exactly over it: a shifted output is refused, as it is for a
+  // graph that declares nothing.
+  const TensorSlot shifted[] = {Slot(sizeof(float))};
+  EXPECT_EQ(PrepareRun(session_, *handle, in, shifted).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(PrepareRun(session_, handle_, in, same).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(PreparedRunTest, ExecuteRequestWithAnotherShapeNamesBoth) {
   kiln::v1::ExecuteRequest req;
   req.set_handle(handle_);

@@ -497,6 +497,107 @@ TEST(StepPlanning, IndexPutWritesOverItsSelfInPlace) {
   }
 }
 
+// ---- An output laid over an input (Graph::outputs_over_inputs) ------------
+
+// A cache input updated at given rows (index_put, as a functionalized
+// static KV cache's index_copy_ is), output 0 the updated cache, declared
+// over input 0; output 1 reads the update (as attention does). With
+// `read_original`, output 2 reads the cache as it came in.
+kiln::v1::Graph BuildCacheUpdate(bool read_original) {
+  GraphBuilder b;
+  int cache = b.Input({8, 16});
+  int pos = b.Input({3}, kiln::v1::INT64);
+  int rows = b.Input({3, 16});
+  int put = b.Call("aten.index_put.default", {Ref(cache), RefList({pos}), Ref(rows), Bool(false)});
+  b.Output(put);
+  b.Output(b.Call("aten.neg.default", {Ref(put)}));
+  if (read_original) b.Output(b.Call("aten.relu.default", {Ref(cache)}));
+  kiln::v1::OutputOverInput* pair = b.graph().add_outputs_over_inputs();
+  pair->set_output(0);
+  pair->set_input(0);
+  return b.graph();
+}
+
+bool ComputedInOutput(const CompiledGraph& cg, const std::string& target) {
+  for (const CompiledStep& step : cg.steps) {
+    if (cg.graph.nodes[step.node].target == target) {
+      return cg.slots[step.node][0].kind == ValueSlot::Kind::kOutput;
+    }
+  }
+  return false;
+}
+
+TEST(StepPlanning, AnOutputOverItsInputIsUpdatedThereOnlyWhenNothingElseReadsIt) {
+  const std::vector<float> start = UniformFloats(8 * 16, -1.f, 1.f, 41);
+  const std::vector<float> new_rows = UniformFloats(3 * 16, -1.f, 1.f, 42);
+  const std::vector<int64_t> at = {6, 1, -3};  // -3: row 5
+  std::vector<float> updated = start;
+  for (int k = 0; k < 3; ++k) {
+    const int r = k == 0 ? 6 : k == 1 ? 1 : 5;
+    std::copy_n(new_rows.begin() + k * 16, 16, updated.begin() + r * 16);
+  }
+  for (bool read_original : {false, true}) {
+    for (BranchMode mode : {BranchMode::kOff, BranchMode::kOn}) {
+      auto ir = GraphFromProto(BuildCacheUpdate(read_original));
+      ASSERT_TRUE(ir.ok()) << ir.status();
+      ir->options.branches = mode;
+      Constants none;
+      auto cg = Compile(*std::move(ir), none.Resolver());
+      ASSERT_TRUE(cg.ok()) << cg.status();
+      // The update writes the caller's bytes during the run only when it
+      // is the cache's one reader; else it is copied there after the run.
+      EXPECT_EQ(ComputedInOutput(**cg, "aten.index_put.default"), !read_original)
+          << DumpCompiledGraph(**cg);
+      for (bool laid_over : {true, false}) {
+        std::vector<float> cache = start, own(8 * 16), neg(8 * 16), relu(8 * 16);
+        const void* inputs[] = {cache.data(), at.data(), new_rows.data()};
+        std::vector<void*> outputs = {laid_over ? cache.data() : own.data(), neg.data()};
+        if (read_original) outputs.push_back(relu.data());
+        for (int run = 0; run < 2; ++run) {
+          ASSERT_TRUE(Execute(**cg, inputs, outputs).ok());
+          EXPECT_EQ(laid_over ? cache : own, updated);
+          EXPECT_EQ(cache, laid_over ? updated : start);  // never written unless laid over
+          for (size_t i = 0; i < neg.size(); ++i) {
+            EXPECT_EQ(neg[i], -updated[i]) << i;
+            if (read_original) {
+              // The first run read the cache as it came in; the second,
+              // laid over, the first's update.
+              const float was = laid_over && run == 1 ? updated[i] : start[i];
+              EXPECT_EQ(relu[i], std::max(0.f, was)) << i;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(StepPlanning, OutputsOverInputsThatCannotBeAreRefused) {
+  // Refused when the graph is read, or (metas) when it is compiled.
+  auto status_of = [](const kiln::v1::Graph& g) {
+    auto ir = GraphFromProto(g);
+    if (!ir.ok()) return ir.status();
+    Constants none;
+    return Compile(*std::move(ir), none.Resolver()).status();
+  };
+  auto refused = [&](int output, int input, const char* why) {
+    kiln::v1::Graph g = BuildCacheUpdate(false);
+    g.mutable_outputs_over_inputs(0)->set_output(output);
+    g.mutable_outputs_over_inputs(0)->set_input(input);
+    const absl::Status s = status_of(g);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find(why), absl::string_view::npos) << s;
+  };
+  refused(2, 0, "the graph has 2 outputs");
+  refused(0, 3, "the graph has 3 inputs");
+  refused(-1, 0, "the graph has 2 outputs");
+  refused(0, 2, "the output is f32[8,16], the input f32[3,16]");
+  kiln::v1::Graph twice = BuildCacheUpdate(false);
+  *twice.add_outputs_over_inputs() = twice.outputs_over_inputs(0);
+  const absl::Status s = status_of(twice);
+  EXPECT_NE(s.message().find("named twice"), absl::string_view::npos) << s;
+}
+
 }  // namespace
 }  // namespace kiln::runtime
 
