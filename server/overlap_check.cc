@@ -43,7 +43,10 @@ absl::Status CheckOutputsDisjoint(absl::Span<TensorSpan> spans,
   for (size_t i = 0; i < spans.size(); ++i) {
     const TensorSpan& s = spans[i];
     if (s.start == s.end) continue;
-    if (i > 0 && (s.device != spans[i - 1].device || s.inode != spans[i - 1].inode)) {
+    // A new object (compared with the last span that counted: an empty one
+    // between two objects says nothing).
+    const TensorSpan* last = output != nullptr ? output : input;
+    if (last != nullptr && (s.device != last->device || s.inode != last->inode)) {
       input = output = nullptr;
     }
     const TensorSpan* hit = nullptr;

@@ -470,6 +470,26 @@ def _eager_compute_follows(node: fx.Node) -> bool:
     return False
 
 
+def _write_backs(node: fx.Node) -> list[tuple[int, int]]:
+    """(output, argument position) of partition `node` for each output the
+    split graph copies back into a tensor the partition also takes: the
+    updated value of an input the graph writes in place."""
+    values = {user.args[1]: user for user in node.users
+              if user.target is operator.getitem and isinstance(user.args[1], int)}
+    if not values:
+        values = {0: node}
+    pairs: list[tuple[int, int]] = []
+    for output, value in sorted(values.items()):
+        for user in value.users:
+            if (partition.is_write_back(user) and user.args[1] is value
+                    and user.args[0] in node.args):
+                position = node.args.index(user.args[0])
+                if all(position != p for _, p in pairs):
+                    pairs.append((output, position))
+                    break
+    return pairs
+
+
 def _compile_partitions(split: fx.GraphModule, constant_inputs: frozenset[int],
                         example_inputs: Sequence[Any], opts: KilnOptions,
                         conn: Connection) -> list[KilnSubgraph]:
@@ -497,7 +517,9 @@ def _compile_partitions(split: fx.GraphModule, constant_inputs: frozenset[int],
         sub = KilnSubgraph(node.target, fused, constant_positions, constant_args,
                            conn, model_caching=opts.model_caching,
                            compile_options=opts.config.to_request(),
-                           timeout_s=opts.timeout)
+                           timeout_s=opts.timeout,
+                           writes_back=[(o, p) for o, p in _write_backs(node)
+                                        if p not in constant_positions])
         sub.client_computes_next = _eager_compute_follows(node)
         setattr(split, node.target, sub)
         subgraphs.append(sub)

@@ -12,7 +12,7 @@ daemon's Specialize answer and checked against eager's symbolic ones.
 """
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Collection, Mapping, Sequence
 
 import torch
 
@@ -71,12 +71,17 @@ class CallPlan:
 
     def __init__(self, input_positions: Sequence[int],
                  input_metas: Sequence[tuple[torch.Size, torch.dtype]],
-                 output_metas: Sequence[tuple[tuple, tuple, torch.dtype]], single_output: bool):
+                 output_metas: Sequence[tuple[tuple, tuple, torch.dtype]], single_output: bool,
+                 over_inputs: Mapping[int, int] | None = None):
         self.handle = 0  # the daemon handle the plan calls
         self.input_positions = list(input_positions)
         self.input_metas = list(input_metas)
         self.output_metas = list(output_metas)
         self.single_output = single_output
+        # output -> input: the output is that input's updated value, which
+        # the daemon may compute over the input's own bytes when they lie in
+        # an output block (Graph.outputs_over_inputs).
+        self.over_inputs = dict(over_inputs or {})
         self.num_inputs = len(self.input_metas)
         self.num_outputs = len(self.output_metas)
         offsets, offset = [], 0
@@ -110,7 +115,8 @@ class CallPlan:
         self.native_plan: bytes | None = None
 
     @classmethod
-    def for_static(cls, ser: serialize.SerializedGraph) -> "CallPlan":
+    def for_static(cls, ser: serialize.SerializedGraph,
+                   over_inputs: Mapping[int, int] | None = None) -> "CallPlan":
         # Outputs get eager's strides, unless those overlap (an expanded
         # view, as backward graphs return): then dense, with the same values.
         outputs = [
@@ -120,11 +126,12 @@ class CallPlan:
             for v in ser.output_vals]
         return cls(ser.tensor_positions,
                    [(torch.Size(m.shape), shm.torch_dtype(m.dtype)) for m in ser.input_metas],
-                   outputs, ser.single_output)
+                   outputs, ser.single_output, over_inputs)
 
     @classmethod
     def for_variant(cls, ser: serialize.SerializedGraph, args: Sequence[object],
-                    response: kiln_pb2.CompileResponse, bindings: dict) -> "CallPlan":
+                    response: kiln_pb2.CompileResponse, bindings: dict,
+                    over_inputs: Mapping[int, int] | None = None) -> "CallPlan":
         """The plan of one shape variant: input metas from the call, output
         shapes from the daemon, checked against eager's symbolic ones where
         the call's sizes determine them; strides are eager's evaluated the
@@ -145,7 +152,7 @@ class CallPlan:
                 strides = shm.contiguous_strides(shape)
             outputs.append((shape, tuple(strides), val.dtype))
         inputs = [(torch.Size(args[i].shape), args[i].dtype) for i in ser.tensor_positions]
-        return cls(ser.tensor_positions, inputs, outputs, ser.single_output)
+        return cls(ser.tensor_positions, inputs, outputs, ser.single_output, over_inputs)
 
     def take_inputs(self, args: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         return [args[i] for i in self.input_positions]
@@ -192,20 +199,24 @@ class CallPlan:
         return self.PARK and last_run_us >= self.PARK_FROM_US
 
     def request(self, session_id: str, handle: int, blocks: Mapping[int, shm.Region],
-                in_place: Mapping[int, tuple[shm.Region, int]] | None = None
+                in_place: Mapping[int, tuple[shm.Region, int]] | None = None,
+                over: Mapping[int, tuple[shm.Region, int]] | None = None
                 ) -> kiln_pb2.ExecuteRequest:
         """The same call as an Execute RPC (when channels are unavailable);
         outputs in `blocks` go to offset 0 of their block, inputs in
-        `in_place` are read where they lie."""
+        `in_place` are read where they lie and outputs in `over` written
+        there."""
         assert self.region is not None
-        in_place = in_place or {}
+        in_place, over = in_place or {}, over or {}
         request = kiln_pb2.ExecuteRequest(session_id=session_id, handle=handle)
         for i, (off, (shape, dtype)) in enumerate(zip(self.input_offsets, self.input_metas)):
             region, off = in_place.get(i, (self.region, off))
             request.inputs.append(region.descriptor(off, dtype, shape))
         for i, (off, (shape, _, dtype)) in enumerate(zip(self.output_offsets,
                                                           self.output_metas)):
-            if i in blocks:
+            if i in over:
+                request.outputs.append(over[i][0].descriptor(over[i][1], dtype, shape))
+            elif i in blocks:
                 request.outputs.append(blocks[i].descriptor(0, dtype, shape))
             else:
                 request.outputs.append(self.region.descriptor(off, dtype, shape))
@@ -224,10 +235,18 @@ class CallPlan:
                 found[i] = where
         return found
 
+    def outputs_over(self, in_place: Mapping[int, tuple[shm.Region, int]]
+                     ) -> dict[int, tuple[shm.Region, int]]:
+        """{output: (block, offset)} of the outputs laid over their inputs
+        this call: those whose input lies in an output block."""
+        return {o: in_place[i] for o, i in self.over_inputs.items() if i in in_place}
+
     def call_slots(self, blocks: Mapping[int, shm.Region],
-                   in_place: Mapping[int, tuple[shm.Region, int]]) -> bytes:
+                   in_place: Mapping[int, tuple[shm.Region, int]],
+                   over: Mapping[int, tuple[shm.Region, int]] | None = None) -> bytes:
         """The call's slot bytes: the plan's, with outputs in `blocks` at
-        offset 0 of their block and inputs in `in_place` where they lie."""
+        offset 0 of their block, inputs in `in_place` read where they lie
+        and outputs in `over` written there."""
         if not blocks and not in_place:
             return self.slots
         slots = list(self.slot_list)
@@ -235,13 +254,16 @@ class CallPlan:
             slots[i] = (block.region_id, offset, slots[i][2])
         for i, block in blocks.items():
             slots[self.num_inputs + i] = (block.region_id, 0, slots[self.num_inputs + i][2])
+        for i, (block, offset) in (over or {}).items():
+            slots[self.num_inputs + i] = (block.region_id, offset, slots[self.num_inputs + i][2])
         return channel_mod.pack_slots(slots)
 
-    def acquire_blocks(self, pool: output_pool_mod.OutputPool) -> dict[int, shm.Region]:
-        """A block per pooled output."""
+    def acquire_blocks(self, pool: output_pool_mod.OutputPool,
+                       skip: Collection[int] = ()) -> dict[int, shm.Region]:
+        """A block per pooled output but those in `skip`."""
         blocks: dict = {}
         try:
-            for i in self.pooled_outputs:
+            for i in (i for i in self.pooled_outputs if i not in skip):
                 shape, _, dtype = self.output_metas[i]
                 blocks[i] = pool.acquire(shm.nbytes(dtype, shape))
         except OSError as e:

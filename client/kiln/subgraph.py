@@ -57,9 +57,15 @@ class KilnSubgraph(torch.nn.Module):
                  model_caching: bool = True,
                  on_fallback: Callable[["KilnSubgraph"], None] | None = None,
                  compile_options: Mapping[str, str] | None = None,
-                 timeout_s: float = connection_mod.EXECUTE_TIMEOUT_S):
+                 timeout_s: float = connection_mod.EXECUTE_TIMEOUT_S,
+                 writes_back: Sequence[tuple[int, int]] = ()):
         super().__init__()
         self.name = name
+        # (output, argument position): outputs that are an updated value of
+        # an argument the caller writes them back into (a static KV cache).
+        # The daemon may compute them over that argument's own bytes
+        # (Graph.outputs_over_inputs; call_plan.CallPlan.over_inputs).
+        self.writes_back = tuple(writes_back)
         self.eager = gm
         self.conn = conn
         self.model_caching = model_caching
@@ -97,6 +103,7 @@ class KilnSubgraph(torch.nn.Module):
         self._take_constants = (operator.itemgetter(*constant_positions)
                                 if constant_positions else None)
         self._plan: CallPlan | None = None
+        self._over_inputs: dict[int, int] = {}  # output -> input index (CallPlan.over_inputs)
         # Dynamic shapes: the template handle is self._handle; each
         # signature's variant has a plan (plan.handle) here.
         self._variants = shape_variants.VariantCache()
@@ -161,8 +168,13 @@ class KilnSubgraph(torch.nn.Module):
         if rebuild:
             self._serialized = serialize.serialize(
                 self.eager, {pos: s[2] for pos, s in state.items()})
+            positions = self._serialized.tensor_positions
+            self._over_inputs = {output: positions.index(pos) for output, pos in self.writes_back
+                                 if pos in positions}
+            for output, index in self._over_inputs.items():
+                self._serialized.graph.outputs_over_inputs.add(output=output, input=index)
             self._plan = (None if self._serialized.dynamic
-                          else CallPlan.for_static(self._serialized))
+                          else CallPlan.for_static(self._serialized, self._over_inputs))
         needs_compile = rebuild or self._handle is None or self._generation != self.conn.generation
         self._constant_state = state
         self._constant_tensors = tensors
@@ -259,7 +271,8 @@ class KilnSubgraph(torch.nn.Module):
         _write_dump(response)
         try:
             plan = CallPlan.for_variant(ser, args, response,
-                                        shape_variants.size_bindings(self._input_vals, args))
+                                        shape_variants.size_bindings(self._input_vals, args),
+                                        self._over_inputs)
         except Mismatch:
             self._release_handle(response.handle)
             raise
@@ -338,17 +351,21 @@ class KilnSubgraph(torch.nn.Module):
         for i, (t, view) in enumerate(zip(inputs, plan.input_views)):
             if i not in in_place:
                 shm.copy_tensor(view, t.detach(), stream=True)
+        # An input's update whose input lies in an output block is written
+        # over it: the caller's tensor is updated where it is (call_plan.py).
+        over = plan.outputs_over(in_place)
         # Large outputs go to blocks of their own that become the returned
         # tensors (output_pool.py); the rest are copied out of the arena.
         pool, blocks = None, {}
         if plan.pooled_outputs:
             pool = conn.output_pool()
-            blocks = plan.acquire_blocks(pool)
-        slots = plan.call_slots(blocks, in_place)
+            blocks = plan.acquire_blocks(pool, skip=over)
+        slots = plan.call_slots(blocks, in_place, over)
         # Allocated before the call, not after: once this thread has slept
         # through the run its caches are cold and everything costs more.
         # Fresh tensors with eager's strides: outputs never alias the arena.
-        outputs = [None if i in blocks else torch.empty_strided(shape, stride, dtype=dtype)
+        outputs = [None if i in blocks or i in over
+                   else torch.empty_strided(shape, stride, dtype=dtype)
                    for i, (shape, stride, dtype) in enumerate(plan.output_metas)]
 
         try:
@@ -363,7 +380,8 @@ class KilnSubgraph(torch.nn.Module):
                         conn.discard_thread_state()
                     raise
             else:
-                conn.stub.Execute(plan.request(conn.session_id, plan.handle, blocks, in_place),
+                conn.stub.Execute(plan.request(conn.session_id, plan.handle, blocks, in_place,
+                                               over),
                                   timeout=self.timeout_s)
         except BaseException:
             for block in blocks.values():
@@ -375,13 +393,18 @@ class KilnSubgraph(torch.nn.Module):
         # right after the wait, the better (see above).
         for i, (out, view, dense) in enumerate(zip(outputs, plan.output_views,
                                                     plan.output_dense)):
-            if out is None:
+            if i in over:
+                outputs[i] = inputs[plan.over_inputs[i]]  # updated where it lies
+            elif out is None:
                 shape, _, dtype = plan.output_metas[i]
                 outputs[i] = pool.tensor(blocks[i], dtype, shape)
             elif dense:
                 ctypes.memmove(out.data_ptr(), dense[0], dense[1])
             else:
                 shm.copy_tensor(out, view)
+        for o, i in plan.over_inputs.items():
+            if o in blocks and _adopt_storage(inputs[i], outputs[o]):
+                outputs[o] = inputs[i]
         return outputs[0] if plan.single_output else tuple(outputs)
 
     def _call_native(self, plan: CallPlan, args: Sequence[torch.Tensor]):
@@ -438,6 +461,28 @@ def _write_dump(response: kiln_pb2.CompileResponse) -> None:
     with open(path, "w") as f:
         f.write(response.dump)
     log.info("optimized graph written to %s", path)
+
+
+def _adopt_storage(t: torch.Tensor, update: torch.Tensor) -> bool:
+    """Moves `t` onto `update`'s memory (an output block holding t's updated
+    value), so that the caller's write-back of it is a no-op and the next
+    call reads and updates it there: a static KV cache is copied once, at
+    its first update, instead of on every step. Only a plain, dense tensor
+    that is its storage's one user and covers all of it: any view of the old
+    storage would stop seeing the updates. False when it was left as is."""
+    if (type(t) is not torch.Tensor or t.requires_grad or not t.is_contiguous()
+            or t.storage_offset() != 0 or t.dtype != update.dtype
+            or t.shape != update.shape or not update.is_contiguous()):
+        return False
+    storage = t.untyped_storage()
+    # Uses of the storage: t, and `storage` itself.
+    if storage.nbytes() != t.nbytes or torch._C._storage_Use_Count(storage._cdata) != 2:
+        return False
+    try:
+        t.set_(update.untyped_storage(), update.storage_offset(), update.shape, update.stride())
+    except RuntimeError:  # an inference tensor outside inference mode
+        return False
+    return True
 
 
 def _static(shape: Sequence[object]) -> bool:

@@ -142,3 +142,44 @@ def test_two_outputs_sharing_bytes_are_refused(kilnd, bystander, hostile):
     inp = region.write(0, torch.randn(64, 64))
     out = region.descriptor(16384, torch.float32, (64, 64))
     _assert_overlap_refused(lambda: hostile.execute(handle, [inp], [out, out]))
+
+
+def _relu_over_input(shape, inputs: int = 1) -> kiln_pb2.Graph:
+    """relu(x) declared as x's update (Graph.outputs_over_inputs); with two
+    inputs, y is another input the graph adds."""
+    nodes = [placeholder("x", _meta(torch.float32, shape))]
+    if inputs == 2:
+        nodes += [placeholder("y", _meta(torch.float32, shape)),
+                  call("relu", "aten.relu.default", 0), call("add", "aten.add.Tensor", 2, 1)]
+        g = graph(nodes, [3])
+    else:
+        g = graph(nodes + [call("relu", "aten.relu.default", 0)], [1])
+    g.outputs_over_inputs.add(output=0, input=0)
+    return g
+
+
+def test_an_output_declared_over_an_input_covers_it_exactly_or_is_refused(
+        kilnd, bystander, hostile):
+    handle = hostile.compile(_relu_over_input((64, 64))).handle
+    region = hostile.region(1 << 16)
+    x = torch.randn(64, 64)
+    inp = region.write(0, x)
+    hostile.execute(handle, [inp], [inp])  # updated where it lies
+    assert torch.equal(region.view(0, torch.float32, (64, 64)), torch.relu(x))
+    # Anything but exactly over it is refused, as for any graph.
+    for offset in (4, 16384 - 4):
+        partly = region.descriptor(offset, torch.float32, (64, 64))
+        _assert_overlap_refused(lambda: hostile.execute(handle, [inp], [partly]))
+    # Another input sharing its bytes would be rewritten mid-run: refused.
+    handle2 = hostile.compile(_relu_over_input((64, 64), inputs=2)).handle
+    y = region.descriptor(8192, torch.float32, (64, 64))
+    _assert_overlap_refused(lambda: hostile.execute(handle2, [inp, y], [inp]))
+    # Declarations that do not fit the graph are refused at compile.
+    for output, input_ in ((1, 0), (0, 1), (-1, 0)):
+        bad = _relu_over_input((64, 64))
+        bad.outputs_over_inputs[0].output = output
+        bad.outputs_over_inputs[0].input = input_
+        with pytest.raises(grpc.RpcError) as info:
+            hostile.compile(bad)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, info.value.details()
+    assert kilnd.alive(), f"kilnd {kilnd.exit_description()}:\n{kilnd.log()}"

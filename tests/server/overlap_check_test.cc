@@ -80,5 +80,11 @@ TEST(OverlapCheck, WhatOverlapsTheCoveredInputOverlapsItsOutput) {
   EXPECT_FALSE(Check({In(7, 0, 64, 2), Out(7, 0, 64, 1), Out(7, 0, 64, 0)}, {{1, 2}}).ok());
 }
 
+TEST(OverlapCheck, AnEmptyTensorBetweenTwoObjectsJoinsNeither) {
+  // Sorted, the empty input of object 8 comes between object 7's output
+  // and object 8's: the two outputs are in different objects.
+  EXPECT_TRUE(Check({Out(7, 0, 100, 0), In(8, 0, 0, 0), Out(8, 0, 64, 1)}).ok());
+}
+
 }  // namespace
 }  // namespace kiln::server
