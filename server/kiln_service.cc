@@ -39,6 +39,7 @@ absl::Status FillCompileResponse(CompileResult result, bool want_dump, Session& 
   resp->set_cache_hit(result.cache_hit);
   resp->set_compile_ms(result.compile_ms);
   resp->set_graph_key(result.key);
+  resp->set_options(runtime::CompileOptionsString(result.graph->options()));
   if (want_dump) resp->set_dump(runtime::DumpCompiledGraph(*result.graph));
   KILN_ASSIGN_OR_RETURN(uint64_t handle, session.AddHandle(std::move(result.graph)));
   resp->set_handle(handle);

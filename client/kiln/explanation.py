@@ -46,6 +46,7 @@ class PartitionReport:
     in_daemon: bool            # False once the daemon rejected it (it runs in eager)
     reason: str                # the daemon's reason when rejected
     constants: ConstantTransfer
+    options: str = ""          # as the daemon applied them ("... precision=bf16 (auto) ...")
 
 
 @dataclasses.dataclass
@@ -119,7 +120,8 @@ class Explanation:
                 lines.append(f"  partition {p.name}: {p.nodes} op nodes in {where}; constants "
                              f"{p.constants.uploaded} uploaded "
                              f"({_bytes(p.constants.uploaded_bytes)}), {p.constants.reused} "
-                             f"reused ({_bytes(p.constants.reused_bytes)})")
+                             f"reused ({_bytes(p.constants.reused_bytes)})"
+                             + (f"; {p.options}" if p.options and p.in_daemon else ""))
             by_reason: dict[str, list[Fallback]] = collections.defaultdict(list)
             for f in g.fallbacks:
                 by_reason[f.reason].append(f)
@@ -185,7 +187,8 @@ def _graph_report(index: int, dynamo_graph: int, r: backend.GraphRecord) -> Grap
             ops = _op_nodes(sub.eager)
             partitions.append(PartitionReport(sub.name, len(ops), not sub.fallback,
                                               sub.fallback_reason,
-                                              dataclasses.replace(sub.constant_transfer)))
+                                              dataclasses.replace(sub.constant_transfer),
+                                              sub.applied_options))
             if sub.fallback:
                 fallbacks += [Fallback(n.name, str(n.target),
                                        f"partition {sub.name} rejected by the daemon: "

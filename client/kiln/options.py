@@ -33,9 +33,10 @@ CONFIG_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("hint", "latency, throughput", ("latency", "throughput"),
               help="latency: one execute may use all num_threads threads; throughput: "
                    "each execute runs on one thread, so concurrent callers run side by side"),
-    ConfigKey("precision", "f32, bf16", ("f32", "bf16"),
+    ConfigKey("precision", "f32, bf16, auto", ("f32", "bf16", "auto"),
               help="bf16: convolutions and matrix products compute in bf16 "
-                   "(tensors stay f32)"),
+                   "(tensors stay f32); auto: bf16 where the CPU computes it natively "
+                   "(AVX512-BF16, AMX), f32 elsewhere"),
     ConfigKey("layout", "auto, nchw, nhwc, blocked", ("auto", "nchw", "nhwc", "blocked"),
               help="auto: activations between convolutions stay in the layout this CPU's "
                    "convolutions are fastest in (NHWC, or 8-channel blocked on AVX2 where it "

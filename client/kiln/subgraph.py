@@ -83,6 +83,9 @@ class KilnSubgraph(torch.nn.Module):
         # later rejection (e.g. on a recompile) raises instead.
         self.raise_on_fallback = False
         self.compiles = 0
+        # The options as the daemon applied them (CompileResponse.options:
+        # its choice for precision "auto" among them); "" until compiled.
+        self.applied_options = ""
         # Constants this partition needed, summed over its compiles:
         # uploaded by it, or already in the daemon (kiln.explain reports both).
         self.constant_transfer = connection_mod.ConstantTransfer()
@@ -207,6 +210,8 @@ class KilnSubgraph(torch.nn.Module):
         self._handle = response.handle
         self._generation = generation
         self.compiles += 1
+        if response.options:  # a template's come with its variants
+            self.applied_options = response.options
         if response.dynamic:
             # The variant for a call's arguments now (not for construction's
             # weights-only examples): a rejection surfaces here, not later.
@@ -277,6 +282,7 @@ class KilnSubgraph(torch.nn.Module):
             self._release_handle(response.handle)
             raise
         plan.handle = response.handle
+        self.applied_options = response.options
         self.specializations += 1
         log.debug("%s specialized for %s: handle %d, cache_hit=%s, %.1f ms", self.name, key,
                   response.handle, response.cache_hit, response.compile_ms)

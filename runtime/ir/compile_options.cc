@@ -3,6 +3,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "runtime/util/cpu_features.h"
 
 namespace kiln::runtime {
 namespace {
@@ -50,8 +51,11 @@ absl::StatusOr<CompileOptions> ParseCompileOptions(
         parsed.precision = Precision::kF32;
       } else if (value == "bf16") {
         parsed.precision = Precision::kBf16;
+      } else if (value == "auto") {
+        parsed.precision = NativeBf16() ? Precision::kBf16 : Precision::kF32;
+        parsed.precision_auto = true;
       } else {
-        return BadValue(key, value, "f32, bf16");
+        return BadValue(key, value, "f32, bf16, auto");
       }
     } else if (key == "layout") {
       if (value == "auto") {
@@ -83,6 +87,16 @@ absl::StatusOr<CompileOptions> ParseCompileOptions(
   return parsed;
 }
 
+bool NativeBf16() {
+  static const bool native = [] {
+    for (const std::string& f : CpuFeatures()) {
+      if (f == "avx512_bf16" || f == "amx_bf16") return true;
+    }
+    return false;
+  }();
+  return native;
+}
+
 std::string BranchModeName(BranchMode mode) {
   switch (mode) {
     case BranchMode::kOff: return "off";
@@ -98,6 +112,9 @@ std::string CompileOptionsString(const CompileOptions& options) {
       options.num_threads == 0 ? std::string("default") : absl::StrCat(options.num_threads),
       " hint=", options.hint == ExecutionHint::kLatency ? "latency" : "throughput",
       " precision=", options.precision == Precision::kF32 ? "f32" : "bf16",
+      options.precision_auto
+          ? (options.precision == Precision::kBf16 ? " (auto)" : " (auto: no native bf16)")
+          : "",
       " layout=", LayoutName(options.layout),
       " branches=", BranchModeName(options.branches));
 }

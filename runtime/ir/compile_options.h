@@ -70,6 +70,9 @@ struct CompileOptions {
   int num_threads = 0;
   ExecutionHint hint = ExecutionHint::kLatency;
   Precision precision = Precision::kF32;
+  // precision "auto": bf16 where this CPU computes it natively
+  // (NativeBf16), f32 elsewhere; `precision` holds the choice.
+  bool precision_auto = false;
   // Layout propagation (passes/channels_last.cc): the layout activations
   // between convolutions stay in.
   LayoutOption layout = LayoutOption::kAuto;
@@ -82,8 +85,12 @@ struct CompileOptions {
   bool operator!=(const CompileOptions& o) const { return !(*this == o); }
 };
 
+// Whether this CPU has bf16 dot products (AVX512-BF16 or AMX-BF16): where
+// it does not, bf16 compute would be emulated and slower than f32.
+bool NativeBf16();
+
 // Parses CompileRequest.options. Keys: num_threads (1..kMaxNumThreads),
-// hint (latency | throughput), precision (f32 | bf16), layout (auto |
+// hint (latency | throughput), precision (f32 | bf16 | auto), layout (auto |
 // nchw | nhwc | blocked), branches (off | auto | on); absent keys keep their defaults. INVALID_ARGUMENT naming the key and the valid values for
 // an unknown key or a bad value.
 absl::StatusOr<CompileOptions> ParseCompileOptions(

@@ -176,3 +176,24 @@ def test_resets_dynamo_before_and_after(daemon_up):
 def test_kiln_explain_stays_the_function_after_importing_its_module():
     import kiln.explanation
     assert kiln.explain is kiln.explanation.explain and callable(kiln.explain)
+
+
+def _native_bf16() -> bool:
+    with open("/proc/cpuinfo") as f:
+        flags = next(line for line in f if line.startswith("flags")).split()
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def test_precision_auto_says_which_precision_the_daemon_chose(daemon_up):
+    model, x = _model(7), torch.randn(2, 3, 8, 8)
+    with torch.no_grad():
+        report = kiln.explain(model, x, config={"precision": "auto"})
+        want = model(x)
+    chosen = "precision=bf16 (auto)" if _native_bf16() else "precision=f32 (auto: no native bf16)"
+    assert all(chosen in p.options for g in report.graphs for p in g.partitions), report
+    assert chosen in str(report)
+    # bf16 products with f32 accumulation on these sizes: within 2e-2 of eager.
+    torch.testing.assert_close(report.output, want, rtol=2e-2, atol=2e-2)
+    with torch.no_grad():
+        plain = kiln.explain(model, x)
+    assert all("precision=f32 " in p.options for g in plain.graphs for p in g.partitions)

@@ -42,7 +42,7 @@ def test_config_keys_are_validated_listing_valid_keys_and_values():
                           ({"num_threads": True}, "from 1 to 256"),
                           ({"num_threads": "two"}, "from 1 to 256"),
                           ({"hint": "fast"}, "latency, throughput"),
-                          ({"precision": "fp16"}, "f32, bf16"),
+                          ({"precision": "fp16"}, "f32, bf16, auto"),
                           ({"branches": "sometimes"}, "off, auto, on")):
         with pytest.raises(ValueError, match=fragment):
             KilnOptions.from_mapping({"config": bad})

@@ -2,6 +2,7 @@
 // the key and the valid values for anything else.
 #include "runtime/ir/compile_options.h"
 
+#include <fstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -55,8 +56,8 @@ TEST(CompileOptions, RejectsBadNumThreads) {
 
 TEST(CompileOptions, RejectsBadHintAndPrecision) {
   ExpectInvalid({{"hint", "fast"}}, "latency, throughput");
-  ExpectInvalid({{"precision", "fp16"}}, "f32, bf16");
-  ExpectInvalid({{"precision", "BF16"}}, "f32, bf16");  // the client normalises case
+  ExpectInvalid({{"precision", "fp16"}}, "f32, bf16, auto");
+  ExpectInvalid({{"precision", "BF16"}}, "f32, bf16, auto");  // the client normalises case
 }
 
 TEST(CompileOptions, RejectsBadBranchMode) {
@@ -76,6 +77,28 @@ TEST(CompileOptions, ParsesEveryLayout) {
               "num_threads=default hint=latency precision=f32 layout=" + name + " branches=off");
   }
   ExpectInvalid({{"layout", "nchw8c"}}, "auto, nchw, nhwc, blocked");
+}
+
+TEST(CompileOptionsTest, AutoPrecisionIsBf16WhereTheCpuComputesItNatively) {
+  // Decided from the CPU's flags, read here independently of CpuFeatures.
+  bool native = false;
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);) {
+    if (line.rfind("flags", 0) == 0) {
+      native = line.find(" avx512_bf16") != std::string::npos ||
+               line.find(" amx_bf16") != std::string::npos;
+      break;
+    }
+  }
+  EXPECT_EQ(NativeBf16(), native);
+  auto o = ParseCompileOptions({{"precision", "auto"}});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_TRUE(o->precision_auto);
+  EXPECT_EQ(o->precision, native ? Precision::kBf16 : Precision::kF32);
+  EXPECT_NE(CompileOptionsString(*o).find(native ? "precision=bf16 (auto)"
+                                                 : "precision=f32 (auto: no native bf16)"),
+            std::string::npos)
+      << CompileOptionsString(*o);
 }
 
 }  // namespace
