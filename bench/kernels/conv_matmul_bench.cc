@@ -264,6 +264,10 @@ BENCHMARK(BM_LinearCold)
     ->Args({1, 9216, 4096})->Args({2, 9216, 4096})->Args({4, 9216, 4096})->Args({8, 9216, 4096})
     ->Args({1, 512, 1376})->Args({8, 512, 1376})
     ->Args({197, 768, 3072})  // ViT-B/16's FFN up: as a model meets it
+    // 128 tokens against weights far larger than the caches, as the Hugging
+    // Face suite meets them: Blenderbot's FFN up and down (2560 x 10240,
+    // 100 MiB), M2M100's LM head (1024 x 128112, 500 MiB).
+    ->Args({128, 2560, 10240})->Args({128, 10240, 2560})->Args({128, 1024, 128112})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
