@@ -40,8 +40,23 @@ from kiln import shm
 # Outputs below this size are copied: the numpy array and finalizer cost
 # some microseconds a call, more than copying a small tensor.
 MIN_BYTES = 1 << 20
-# Free blocks kept per size; blocks freed beyond that are unregistered.
-KEEP_FREE = 2
+# Free blocks kept per size class, and in all; blocks freed beyond either
+# are unregistered. A decode step returns a KV cache tensor per layer and
+# frees the previous step's: all of them come back for the next step.
+KEEP_FREE = 16
+KEEP_FREE_BYTES = 256 << 20
+# Blocks come in sizes of 8 steps per power of two (at most 12.5% unused):
+# an output that grows a little every call (a dynamic KV cache, one token
+# longer each decode step) reuses the blocks of the last calls instead of
+# creating, mapping and registering new ones on every call.
+SIZE_STEPS = 8
+
+
+def size_class(byte_size: int) -> int:
+    """The block size that holds `byte_size` bytes."""
+    pages = (byte_size + mmap.PAGESIZE - 1) // mmap.PAGESIZE * mmap.PAGESIZE
+    step = max(mmap.PAGESIZE, (1 << (pages.bit_length() - 1)) // SIZE_STEPS)
+    return (pages + step - 1) // step * step
 
 _NUMPY = {
     torch.float32: np.float32, torch.float64: np.float64, torch.float16: np.float16,
@@ -66,6 +81,7 @@ class OutputPool:
         self._unregister = unregister
         self._lock = threading.Lock()
         self._free: dict[int, list[shm.Region]] = {}
+        self._free_bytes = 0
         # Blocks handed out as tensors' memory, by address (locate()).
         self._live: dict[int, shm.Region] = {}
         self._retired: list[shm.Region] = []  # to unregister, in a caller's thread
@@ -74,11 +90,13 @@ class OutputPool:
     def acquire(self, byte_size: int) -> shm.Region:
         """A registered block of at least byte_size bytes, free for one call.
         Raises OSError when /dev/shm has no room for a new one."""
-        size = (byte_size + mmap.PAGESIZE - 1) // mmap.PAGESIZE * mmap.PAGESIZE
+        size = size_class(byte_size)
         with self._lock:
             retired, self._retired = self._retired, []
             free = self._free.get(size)
             block = free.pop() if free else None
+            if block is not None:
+                self._free_bytes -= block.byte_size
         for region in retired:
             self._unregister(region.region_id)
             region.close()
@@ -126,6 +144,7 @@ class OutputPool:
             self._closed = True
             free = [b for blocks in self._free.values() for b in blocks]
             self._free.clear()
+            self._free_bytes = 0
             self._retired.clear()
         for block in free:
             block.close()
@@ -138,7 +157,8 @@ class OutputPool:
             if self._closed:
                 return
             free = self._free.setdefault(block.byte_size, [])
-            if len(free) < KEEP_FREE:
+            if len(free) < KEEP_FREE and self._free_bytes + block.byte_size <= KEEP_FREE_BYTES:
                 free.append(block)
+                self._free_bytes += block.byte_size
             else:
                 self._retired.append(block)

@@ -159,3 +159,38 @@ def test_an_output_passed_back_over_the_execute_rpc_is_read_in_place(daemon_up):
                          timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert _in_place_bytes(daemon_up) - before == 3 * int(out.stdout.strip().splitlines()[-1])
+
+
+class _Grow(nn.Module):
+    """x [rows, 8192] -> x * 2 + 1: an output as large as the input."""
+
+    def forward(self, x):
+        return x * 2.0 + 1.0
+
+
+def test_an_output_that_grows_a_little_every_call_reuses_blocks(daemon_up, caplog):
+    # A dynamic KV cache is one token longer every decode step: the blocks
+    # of earlier calls hold it (output_pool.size_class), instead of a new
+    # block being made and registered with the daemon on every call.
+    compiled = torch.compile(_Grow().eval(), backend="kiln", dynamic=True)
+    sizes = range(40, 72)  # 1.25 to 2.25 MiB, 32 KiB more each call
+    classes = {output_pool.size_class(rows * 8192 * 4) for rows in sizes}
+    kept = []
+    with torch.no_grad(), caplog.at_level("DEBUG", logger="kiln.rpc"):
+        for rows in sizes:
+            x = torch.randn(rows, 8192)
+            out = compiled(x)
+            torch.testing.assert_close(out, x * 2.0 + 1.0)
+            assert _pooled(out)
+            assert output_pool.size_class(out.nbytes) - out.nbytes <= out.nbytes // 8 + 4096
+            kept = [out]  # the previous call's output is freed, as a cache's is
+            gc.collect()
+    del kept
+    # Registrations of blocks: the arena's sizes are powers of two.
+    sizes_registered = [int(m.split("region of ")[1].split(" B")[0])
+                        for m in (r.getMessage() for r in caplog.records)
+                        if m.startswith("RegisterRegion")]
+    blocks = [n for n in sizes_registered if n & (n - 1)]
+    # At most two blocks a class: the output kept and the one being written.
+    assert len(classes) < len(sizes) // 3
+    assert len(blocks) <= 2 * len(classes), sizes_registered
