@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -82,3 +83,14 @@ def gated_kilnd(kilnd):
         gate.close()
         d.stop()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def run_without_channels(code: str) -> str:
+    """Runs `code` in a fresh Python whose client makes every call over the
+    Execute RPC (KILN_CALL_CHANNEL=0: the choice is made at start-up);
+    asserts it exited 0 and returns its stdout."""
+    env = dict(os.environ, KILN_CALL_CHANNEL="0")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout

@@ -7,14 +7,11 @@ a tensor other views share is left where it is and updated by copying, so
 those views see every update; and the Execute RPC does the same."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
 
-from conftest import REPO
+from conftest import REPO, run_without_channels
 from kiln import backend
 
 ROWS, WIDTH = 2048, 256  # 2 MiB: large enough for an output block
@@ -94,12 +91,9 @@ def test_an_updated_input_over_the_execute_rpc(daemon_up):
         "        assert torch.equal(cache, want)\n"
         "print(cache.nbytes)\n" % str(REPO / "tests" / "python"))
     before = _in_place_bytes(daemon_up)
-    env = dict(os.environ, KILN_CALL_CHANNEL="0")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
+    stdout = run_without_channels(code)
     # Steps 1 to 3 read it in place.
-    assert _in_place_bytes(daemon_up) - before == 3 * int(out.stdout.strip().splitlines()[-1])
+    assert _in_place_bytes(daemon_up) - before == 3 * int(stdout.strip().splitlines()[-1])
 
 
 transformers = pytest.importorskip("transformers")

@@ -7,14 +7,11 @@ input_bytes_in_place counts it), and the RPC path does the same."""
 from __future__ import annotations
 
 import gc
-import os
-import subprocess
-import sys
 
 import torch
 import torch.nn as nn
 
-from conftest import REPO
+from conftest import REPO, run_without_channels
 from kiln import output_pool
 
 
@@ -101,11 +98,8 @@ def test_pooled_outputs_over_the_execute_rpc(daemon_up):
         "        torch.testing.assert_close(a, m(x)[0], rtol=1e-5, atol=1e-5)\n"
         "        assert _pooled(a)\n"
         "print('ok')\n" % str(REPO / "tests" / "python"))
-    env = dict(os.environ, KILN_CALL_CHANNEL="0")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.strip().endswith("ok")
+    stdout = run_without_channels(code)
+    assert stdout.strip().endswith("ok")
 
 
 def test_an_earlier_output_passed_back_is_read_where_it_lies(daemon_up):
@@ -154,11 +148,8 @@ def test_an_output_passed_back_over_the_execute_rpc_is_read_in_place(daemon_up):
         "        torch.testing.assert_close(c(big), k(big), rtol=1e-5, atol=1e-3)\n"
         "print(big.nbytes)\n" % str(REPO / "tests" / "python"))
     before = _in_place_bytes(daemon_up)
-    env = dict(os.environ, KILN_CALL_CHANNEL="0")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert _in_place_bytes(daemon_up) - before == 3 * int(out.stdout.strip().splitlines()[-1])
+    stdout = run_without_channels(code)
+    assert _in_place_bytes(daemon_up) - before == 3 * int(stdout.strip().splitlines()[-1])
 
 
 class _Grow(nn.Module):

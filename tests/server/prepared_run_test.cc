@@ -34,14 +34,7 @@ class PreparedRunTest : public ::testing::Test {
     GraphBuilder b;
     int x = b.Input({kN});
     b.Output(b.Call("aten.relu.default", {Ref(x)}));
-    auto ir = runtime::GraphFromProto(b.graph());
-    ASSERT_TRUE(ir.ok()) << ir.status();
-    kiln::testing::ConstantTable consts;
-    auto graph = runtime::Compile(*std::move(ir), consts.Resolver());
-    ASSERT_TRUE(graph.ok()) << graph.status();
-    auto handle = session_.AddHandle(*std::move(graph));
-    ASSERT_TRUE(handle.ok()) << handle.status();
-    handle_ = *handle;
+    ASSERT_NO_FATAL_FAILURE(AddHandle(b.graph(), &handle_));
 
     // Made, mapped and registered as a client does, then unlinked: the
     // session's mapping is all that keeps the memory.
@@ -62,6 +55,18 @@ class PreparedRunTest : public ::testing::Test {
   }
   void TearDown() override {
     if (base_ != nullptr) munmap(base_, kRegionBytes);
+  }
+
+  // Compiles `graph` and adds it to the session as *handle.
+  void AddHandle(const kiln::v1::Graph& graph, uint64_t* handle) {
+    auto ir = runtime::GraphFromProto(graph);
+    ASSERT_TRUE(ir.ok()) << ir.status();
+    kiln::testing::ConstantTable consts;
+    auto compiled = runtime::Compile(*std::move(ir), consts.Resolver());
+    ASSERT_TRUE(compiled.ok()) << compiled.status();
+    auto added = session_.AddHandle(*std::move(compiled));
+    ASSERT_TRUE(added.ok()) << added.status();
+    *handle = *added;
   }
 
   TensorSlot Slot(uint64_t offset, uint64_t bytes = kTensorBytes) const {
@@ -160,16 +165,11 @@ TEST_F(PreparedRunTest, AnOutputDeclaredOverAnInputRunsOnItsBytes) {
   kiln::v1::OutputOverInput* pair = b.graph().add_outputs_over_inputs();
   pair->set_output(0);
   pair->set_input(0);
-  auto ir = runtime::GraphFromProto(b.graph());
-  ASSERT_TRUE(ir.ok()) << ir.status();
-  kiln::testing::ConstantTable consts;
-  auto graph = runtime::Compile(*std::move(ir), consts.Resolver());
-  ASSERT_TRUE(graph.ok()) << graph.status();
-  auto handle = session_.AddHandle(*std::move(graph));
-  ASSERT_TRUE(handle.ok()) << handle.status();
+  uint64_t over = 0;
+  ASSERT_NO_FATAL_FAILURE(AddHandle(b.graph(), &over));
   for (int i = 0; i < kN; ++i) Floats(0)[i] = static_cast<float>(i - kN / 2);
   const TensorSlot in[] = {Slot(0)}, same[] = {Slot(0)};
-  auto run = PrepareRun(session_, *handle, in, same);
+  auto run = PrepareRun(session_, over, in, same);
   ASSERT_TRUE(run.ok()) << run.status();
   ASSERT_TRUE(RunPrepared(*run).ok());
   for (int i = 0; i < kN; ++i) {
@@ -178,7 +178,7 @@ TEST_F(PreparedRunTest, AnOutputDeclaredOverAnInputRunsOnItsBytes) {
   // Only exactly over it: a shifted output is refused, as it is for a
   // graph that declares nothing.
   const TensorSlot shifted[] = {Slot(sizeof(float))};
-  EXPECT_EQ(PrepareRun(session_, *handle, in, shifted).status().code(),
+  EXPECT_EQ(PrepareRun(session_, over, in, shifted).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(PrepareRun(session_, handle_, in, same).status().code(),
             absl::StatusCode::kInvalidArgument);
