@@ -147,26 +147,8 @@ absl::Status RunPasses(CompileState& s) {
   KILN_RETURN_IF_ERROR(FoldBatchNorm(ctx));
   KILN_RETURN_IF_ERROR(AbsorbWeightTranspose(ctx));
   EliminateDeadNodes(graph);
-  {
-    // A node of several outputs folds when only its first is read: a
-    // training-mode batch norm that standardizes a weight (NF-Nets'
-    // scaled weight-standardized convolutions) leaves its saved mean and
-    // invstd unread, and its folding is what lets the convolution pack
-    // a constant weight.
-    const Uses uses = ComputeUses(graph);
-    for (size_t i = 0; i < uses.users.size(); ++i) {
-      Node& node = graph.nodes[i];
-      if (node.dead || node.kind != Node::Kind::kOp || node.outputs.empty() ||
-          node.outputs[0].ByteSize() > kMaxFoldedBytes || !AllInputsConstant(ctx, node)) {
-        continue;
-      }
-      bool rest_unread = true;
-      for (size_t o = 1; o < node.outputs.size(); ++o) {
-        rest_unread &= uses.Count(ValueRef{static_cast<int>(i), static_cast<int>(o)}) == 0;
-      }
-      if (rest_unread) KILN_RETURN_IF_ERROR(FoldNode(ctx, static_cast<int>(i)));
-    }
-  }
+  KILN_RETURN_IF_ERROR(FoldConstants(ctx));
+  KILN_RETURN_IF_ERROR(DropInertAttentionMasks(ctx));
   KILN_RETURN_IF_ERROR(DropEmptyCatInputs(ctx));
   KILN_RETURN_IF_ERROR(FuseConvPostOps(ctx));
   KILN_RETURN_IF_ERROR(FoldConvPadding(ctx));

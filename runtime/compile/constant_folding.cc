@@ -10,73 +10,182 @@
 #include "runtime/compile/constant_persistence.h"
 #include "runtime/compile/node_prepare.h"
 #include "runtime/compile/shared_constants.h"
+#include "runtime/ops/registry.h"
 #include "runtime/util/status_macros.h"
 
 namespace kiln::runtime {
 
-bool AllInputsConstant(const PassContext& ctx, const Node& node) {
-  std::vector<ValueRef> refs = TensorInputsOf(node);
-  if (refs.empty()) return false;
-  for (const ValueRef& ref : refs) {
-    if (ctx.constant_data[ref.node] == nullptr || ref.output != 0) return false;
-  }
-  return true;
+namespace {
+
+// A value computed while folding: a constant node's, or an intermediate's.
+ConstantData Owned(uint8_t* bytes, int64_t size) {
+  return ConstantData{std::shared_ptr<const uint8_t>(
+                          bytes, [](const uint8_t* p) { std::free(const_cast<uint8_t*>(p)); }),
+                      size};
 }
 
-// Runs an op whose inputs are all constants once, now, and turns the node
-// into a constant holding its result.
-absl::Status FoldNode(PassContext& ctx, int i) {
-  Node& node = ctx.graph.nodes[i];
-  const std::string description = FoldDescription(ctx.graph, node);
-  const std::string key = description.empty() ? "" : DerivedConstantKey(description);
-  auto use = [&](SharedConstant folded) {
+// Which ops fold: inputs constants or folded, result small enough, no
+// side effects, only the first output read.
+std::vector<bool> Foldable(const PassContext& ctx, const Uses& uses) {
+  const Graph& graph = ctx.graph;
+  std::vector<bool> foldable(graph.nodes.size(), false);
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    const Node& node = graph.nodes[i];
+    if (node.dead || node.kind != Node::Kind::kOp || node.outputs.empty() ||
+        node.outputs[0].ByteSize() > kMaxFoldedBytes || HasTrait(node, kSideEffects)) {
+      continue;
+    }
+    bool ok = true;
+    for (const ValueRef& ref : TensorInputsOf(node)) {
+      ok = ok && ref.output == 0 && (ctx.constant_data[ref.node] != nullptr || foldable[ref.node]);
+    }
+    // A training-mode batch norm that standardizes a weight (NF-Nets'
+    // scaled weight-standardized convolutions) leaves its saved mean and
+    // invstd unread; folding it is what lets the convolution pack a
+    // constant weight.
+    for (size_t o = 1; o < node.outputs.size(); ++o) {
+      ok = ok && uses.Count(ValueRef{static_cast<int>(i), static_cast<int>(o)}) == 0;
+    }
+    foldable[i] = ok;
+  }
+  return foldable;
+}
+
+}  // namespace
+
+absl::Status FoldConstants(PassContext& ctx) {
+  Graph& graph = ctx.graph;
+  const int n = static_cast<int>(graph.nodes.size());
+  const Uses uses = ComputeUses(graph);
+  const std::vector<bool> foldable = Foldable(ctx, uses);
+
+  // The values a run reads become constants; the rest of each chain is
+  // computed here and dropped.
+  std::vector<bool> keep(n, false);
+  for (int i = 0; i < n; ++i) {
+    if (!foldable[i]) continue;
+    bool read_at_run = uses.is_output[i][0];
+    for (int user : uses.users[i][0]) read_at_run = read_at_run || !foldable[user];
+    const Node& node = graph.nodes[i];
+    keep[i] = read_at_run && (!TensorInputsOf(node).empty() ||
+                              node.outputs[0].ByteSize() <= kMaxFoldedSourceBytes);
+  }
+
+  // Every folded value's key, from its inputs' keys (FoldDescription reads
+  // them off the nodes), before anything runs: a value found by key needs
+  // none of the chain behind it.
+  for (int i = 0; i < n; ++i) {
+    if (!foldable[i]) continue;
+    const std::string description = FoldDescription(graph, graph.nodes[i]);
+    graph.nodes[i].share_key = description.empty() ? "" : DerivedConstantKey(description);
+  }
+  ConstantPersistence* persistence = CurrentPersistence();
+  auto become_constant = [&](int i, SharedConstant folded) {
+    Node& node = graph.nodes[i];
     ctx.constant_data[i] = folded.data.bytes.get();
     ctx.created.push_back(std::move(folded.data));
     node.kind = Node::Kind::kConstant;
-    node.share_key = key;
     node.outputs = std::move(folded.outputs);
   };
-  ConstantPersistence* persistence = key.empty() ? nullptr : CurrentPersistence();
-  if (!key.empty()) {
-    if (std::optional<SharedConstant> done = FindShared(key)) {
-      use(*std::move(done));
-      return absl::OkStatus();
-    }
-    // The shape sweep inferred the outputs; only the first is kept.
-    if (persistence != nullptr) {
-      if (std::optional<ConstantData> saved =
-              persistence->Load(key, node.outputs[0].ByteSize(), /*defer_check=*/true)) {
-        use(PublishShared(key, SharedConstant{*std::move(saved), {node.outputs[0]}}));
-        return absl::OkStatus();
+  std::vector<bool> needed(n, false);
+  for (int i = 0; i < n; ++i) {
+    if (!keep[i]) continue;
+    const std::string& key = graph.nodes[i].share_key;
+    if (!key.empty()) {
+      if (std::optional<SharedConstant> live = FindShared(key)) {
+        become_constant(i, *std::move(live));
+        continue;
+      }
+      if (persistence != nullptr) {
+        const TensorMeta meta = graph.nodes[i].outputs[0];
+        if (std::optional<ConstantData> saved =
+                persistence->Load(key, meta.ByteSize(), /*defer_check=*/true)) {
+          become_constant(i, PublishShared(key, SharedConstant{*std::move(saved), {meta}}));
+          continue;
+        }
       }
     }
+    needed[i] = true;
   }
-  for (const ValueRef& ref : TensorInputsOf(node)) {
-    if (!CheckBeforeRead(ctx.constant_data[ref.node])) return BadSavedConstant(node);
+  // What the missing ones are computed from, and how many computations
+  // read each (an intermediate is freed after its last).
+  std::vector<int> reads_left(n, 0);
+  for (int i = n - 1; i >= 0; --i) {
+    if (!needed[i]) continue;
+    for (const ValueRef& ref : TensorInputsOf(graph.nodes[i])) {
+      if (!foldable[ref.node] || graph.nodes[ref.node].kind == Node::Kind::kConstant) continue;
+      needed[ref.node] = true;
+      ++reads_left[ref.node];
+    }
   }
-  KILN_ASSIGN_OR_RETURN(PreparedOp prepared,
-                        PrepareNode(ctx.graph, node, ctx.constant_data, /*shape_only=*/false));
-  std::vector<TensorView> in, out;
-  std::vector<std::unique_ptr<RunArena>> buffers;
-  for (const ValueRef& ref : TensorInputsOf(node)) {
-    in.push_back({const_cast<void*>(ctx.constant_data[ref.node]), &ctx.graph.MetaOf(ref)});
+
+  absl::flat_hash_map<const void*, ConstantData> owners;
+  for (const ConstantData& c : ctx.created) owners.emplace(c.bytes.get(), c);
+  std::vector<ConstantData> value(n);  // intermediates, while read
+  for (int i = 0; i < n; ++i) {
+    if (!needed[i]) continue;
+    Node& node = graph.nodes[i];
+    const std::vector<ValueRef> refs = TensorInputsOf(node);
+    std::vector<ConstantData> in_data;
+    for (const ValueRef& ref : refs) {
+      if (graph.nodes[ref.node].kind == Node::Kind::kConstant) {
+        const void* bytes = ctx.constant_data[ref.node];
+        if (!CheckBeforeRead(bytes)) return BadSavedConstant(node);
+        auto owner = owners.find(bytes);
+        if (owner != owners.end()) {
+          in_data.push_back(owner->second);
+        } else {  // read, never shared: nothing here owns it
+          in_data.push_back(ConstantData{
+              std::shared_ptr<const uint8_t>(std::shared_ptr<const uint8_t>(),
+                                             static_cast<const uint8_t*>(bytes)),
+              -1});
+        }
+      } else {
+        in_data.push_back(value[ref.node]);
+      }
+    }
+    KILN_ASSIGN_OR_RETURN(PreparedOp prepared,
+                          PrepareNode(graph, node, ctx.constant_data, /*shape_only=*/false));
+    const TensorMeta meta = prepared.outputs[0];
+    ConstantData result;
+    if (HasTrait(node, kAlias) && refs.size() == 1 && in_data[0].bytes != nullptr &&
+        in_data[0].size == meta.ByteSize()) {
+      // Its input's bytes unchanged (ops/op_traits.h): share them.
+      result = in_data[0];
+    } else {
+      std::vector<TensorView> in, out;
+      std::vector<std::unique_ptr<RunArena>> buffers;
+      for (size_t k = 0; k < refs.size(); ++k) {
+        in.push_back({const_cast<uint8_t*>(in_data[k].bytes.get()), &graph.MetaOf(refs[k])});
+      }
+      // Every output gets memory to be written to; the first is kept.
+      for (const TensorMeta& m : prepared.outputs) {
+        buffers.push_back(std::make_unique<RunArena>(m.ByteSize()));
+        out.push_back({buffers.back()->data, &m});
+      }
+      RunArena scratch(static_cast<int64_t>(prepared.kernel->ScratchBytes()));
+      KILN_RETURN_IF_ERROR(prepared.kernel->Run(KernelContext{in, out, scratch.data}));
+      result = Owned(buffers[0]->data, meta.ByteSize());
+      buffers[0]->data = nullptr;  // ownership moved to `result`
+    }
+    for (const ValueRef& ref : refs) {
+      if (needed[ref.node] && --reads_left[ref.node] == 0) value[ref.node] = ConstantData{};
+    }
+    if (!keep[i]) {
+      value[i] = std::move(result);
+      continue;
+    }
+    const std::string& key = node.share_key;
+    SharedConstant folded{std::move(result), {meta}};
+    if (!key.empty() && persistence != nullptr) persistence->Save(key, folded.data);
+    owners.emplace(folded.data.bytes.get(), folded.data);
+    become_constant(i, key.empty() ? std::move(folded) : PublishShared(key, std::move(folded)));
   }
-  // Every output gets memory to be written to; the first is kept (the
-  // caller checked that nothing reads the others).
-  for (const TensorMeta& meta : prepared.outputs) {
-    buffers.push_back(std::make_unique<RunArena>(meta.ByteSize()));
-    out.push_back({buffers.back()->data, &meta});
+  // Keys belong to constants; ops left in place (large fills) and dropped
+  // intermediates carry none.
+  for (int i = 0; i < n; ++i) {
+    if (foldable[i] && !keep[i]) graph.nodes[i].share_key.clear();
   }
-  RunArena scratch(static_cast<int64_t>(prepared.kernel->ScratchBytes()));
-  KILN_RETURN_IF_ERROR(prepared.kernel->Run(KernelContext{in, out, scratch.data}));
-  SharedConstant folded{ConstantData{std::shared_ptr<const uint8_t>(
-                                         buffers[0]->data,
-                                         [](const uint8_t* p) { std::free(const_cast<uint8_t*>(p)); }),
-                                     prepared.outputs[0].ByteSize()},
-                        {prepared.outputs[0]}};
-  buffers[0]->data = nullptr;  // ownership moved to `folded`
-  if (persistence != nullptr) persistence->Save(key, folded.data);
-  use(key.empty() ? std::move(folded) : PublishShared(key, std::move(folded)));
   return absl::OkStatus();
 }
 

@@ -1,7 +1,9 @@
-// Compile-time constant folding: an op whose inputs are all constants runs
-// once, while compiling, and becomes a constant shared (by a key naming
-// its inputs and op) with every other graph that folds the same, and saved
-// for warm starts.
+// Compile-time constant folding: every op whose value depends on
+// constants alone (weights, and ops that read no tensor: aranges, fills)
+// runs once, while compiling, however long the chain. Only the values a
+// run reads become constants, shared (by a key naming how they were
+// computed) with every other graph that folds the same, and saved for
+// warm starts; the chain's intermediates live only while it is computed.
 #pragma once
 
 #include <cstdint>
@@ -16,14 +18,17 @@ namespace kiln::runtime {
 // small graph into a huge artifact (an expand of a scalar, say).
 constexpr int64_t kMaxFoldedBytes = int64_t{64} << 20;
 
-// Whether every tensor input of `node` is a constant (first outputs
-// only), so that it can be folded.
-bool AllInputsConstant(const PassContext& ctx, const Node& node);
+// Largest op reading no tensor (a fill, an arange) that becomes a constant
+// when the run reads it directly: a fill costs a run no more than reading
+// a constant would, so a large one is folded only into what it feeds.
+constexpr int64_t kMaxFoldedSourceBytes = int64_t{64} << 10;
 
-// Runs an op whose inputs are all constants once, now, and turns the node
-// into a constant holding its first output (the caller checks that nothing
-// reads the others).
-absl::Status FoldNode(PassContext& ctx, int i);
+// Folds every op whose tensor inputs are constants or folded ops (first
+// outputs only, the others unread), whose result fits kMaxFoldedBytes and
+// which has no side effects (ops.def: every other kernel is a function of
+// its arguments). The values read by ops that stay, or by the graph's
+// outputs, become constant nodes; the chains behind them become dead.
+absl::Status FoldConstants(PassContext& ctx);
 
 // Constants the passes built with a share key (batch-norm folds) become
 // the live ones other compiled graphs built from the same inputs, if any,

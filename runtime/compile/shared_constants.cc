@@ -42,7 +42,8 @@ bool AppendArg(const Graph& graph, const Arg& arg, std::string* out) {
   switch (arg.kind) {
     case Arg::Kind::kTensor: {
       const Node& src = graph.nodes[arg.tensor.node];
-      if (src.kind != Node::Kind::kConstant || src.share_key.empty()) return false;
+      // A constant's key, or that of an op being folded with it.
+      if (src.kind == Node::Kind::kInput || src.share_key.empty()) return false;
       absl::StrAppend(out, "@", src.share_key, ":", arg.tensor.output, ":",
                       graph.MetaOf(arg.tensor).ToString());
       break;

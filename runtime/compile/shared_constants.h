@@ -35,9 +35,10 @@ std::string StoreConstantKey(const std::string& content_hash);
 // keys of the constants it reads).
 std::string DerivedConstantKey(absl::string_view description);
 
-// What folding `node` (all of whose tensor inputs are constants) computes:
-// the op, the graph's compile options, its literal arguments and its
-// inputs' share keys. Empty when an input has no share key.
+// What folding `node` (all of whose tensor inputs are constants, or ops
+// folded with it that carry their keys already) computes: the op, the
+// graph's compile options, its literal arguments and its inputs' share
+// keys. Empty when an input has no share key.
 std::string FoldDescription(const Graph& graph, const Node& node);
 
 struct SharedConstant {

@@ -68,6 +68,9 @@ absl::Status FoldBatchNorm(PassContext& ctx);
 // mm / addmm of a transposed constant -> kiln.addmm reading the constant as
 // it is (before folding, which would otherwise copy it transposed).
 absl::Status AbsorbWeightTranspose(PassContext& ctx);
+// An attention mask known to change nothing (f32 zeros, bool trues) ->
+// no mask.
+absl::Status DropInertAttentionMasks(PassContext& ctx);
 // cat inputs with no elements dropped; a cat of one input -> its alias.
 absl::Status DropEmptyCatInputs(PassContext& ctx);
 // Chains of movement ops (permute, slice, select, expand, reshapes) -> one
