@@ -21,6 +21,11 @@
 // checked against the node's inferred one: an op whose arguments the pass
 // does not read exactly as written ends its chain rather than guessing.
 //
+// A bmm reads its operands' views where they lie instead (kiln.bmm, its
+// views as arguments): oneDNN's batched matmul takes strided operands, so
+// a head split's permute or a block gather feeding a product costs no copy
+// at all. Broadcasts (stride 0) stay copies.
+//
 // Runs before the layout pass: values are plain row-major then.
 #include <algorithm>
 #include <cstdint>
@@ -233,11 +238,61 @@ bool ComposableDType(DType d) {
   return d == DType::kF32 || d == DType::kI64 || d == DType::kBool;
 }
 
+// A bmm operand that is a view made by copies (copies >= 1), of a value
+// computed at run time, as kiln.bmm's view argument: [B, M, K] sizes,
+// strides and offset. Broadcast (stride 0) windows are left to the copies.
+std::optional<Arg> BmmOperandView(const PassContext& ctx,
+                                  const std::vector<std::optional<StridedView>>& views,
+                                  ValueRef operand) {
+  if (operand.output != 0 || !views[operand.node]) return std::nullopt;
+  const StridedView& v = *views[operand.node];
+  if (v.copies < 1 || v.sizes.size() != 3 || ctx.constant_data[v.source.node] != nullptr ||
+      ctx.graph.MetaOf(v.source).dtype != DType::kF32) {
+    return std::nullopt;
+  }
+  for (int64_t stride : v.strides) {
+    if (stride < 1) return std::nullopt;
+  }
+  std::vector<int64_t> packed = v.sizes;
+  packed.insert(packed.end(), v.strides.begin(), v.strides.end());
+  packed.push_back(v.offset);
+  return IntListArg(packed);
+}
+
+// bmm(view(x), view(y)) -> kiln.bmm(x, y, x's view, y's view): oneDNN's
+// batched matmul reads strided operands where they lie, so the views'
+// copies (a head split's permute, BigBird's and Longformer's block
+// gathers) need not run. False when neither operand is such a view.
+bool ReadBmmOperandsInPlace(const PassContext& ctx,
+                            const std::vector<std::optional<StridedView>>& views, int kiln_bmm,
+                            Node& node) {
+  if (node.target != "aten.bmm.default" || node.args.size() != 2 ||
+      node.args[1].kind != Arg::Kind::kTensor) {
+    return false;
+  }
+  std::vector<Arg> args = node.args;
+  bool any = false;
+  for (int k = 0; k < 2; ++k) {
+    const std::optional<Arg> view = BmmOperandView(ctx, views, node.args[k].tensor);
+    if (view) {
+      args[k] = TensorArg(views[node.args[k].tensor.node]->source);
+      any = true;
+    }
+    args.push_back(view ? *view : NoneArg());
+  }
+  if (!any) return false;
+  node.target = "kiln.bmm";
+  node.op_index = kiln_bmm;
+  node.args = std::move(args);
+  return true;
+}
+
 }  // namespace
 
 absl::Status ComposeViews(PassContext& ctx) {
   Graph& g = ctx.graph;
   const int as_strided = FindOp("aten.as_strided.default");
+  const int kiln_bmm = FindOp("kiln.bmm");
   std::vector<std::optional<StridedView>> views(g.nodes.size());
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     Node& node = g.nodes[i];
@@ -245,6 +300,7 @@ absl::Status ComposeViews(PassContext& ctx) {
         node.args.empty() || node.args[0].kind != Arg::Kind::kTensor || !node.kwargs.empty()) {
       continue;
     }
+    if (ReadBmmOperandsInPlace(ctx, views, kiln_bmm, node)) continue;
     const ValueRef x = node.args[0].tensor;
     const TensorMeta& in_meta = g.MetaOf(x);
     const TensorMeta& out_meta = node.outputs[0];

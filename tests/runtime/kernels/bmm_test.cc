@@ -96,3 +96,85 @@ TEST(BmmTest, Bf16PrecisionIsWithinBf16ToleranceButNotF32Exact) {
 
 }  // namespace
 }  // namespace kiln::runtime::testing
+
+namespace kiln::runtime::testing {
+namespace {
+
+// kiln.bmm: operands as strided windows of their inputs.
+TEST(StridedBmmTest, ReadsTransposedHeadsOfItsInputs) {
+  // self: heads of 4 dims interleaved in rows of 8 ([rows, heads * dim]);
+  // mat2: the same layout read transposed ([heads, dim, rows]).
+  constexpr int64_t kRows = 6, kHeads = 2, kDim = 4;
+  const auto q = RandomFloats(kRows * kHeads * kDim, 81);
+  const auto k = RandomFloats(kRows * kHeads * kDim, 82);
+  OpTester t("kiln.bmm");
+  t.SetArgs({t.Input(F32({kRows, kHeads * kDim}), q), t.Input(F32({kRows, kHeads * kDim}), k),
+             IntListArg({kHeads, kRows, kDim, kDim, kHeads * kDim, 1, 0}),
+             IntListArg({kHeads, kDim, kRows, kDim, 1, kHeads * kDim, 0})});
+  ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+  EXPECT_EQ(t.output_metas()[0], F32({kHeads, kRows, kRows}));
+  ASSERT_TRUE(t.Run().ok());
+  std::vector<double> expected;
+  for (int64_t h = 0; h < kHeads; ++h)
+    for (int64_t i = 0; i < kRows; ++i)
+      for (int64_t j = 0; j < kRows; ++j) {
+        double s = 0;
+        for (int64_t e = 0; e < kDim; ++e) {
+          s += double{q[i * kHeads * kDim + h * kDim + e]} * k[j * kHeads * kDim + h * kDim + e];
+        }
+        expected.push_back(s);
+      }
+  EXPECT_TRUE(AllClose(t.OutputF32(0), expected, 1e-5, 1e-5 * kDim));
+}
+
+TEST(StridedBmmTest, Bf16ConvertsTheWindowsNotTheirInputs) {
+  CompileOptions bf16;
+  bf16.precision = Precision::kBf16;
+  if (ComputeType(bf16) != dnnl::memory::data_type::bf16) {
+    GTEST_SKIP() << "this CPU has no native bf16 dot products; bf16 runs in f32";
+  }
+  // Every other row of a [2, 16, 64] input against a dense [2, 64, 8].
+  const auto x = RandomFloats(2 * 16 * 64, 41);
+  const auto w = RandomFloats(2 * 64 * 8, 42);
+  auto run = [&](const CompileOptions& options) {
+    OpTester t("kiln.bmm");
+    t.SetOptions(options);
+    t.SetArgs({t.Input(F32({2, 16, 64}), x), t.Input(F32({2, 64, 8}), w),
+               IntListArg({2, 8, 64, 16 * 64, 128, 1, 64}), NoneArg()});
+    EXPECT_TRUE(t.Prepare().ok()) << t.Prepare();
+    EXPECT_TRUE(t.Run().ok());
+    return t.OutputF32(0);
+  };
+  const std::vector<float> lowp = run(bf16);
+  std::vector<double> want;
+  for (int b = 0; b < 2; ++b)
+    for (int r = 0; r < 8; ++r)
+      for (int c = 0; c < 8; ++c) {
+        double sum = 0;
+        for (int e = 0; e < 64; ++e) {
+          sum += double{x[b * 16 * 64 + 64 + r * 128 + e]} * w[(b * 64 + e) * 8 + c];
+        }
+        want.push_back(sum);
+      }
+  EXPECT_TRUE(AllClose(lowp, want, 2e-2, 0.1));
+}
+
+TEST(StridedBmmTest, RefusesAViewReadingPastItsInput) {
+  OpTester t("kiln.bmm");
+  t.SetArgs({t.Input(F32({2, 3, 4}), RandomFloats(24, 1)),
+             t.Input(F32({2, 4, 5}), RandomFloats(40, 2)),
+             IntListArg({2, 3, 4, 12, 4, 1, 1}),  // one element too far
+             NoneArg()});
+  EXPECT_TRUE(IsInvalidArgument(t.Prepare(), "reads past"));
+}
+
+TEST(StridedBmmTest, RefusesAStrideBelowOne) {
+  OpTester t("kiln.bmm");
+  t.SetArgs({t.Input(F32({2, 3, 4}), RandomFloats(24, 1)),
+             t.Input(F32({2, 4, 5}), RandomFloats(40, 2)),
+             IntListArg({2, 3, 4, 0, 4, 1, 0}), NoneArg()});
+  EXPECT_TRUE(IsInvalidArgument(t.Prepare(), "strides >= 1"));
+}
+
+}  // namespace
+}  // namespace kiln::runtime::testing

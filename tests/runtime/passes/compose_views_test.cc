@@ -365,3 +365,94 @@ TEST(ComposeViews, RandomChainsGiveTheElementsOfTheOpsOneByOne) {
 
 }  // namespace
 }  // namespace kiln::runtime
+
+namespace kiln::runtime {
+namespace {
+
+// q k^T per head, with q and k split into heads from [L, H * E] by a view
+// and a permute each (a transformer's head split), k's transposed too.
+std::vector<float> HeadScoresReference(const std::vector<float>& q, const std::vector<float>& k,
+                                       int64_t heads, int64_t len, int64_t dim) {
+  std::vector<float> out(heads * len * len);
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = 0; i < len; ++i)
+      for (int64_t j = 0; j < len; ++j) {
+        double sum = 0;
+        for (int64_t e = 0; e < dim; ++e) {
+          sum += double{q[i * heads * dim + h * dim + e]} * k[j * heads * dim + h * dim + e];
+        }
+        out[(h * len + i) * len + j] = static_cast<float>(sum);
+      }
+  return out;
+}
+
+TEST(ComposeViews, BmmReadsPermutedOperandsWhereTheyLie) {
+  constexpr int64_t kHeads = 3, kLen = 20, kDim = 16;
+  GraphBuilder b;
+  const int q = b.Input({kLen, kHeads * kDim});
+  const int k = b.Input({kLen, kHeads * kDim});
+  const int qv = b.Call("aten.view.default", {Ref(q), IntList({kLen, kHeads, kDim})});
+  const int qp = b.Call("aten.permute.default", {Ref(qv), IntList({1, 0, 2})});
+  const int kv = b.Call("aten.view.default", {Ref(k), IntList({kLen, kHeads, kDim})});
+  const int kp = b.Call("aten.permute.default", {Ref(kv), IntList({1, 2, 0})});
+  b.Output(b.Call("aten.bmm.default", {Ref(qp), Ref(kp)}));
+  const std::vector<float> qs = kiln::testing::UniformFloats(kLen * kHeads * kDim, -1, 1, 1);
+  const std::vector<float> ks = kiln::testing::UniformFloats(kLen * kHeads * kDim, -1, 1, 2);
+  ConstantTable consts;
+  auto cg = Compile(*GraphFromProto(b.graph()), consts.Resolver());
+  ASSERT_TRUE(cg.ok()) << cg.status();
+  // One step: the product, reading both inputs in place.
+  EXPECT_EQ(StepsOf(**cg, "kiln.bmm"), 1) << DumpCompiledGraph(**cg);
+  EXPECT_EQ((*cg)->steps.size(), 1u) << DumpCompiledGraph(**cg);
+  std::vector<float> out(kHeads * kLen * kLen, -1.f);
+  const void* ins[] = {qs.data(), ks.data()};
+  void* outs[] = {out.data()};
+  ASSERT_TRUE(Execute(**cg, ins, outs).ok());
+  const std::vector<float> want = HeadScoresReference(qs, ks, kHeads, kLen, kDim);
+  for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], want[i], 1e-4) << i;
+}
+
+TEST(ComposeViews, BmmOfASlicedWindowReadsItAtItsOffset) {
+  // Blocks 1..2 of 4 along the rows, as a block-sparse attention gathers.
+  GraphBuilder b;
+  const int x = b.Input({2, 8, 5});
+  const int y = b.Input({2, 5, 3});
+  const int rows = b.Call("aten.slice.Tensor", {Ref(x), Int(1), Int(2), Int(6)});
+  b.Output(b.Call("aten.bmm.default", {Ref(rows), Ref(y)}));
+  const std::vector<float> xs = Iota(2 * 8 * 5);
+  std::vector<float> ys(2 * 5 * 3);
+  for (size_t i = 0; i < ys.size(); ++i) ys[i] = static_cast<float>(i % 7) - 3.f;
+  ConstantTable consts;
+  auto cg = Compile(*GraphFromProto(b.graph()), consts.Resolver());
+  ASSERT_TRUE(cg.ok()) << cg.status();
+  EXPECT_EQ(StepsOf(**cg, "kiln.bmm"), 1) << DumpCompiledGraph(**cg);
+  EXPECT_EQ(StepsOf(**cg, "aten.slice.Tensor"), 0) << DumpCompiledGraph(**cg);
+  std::vector<float> out(2 * 4 * 3, -1.f);
+  const void* ins[] = {xs.data(), ys.data()};
+  void* outs[] = {out.data()};
+  ASSERT_TRUE(Execute(**cg, ins, outs).ok());
+  for (int bi = 0; bi < 2; ++bi)
+    for (int r = 0; r < 4; ++r)
+      for (int c = 0; c < 3; ++c) {
+        float sum = 0;
+        for (int e = 0; e < 5; ++e) sum += xs[(bi * 8 + r + 2) * 5 + e] * ys[(bi * 5 + e) * 3 + c];
+        ASSERT_EQ(out[(bi * 4 + r) * 3 + c], sum) << bi << "," << r << "," << c;
+      }
+}
+
+TEST(ComposeViews, BmmOfABroadcastOperandKeepsItsCopy) {
+  // expand gives stride 0: the copy stays, the product reads it dense.
+  GraphBuilder b;
+  const int x = b.Input({3, 4, 5});
+  const int w = b.Input({1, 5, 2});
+  const int wb = b.Call("aten.expand.default", {Ref(w), IntList({3, 5, 2})});
+  b.Output(b.Call("aten.bmm.default", {Ref(x), Ref(wb)}));
+  ConstantTable consts;
+  auto cg = Compile(*GraphFromProto(b.graph()), consts.Resolver());
+  ASSERT_TRUE(cg.ok()) << cg.status();
+  EXPECT_EQ(StepsOf(**cg, "aten.bmm.default"), 1) << DumpCompiledGraph(**cg);
+  EXPECT_EQ(StepsOf(**cg, "aten.expand.default"), 1) << DumpCompiledGraph(**cg);
+}
+
+}  // namespace
+}  // namespace kiln::runtime
