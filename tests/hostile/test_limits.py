@@ -119,15 +119,18 @@ def _address_space(pid: int) -> int:
 
 
 def test_running_out_of_memory_or_threads_fails_only_that_request(kilnd, bystander, hostile):
-    # x + relu(full([16M], 1))[:4]: its first run allocates a 128 MiB arena.
+    # x + relu(full([16M], 1) + x[:1])[:4]: its first run allocates a 128 MiB
+    # arena (the fill plus x read at run time, so nothing folds at compile).
     def i(v):
         return kiln_pb2.Argument(int_value=v)
     full = call("full", "aten.full.default",
                 kiln_pb2.Argument(list=kiln_pb2.ArgumentList(items=[i(16 << 20)])),
                 kiln_pb2.Argument(float_value=1.0))
-    g = graph([placeholder("x", f32((4,))), full, call("relu", "aten.relu.default", 1),
-               call("slice", "aten.slice.Tensor", 2, i(0), i(0), i(4)),
-               call("add", "aten.add.Tensor", 0, 3)], [4])
+    g = graph([placeholder("x", f32((4,))), full,
+               call("first", "aten.slice.Tensor", 0, i(0), i(0), i(1)),
+               call("big", "aten.add.Tensor", 1, 2), call("relu", "aten.relu.default", 3),
+               call("slice", "aten.slice.Tensor", 4, i(0), i(0), i(4)),
+               call("add", "aten.add.Tensor", 0, 5)], [6])
     handle = hostile.compile(g).handle
     region = hostile.region(4096)
     x = torch.randn(4)
@@ -145,6 +148,6 @@ def test_running_out_of_memory_or_threads_fails_only_that_request(kilnd, bystand
     assert kilnd.alive(), f"kilnd {kilnd.exit_description()}:\n{kilnd.log()}"
     # With memory back, the same requests succeed.
     hostile.execute(handle, [inp], [out])
-    assert torch.equal(region.view(64, torch.float32, (4,)), x + 1)
+    assert torch.equal(region.view(64, torch.float32, (4,)), x + torch.relu(1 + x[0]))
     open_channel(block_owner).close()
     block_owner.close()
