@@ -17,7 +17,7 @@ namespace kiln::runtime {
 
 namespace {
 
-// A value computed while folding: a constant node's, or an intermediate's.
+// `size` bytes a RunArena allocated, owned from now on (freed with free).
 ConstantData Owned(uint8_t* bytes, int64_t size) {
   return ConstantData{std::shared_ptr<const uint8_t>(
                           bytes, [](const uint8_t* p) { std::free(const_cast<uint8_t*>(p)); }),

@@ -65,10 +65,8 @@ bool Inert(const PassContext& ctx, ValueRef ref) {
       return InertBytes(ctx.constant_data[ref.node], graph.MetaOf(ref));
     }
     if (node.kind != Node::Kind::kOp || ref.output != 0) return false;
-    if (node.target == "aten.full.default" && node.args.size() >= 2) {
-      return node.outputs[0].dtype == dtype && InertFill(node.args[1], dtype);
-    }
-    if (node.target == "aten.full_like.default" && node.args.size() >= 2) {
+    if ((node.target == "aten.full.default" || node.target == "aten.full_like.default") &&
+        node.args.size() >= 2) {
       return node.outputs[0].dtype == dtype && InertFill(node.args[1], dtype);
     }
     const std::vector<ValueRef> inputs = TensorInputsOf(node);

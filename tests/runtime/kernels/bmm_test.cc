@@ -1,6 +1,7 @@
 // Tests aten.bmm.default against a double-precision batched matmul.
 #include "runtime/kernels/onednn_util.h"
 #include "tests/runtime/kernels/kernel_test_util.h"
+#include "tests/testing/reference_head_scores.h"
 
 namespace kiln::runtime::testing {
 namespace {
@@ -114,16 +115,7 @@ TEST(StridedBmmTest, ReadsTransposedHeadsOfItsInputs) {
   ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
   EXPECT_EQ(t.output_metas()[0], F32({kHeads, kRows, kRows}));
   ASSERT_TRUE(t.Run().ok());
-  std::vector<double> expected;
-  for (int64_t h = 0; h < kHeads; ++h)
-    for (int64_t i = 0; i < kRows; ++i)
-      for (int64_t j = 0; j < kRows; ++j) {
-        double s = 0;
-        for (int64_t e = 0; e < kDim; ++e) {
-          s += double{q[i * kHeads * kDim + h * kDim + e]} * k[j * kHeads * kDim + h * kDim + e];
-        }
-        expected.push_back(s);
-      }
+  const std::vector<double> expected = ReferenceHeadScores(q, k, kHeads, kRows, kDim);
   EXPECT_TRUE(AllClose(t.OutputF32(0), expected, 1e-5, 1e-5 * kDim));
 }
 

@@ -16,6 +16,7 @@
 #include "runtime/ir/tensor_meta.h"
 #include "tests/testing/constant_table.h"
 #include "tests/testing/proto_graph.h"
+#include "tests/testing/reference_head_scores.h"
 
 namespace kiln::runtime {
 namespace {
@@ -369,23 +370,6 @@ TEST(ComposeViews, RandomChainsGiveTheElementsOfTheOpsOneByOne) {
 namespace kiln::runtime {
 namespace {
 
-// q k^T per head, with q and k split into heads from [L, H * E] by a view
-// and a permute each (a transformer's head split), k's transposed too.
-std::vector<float> HeadScoresReference(const std::vector<float>& q, const std::vector<float>& k,
-                                       int64_t heads, int64_t len, int64_t dim) {
-  std::vector<float> out(heads * len * len);
-  for (int64_t h = 0; h < heads; ++h)
-    for (int64_t i = 0; i < len; ++i)
-      for (int64_t j = 0; j < len; ++j) {
-        double sum = 0;
-        for (int64_t e = 0; e < dim; ++e) {
-          sum += double{q[i * heads * dim + h * dim + e]} * k[j * heads * dim + h * dim + e];
-        }
-        out[(h * len + i) * len + j] = static_cast<float>(sum);
-      }
-  return out;
-}
-
 TEST(ComposeViews, BmmReadsPermutedOperandsWhereTheyLie) {
   constexpr int64_t kHeads = 3, kLen = 20, kDim = 16;
   GraphBuilder b;
@@ -408,7 +392,7 @@ TEST(ComposeViews, BmmReadsPermutedOperandsWhereTheyLie) {
   const void* ins[] = {qs.data(), ks.data()};
   void* outs[] = {out.data()};
   ASSERT_TRUE(Execute(**cg, ins, outs).ok());
-  const std::vector<float> want = HeadScoresReference(qs, ks, kHeads, kLen, kDim);
+  const std::vector<double> want = testing::ReferenceHeadScores(qs, ks, kHeads, kLen, kDim);
   for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], want[i], 1e-4) << i;
 }
 
