@@ -18,6 +18,7 @@
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/compile/constant_persistence.h"
 #include "runtime/kernels/activation_layout.h"
 #include "runtime/kernels/conv_general.h"
 #include "runtime/kernels/conv_narrow_group.h"
@@ -91,6 +92,10 @@ class ConvolutionKernel final : public Kernel {
     std::optional<dnnl::reorder> residual_reorder;
     dnnl::reorder::primitive_desc residual_pd;
     size_t residual_pad_offset = 0;
+    // The "channel_affine" post-op's operands (copies of the constants)
+    // and the chain position of its binary mul; -1: none.
+    std::vector<float> channel_scale, channel_shift;
+    int channel_affine_index = -1;
     bool empty = false;  // zero-sized batch: nothing to compute
     // Present when the primitive wants a blocked layout for that tensor.
     std::optional<ScratchReorder> src_reorder, dst_reorder;
@@ -119,6 +124,15 @@ class ConvolutionKernel final : public Kernel {
       if (c_.pd.scratchpad_desc().get_size() > 0) {
         exec_args[DNNL_ARG_SCRATCHPAD] =
             memory(c_.pd.scratchpad_desc(), engine, scratch);
+      }
+      if (c_.channel_affine_index >= 0) {
+        // oneDNN only reads binary operands; its memory takes a non-const
+        // handle.
+        const memory::desc md = ChannelAffineDesc(static_cast<int64_t>(c_.channel_scale.size()));
+        exec_args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(c_.channel_affine_index) | DNNL_ARG_SRC_1] =
+            memory(md, engine, const_cast<float*>(c_.channel_scale.data()));
+        exec_args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(c_.channel_affine_index + 1) | DNNL_ARG_SRC_1] =
+            memory(md, engine, const_cast<float*>(c_.channel_shift.data()));
       }
       if (c_.residual_index >= 0) {
         // The sum post-op adds to what the destination holds.
@@ -176,12 +190,14 @@ static absl::StatusOr<PreparedOp> PrepareConv(const NodeArgs& args, bool fused) 
   std::vector<int64_t> output_padding = {0};
   int64_t groups = 1;
   std::vector<PostOp> post_ops;
-  std::optional<TensorMeta> residual;
+  std::optional<TensorMeta> residual, channel_scale, channel_shift;
   ActivationLayout layout_in = ActivationLayout::kPlain, layout_out = ActivationLayout::kPlain;
   if (fused) {
     KILN_ASSIGN_OR_RETURN(groups, args.Int(conv2d_arg::kGroups, 1));
     KILN_ASSIGN_OR_RETURN(residual, args.OptionalTensor(conv2d_arg::kResidual));
-    KILN_ASSIGN_OR_RETURN(post_ops, ParsePostOps(args, conv2d_arg::kPostOps));
+    KILN_ASSIGN_OR_RETURN(post_ops, ParsePostOps(args, conv2d_arg::kPostOps, /*channel_affine=*/true));
+    KILN_ASSIGN_OR_RETURN(channel_scale, args.OptionalTensor(conv2d_arg::kChannelScale));
+    KILN_ASSIGN_OR_RETURN(channel_shift, args.OptionalTensor(conv2d_arg::kChannelShift));
     KILN_ASSIGN_OR_RETURN(int64_t in_code, args.Int(conv2d_arg::kLayoutIn, 0));
     KILN_ASSIGN_OR_RETURN(int64_t out_code, args.Int(conv2d_arg::kLayoutOut, 0));
     for (int64_t code : {in_code, out_code}) {
@@ -329,9 +345,39 @@ static absl::StatusOr<PreparedOp> PrepareConv(const NodeArgs& args, bool fused) 
     return args.Error(absl::StrCat("residual ", residual->ToString(),
                                    " must match the output ", op.outputs[0].ToString()));
   }
+  int affines = 0;
+  for (const PostOp& p : post_ops) affines += p.kind == PostOp::Kind::kChannelAffine;
+  if (affines > 1 || (affines == 1) != (channel_scale.has_value() && channel_shift.has_value()) ||
+      (affines == 0 && (channel_scale || channel_shift))) {
+    return args.Error(
+        "channel_scale and channel_shift need exactly one \"channel_affine\" post-op and vice "
+        "versa");
+  }
+  const TensorMeta channel_meta{DType::kF32, {oc}};
+  for (const auto& t : {channel_scale, channel_shift}) {
+    if (t && *t != channel_meta) {
+      return args.Error(absl::StrCat("channel_scale and channel_shift must be ",
+                                     channel_meta.ToString(), ", got ", t->ToString()));
+    }
+  }
   if (args.shape_only()) return op;
   ConvolutionKernel::Config cfg;
   cfg.input_index = InputIndex(args, 0, "input");
+  if (affines == 1) {
+    // Constants only: the operands are copied here, once.
+    const auto* scale = static_cast<const float*>(args.ConstantData(conv2d_arg::kChannelScale));
+    const auto* shift = static_cast<const float*>(args.ConstantData(conv2d_arg::kChannelShift));
+    if (scale == nullptr || shift == nullptr) {
+      return args.Unimplemented("channel_scale and channel_shift must be constants");
+    }
+    CheckBeforePrepareReads(scale);
+    CheckBeforePrepareReads(shift);
+    cfg.channel_scale.assign(scale, scale + oc);
+    cfg.channel_shift.assign(shift, shift + oc);
+    cfg.channel_affine_index = DnnlChannelAffineIndex(post_ops);
+    op.consumed_constants.push_back(scale);
+    op.consumed_constants.push_back(shift);
+  }
   const int bias_index = bias ? InputIndex(args, 2, "bias") : -1;
   if (residual) cfg.residual_index = InputIndex(args, conv2d_arg::kResidual);
   if (n == 0) {
@@ -407,7 +453,7 @@ static absl::StatusOr<PreparedOp> PrepareConv(const NodeArgs& args, bool fused) 
     const memory::dims pad = {padding[0], padding[1]};
     const memory::dims pad_end = {padding_end[0], padding_end[1]};
     dnnl::primitive_attr attr = AttrFor(args.options());
-    if (!post_ops.empty()) attr.set_post_ops(ToDnnlPostOps(post_ops));
+    if (!post_ops.empty()) attr.set_post_ops(ToDnnlPostOps(post_ops, oc));
     auto make_pd = [&] {
       return bias ? dnnl::convolution_forward::primitive_desc(
                         engine, dnnl::prop_kind::forward_inference,

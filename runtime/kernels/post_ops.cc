@@ -39,6 +39,10 @@ absl::StatusOr<PostOp> ParsePostOp(const std::string& text) {
     op.algorithm = dnnl::algorithm::binary_add;
     return op;
   }
+  if (text == "channel_affine") {
+    op.kind = PostOp::Kind::kChannelAffine;
+    return op;
+  }
   for (const EltwisePostOp& e : kEltwisePostOps) {
     if (text == e.name) {
       op.algorithm = e.algorithm;
@@ -72,7 +76,7 @@ absl::StatusOr<PostOp> ParsePostOp(const std::string& text) {
 }
 
 absl::StatusOr<std::vector<PostOp>> ParsePostOps(const NodeArgs& args, int pos,
-                                                 const char* name) {
+                                                 const char* name, bool channel_affine) {
   std::vector<PostOp> ops;
   const Arg* list = args.Find(pos, name);
   if (list == nullptr) return ops;
@@ -81,21 +85,45 @@ absl::StatusOr<std::vector<PostOp>> ParsePostOps(const NodeArgs& args, int pos,
     if (item.kind != Arg::Kind::kString) return args.Error("post_ops must be a list of strings");
     auto op = ParsePostOp(item.s);
     if (!op.ok()) return args.Error(std::string(op.status().message()));
+    if (op->kind == PostOp::Kind::kChannelAffine && !channel_affine) {
+      return args.Error("this op takes no \"channel_affine\" post-op");
+    }
     ops.push_back(*op);
   }
   return ops;
 }
 
-dnnl::post_ops ToDnnlPostOps(const std::vector<PostOp>& ops) {
+dnnl::memory::desc ChannelAffineDesc(int64_t channels) {
+  return dnnl::memory::desc({1, channels, 1, 1}, dnnl::memory::data_type::f32,
+                            dnnl::memory::format_tag::abcd);
+}
+
+dnnl::post_ops ToDnnlPostOps(const std::vector<PostOp>& ops, int64_t channels) {
   dnnl::post_ops po;
   for (const PostOp& op : ops) {
-    if (op.kind == PostOp::Kind::kAdd) {
-      po.append_sum(1.f);
-    } else {
-      po.append_eltwise(op.algorithm, op.alpha, op.beta);
+    switch (op.kind) {
+      case PostOp::Kind::kAdd:
+        po.append_sum(1.f);
+        break;
+      case PostOp::Kind::kChannelAffine:
+        po.append_binary(dnnl::algorithm::binary_mul, ChannelAffineDesc(channels));
+        po.append_binary(dnnl::algorithm::binary_add, ChannelAffineDesc(channels));
+        break;
+      case PostOp::Kind::kEltwise:
+        po.append_eltwise(op.algorithm, op.alpha, op.beta);
+        break;
     }
   }
   return po;
+}
+
+int DnnlChannelAffineIndex(const std::vector<PostOp>& ops) {
+  int index = 0;
+  for (const PostOp& op : ops) {
+    if (op.kind == PostOp::Kind::kChannelAffine) return index;
+    ++index;
+  }
+  return -1;
 }
 
 }  // namespace kiln::runtime

@@ -41,6 +41,9 @@ inline constexpr ArgSlot kLayoutIn = KILN_ARG("kiln.conv2d", "layout_in");
 static_assert(kOps[OpIndexOf("kiln.conv2d")].traits.overwrites == static_cast<int>(kResidual.pos),
               "ops.def: kiln.conv2d overwrites its residual");
 inline constexpr ArgSlot kLayoutOut = KILN_ARG("kiln.conv2d", "layout_out");
+// Per output channel, for the "channel_affine" post-op (post_ops.h).
+inline constexpr ArgSlot kChannelScale = KILN_ARG("kiln.conv2d", "channel_scale");
+inline constexpr ArgSlot kChannelShift = KILN_ARG("kiln.conv2d", "channel_shift");
 }  // namespace conv2d_arg
 
 namespace conv2d_dw_arg {

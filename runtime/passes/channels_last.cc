@@ -455,7 +455,13 @@ class Rewriter {
       residual.tensor = res_cl ? *res_cl : ToLayout(PlainOf(res), Meta(res).shape, NameOf(res));
     }
     if (residual.kind == Arg::Kind::kTensor && !out_cl) residual.tensor = PlainOf(residual.tensor);
-    n.args.resize(conv2d_arg::kLayoutOut.pos + 1);
+    // The channel affine's operands are [C] constants, in no layout.
+    for (ArgSlot slot : {conv2d_arg::kChannelScale, conv2d_arg::kChannelShift}) {
+      if (n.args.size() > slot.pos && n.args[slot.pos].kind == Arg::Kind::kTensor) {
+        n.args[slot.pos].tensor = PlainOf(n.args[slot.pos].tensor);
+      }
+    }
+    if (n.args.size() <= conv2d_arg::kLayoutOut.pos) n.args.resize(conv2d_arg::kLayoutOut.pos + 1);
     n.args[conv2d_arg::kLayoutIn.pos] =
         IntArg(static_cast<int64_t>(in_cl ? layout_ : Layout::kPlain));
     n.args[conv2d_arg::kLayoutOut.pos] =
@@ -627,7 +633,7 @@ double ReorderBytes(const PassContext& ctx, Layout layout) {
     if (node.kind != Node::Kind::kOp || node.outputs.empty()) continue;
     if (node.target == "aten.permute.default") {
       bytes += 2.0 * static_cast<double>(node.outputs[0].ByteSize());
-    } else if (node.target == "kiln.conv2d" && node.args.size() == conv2d_arg::kLayoutOut.pos + 1 &&
+    } else if (node.target == "kiln.conv2d" && node.args.size() > conv2d_arg::kLayoutOut.pos &&
                node.args[conv2d_arg::kLayoutIn.pos].kind == Arg::Kind::kInt &&
                node.args[conv2d_arg::kLayoutOut.pos].kind == Arg::Kind::kInt) {
       const TensorMeta& in = graph.MetaOf(node.args[conv2d_arg::kInput.pos].tensor);

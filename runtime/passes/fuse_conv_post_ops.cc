@@ -1,17 +1,30 @@
 // Fuses what follows a convolution into it: a residual add of a tensor of
-// the output's shape and elementwise activations (see
-// kernels/post_ops.h), single nodes or decomposed into several (silu,
-// hardswish, hardsigmoid; see activation_patterns.h), producing
-// kiln.conv2d. The fused node takes the
-// place of the last node it absorbs, so every input it needs (a residual
-// computed after the convolution, say) is ready when it runs.
+// the output's shape, elementwise activations (see kernels/post_ops.h),
+// single nodes or decomposed into several (silu, hardswish, hardsigmoid;
+// see activation_patterns.h), and a constant inference batch norm after
+// an activation (ConvMixer's conv -> GELU -> batch norm), which
+// FoldBatchNorm cannot fold into the weights: it becomes a
+// "channel_affine" post-op, x * scale + shift per output channel, instead
+// of a pass of its own over the activations. Produces kiln.conv2d. The
+// fused node takes the place of the last node it absorbs, so every input
+// it needs (a residual computed after the convolution, say) is ready when
+// it runs.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "runtime/compile/constant_persistence.h"
+#include "runtime/compile/shared_constants.h"
 #include "runtime/ir/arg_builders.h"
 #include "runtime/kernels/post_ops.h"
 #include "runtime/ops/fused_op_args.h"
 #include "runtime/ops/registry.h"
 #include "runtime/passes/activation_patterns.h"
+#include "runtime/passes/constant_batch_norm.h"
 #include "runtime/passes/pass_context.h"
+#include "runtime/util/status_macros.h"
 
 namespace kiln::runtime {
 namespace {
@@ -54,6 +67,41 @@ bool AlphaIsOne(const Node& add) {
   return add.args.size() == 2;
 }
 
+// The per-channel scale and shift of batch norm `b` as constants (shared
+// like FoldBatchNorm's); false when their bytes fail their checks.
+absl::StatusOr<std::pair<int, int>> AffineConstants(PassContext& ctx, int b,
+                                                    const ConstantBatchNorm& m) {
+  // A copy: adding constants grows the node list.
+  const Node bn = ctx.graph.nodes[b];
+  const std::string recipe = DerivationRecipe(ctx, "batch_norm_affine", m.eps,
+                                              {{&bn, 1}, {&bn, 2}, {&bn, 3}, {&bn, 4}});
+  const std::string s_key = recipe.empty() ? "" : DerivedConstantKey(absl::StrCat(recipe, "|scale"));
+  const std::string t_key = recipe.empty() ? "" : DerivedConstantKey(absl::StrCat(recipe, "|shift"));
+  const std::string s_name = absl::StrCat(bn.name, ".channel_scale");
+  const std::string t_name = absl::StrCat(bn.name, ".channel_shift");
+  const TensorMeta meta{DType::kF32, {m.channels}};
+  std::optional<ConstantData> found_s = ctx.FindDerived(s_key, meta);
+  std::optional<ConstantData> found_t = found_s ? ctx.FindDerived(t_key, meta) : std::nullopt;
+  if (found_s && found_t) {
+    return std::make_pair(ctx.AddFoundConstant(s_name, meta, s_key, *std::move(found_s)),
+                          ctx.AddFoundConstant(t_name, meta, t_key, *std::move(found_t)));
+  }
+  for (const float* p : m.Data()) {
+    if (!CheckBeforeRead(p)) return BadSavedConstant(bn);
+  }
+  auto [si, s_bytes] = ctx.AddUninitializedConstant(s_name, meta, s_key);
+  auto [ti, t_bytes] = ctx.AddUninitializedConstant(t_name, meta, t_key);
+  float* scale = static_cast<float*>(s_bytes);
+  float* shift = static_cast<float*>(t_bytes);
+  // In double, then rounded once, as FoldBatchNorm does.
+  for (int64_t c = 0; c < m.channels; ++c) {
+    const double s = m.Scale(c);
+    scale[c] = static_cast<float>(s);
+    shift[c] = static_cast<float>(m.Beta(c) - m.mean[c] * s);
+  }
+  return std::make_pair(si, ti);
+}
+
 }  // namespace
 
 absl::Status FuseConvPostOps(PassContext& ctx) {
@@ -67,6 +115,8 @@ absl::Status FuseConvPostOps(PassContext& ctx) {
     std::string name = g.nodes[c].name;
     int cur = c;
     bool has_residual = args[conv2d_arg::kResidual.pos].kind != Arg::Kind::kNone;
+    bool has_affine = args.size() > conv2d_arg::kChannelScale.pos &&
+                      args[conv2d_arg::kChannelScale.pos].kind != Arg::Kind::kNone;
     while (!uses.is_output[cur][0]) {
       if (std::optional<ActivationMatch> m = MatchActivation(g, uses, {cur, 0})) {
         AbsorbActivation(g, *m, &args[conv2d_arg::kPostOps.pos], &name, &cur);
@@ -76,6 +126,29 @@ absl::Status FuseConvPostOps(PassContext& ctx) {
       const int u = uses.users[cur][0][0];
       const Node& user = g.nodes[u];
       if (user.dead) break;
+      // A batch norm right after the convolution itself was folded into
+      // its weights when they are constants; one after an activation or
+      // the residual add becomes the affine post-op.
+      if (!has_affine && out_meta.rank() >= 2) {
+        if (std::optional<ConstantBatchNorm> m = MatchConstantBatchNorm(ctx, uses, u);
+            m && m->input == ValueRef{cur, 0} && m->channels == out_meta.shape[1]) {
+          KILN_ASSIGN_OR_RETURN(auto constants, AffineConstants(ctx, u, *m));
+          if (args.size() <= conv2d_arg::kChannelShift.pos) {
+            args.resize(conv2d_arg::kChannelShift.pos + 1, NoneArg());
+          }
+          args[conv2d_arg::kChannelScale.pos] = TensorArg({constants.first, 0});
+          args[conv2d_arg::kChannelShift.pos] = TensorArg({constants.second, 0});
+          args[conv2d_arg::kPostOps.pos].list.push_back(StringArg("channel_affine"));
+          has_affine = true;
+          name = absl::StrCat(name, "+", g.nodes[u].name);
+          g.nodes[cur].dead = true;
+          // The batch norm's other outputs are unused: its node becomes
+          // the fused one, with one output.
+          cur = u;
+          uses = ComputeUses(g);
+          continue;
+        }
+      }
       if (user.target != "aten.add.Tensor" || has_residual || !AlphaIsOne(user) ||
           user.args[0].kind != Arg::Kind::kTensor || user.args[1].kind != Arg::Kind::kTensor ||
           user.args[0].tensor == user.args[1].tensor) {

@@ -487,5 +487,125 @@ TEST(ConvolutionTest, ConvolutionRejectsNonF32Input) {
   EXPECT_TRUE(IsInvalidArgument(t.Prepare(), "input must be f32"));
 }
 
+// [N, C, H, W] data in activation layout `layout` (0 plain, 1 channels-last,
+// 2 blocked).
+std::vector<float> InLayout(const std::vector<float>& x, const std::vector<int64_t>& nchw,
+                            int64_t layout) {
+  const int64_t n = nchw[0], c = nchw[1], hw = nchw[2] * nchw[3];
+  if (layout == 2) return ToBlocked(x, n, c, hw);
+  if (layout == 0) return x;
+  std::vector<float> out(x.size());
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t k = 0; k < c; ++k)
+      for (int64_t p = 0; p < hw; ++p) out[(i * hw + p) * c + k] = x[(i * c + k) * hw + p];
+  return out;
+}
+
+std::vector<int64_t> LayoutShape(const std::vector<int64_t>& s, int64_t layout) {
+  if (layout == 2) return {s[0], s[1] / 8, s[2], s[3], 8};
+  if (layout == 1) return {s[0], s[2], s[3], s[1]};
+  return s;
+}
+
+// The "channel_affine" post-op (a batch norm after an activation):
+// relu, then x * scale[c] + shift[c], then the residual (or the residual
+// first), in every activation layout, dense and depthwise.
+TEST(ConvolutionTest, ChannelAffinePostOpMatchesReference) {
+  struct AffineCase {
+    ConvCase conv;
+    int64_t layout;
+    bool add_first;
+  };
+  for (const AffineCase& ac : {
+           AffineCase{{{1, 16, 7, 7}, {24, 16, 3, 3}, true, {1, 1}, {1, 1}, {1, 1}, 1, true}, 0,
+                      false},
+           AffineCase{{{2, 16, 7, 7}, {24, 16, 1, 1}, true, {1, 1}, {0, 0}, {1, 1}, 1, true}, 1,
+                      false},
+           AffineCase{{{1, 32, 9, 9}, {32, 1, 7, 7}, true, {1, 1}, {3, 3}, {1, 1}, 32, true}, 1,
+                      false},
+           AffineCase{{{1, 16, 6, 6}, {16, 16, 3, 3}, false, {1, 1}, {1, 1}, {1, 1}, 1, true}, 2,
+                      false},
+           AffineCase{{{1, 24, 8, 8}, {24, 1, 3, 3}, true, {1, 1}, {1, 1}, {1, 1}, 24, true}, 1,
+                      true}}) {
+    const ConvCase& c = ac.conv;
+    const auto x = RandomFloats(NumElements(c.input), 31);
+    const auto w = RandomFloats(NumElements(c.weight), 32);
+    const auto b = RandomFloats(c.weight[0], 33);
+    std::vector<int64_t> shape;
+    const auto conv = ReferenceConv(c, x, w, c.bias ? &b : nullptr, &shape);
+    const int64_t oc = shape[1], ohw = shape[2] * shape[3];
+    const auto residual = RandomFloats(conv.size(), 34);
+    const auto scale = RandomFloats(oc, 35);
+    const auto shift = RandomFloats(oc, 36);
+    OpTester t("kiln.conv2d");
+    t.AddArg(t.Input(F32(LayoutShape(c.input, ac.layout)), InLayout(x, c.input, ac.layout)));
+    t.AddArg(t.Constant(F32(c.weight), w));
+    t.AddArg(c.bias ? t.Constant(F32({oc}), b) : NoneArg());
+    t.AddArg(IntListArg({c.stride[0], c.stride[1]}));
+    t.AddArg(IntListArg({c.padding[0], c.padding[1]}));
+    t.AddArg(IntListArg({c.dilation[0], c.dilation[1]}));
+    t.AddArg(IntArg(c.groups));
+    t.AddArg(t.Input(F32(LayoutShape(shape, ac.layout)), InLayout(residual, shape, ac.layout)));
+    Arg post_ops = IntListArg({});
+    for (const char* op : ac.add_first ? std::vector<const char*>{"relu", "add", "channel_affine"}
+                                       : std::vector<const char*>{"relu", "channel_affine", "add"}) {
+      post_ops.list.push_back(StringArg(op));
+    }
+    t.AddArg(post_ops);
+    t.AddArg(IntArg(ac.layout));
+    t.AddArg(IntArg(ac.layout));
+    t.AddArg(t.Constant(F32({oc}), scale));
+    t.AddArg(t.Constant(F32({oc}), shift));
+    ASSERT_TRUE(t.Prepare().ok()) << t.Prepare();
+    ASSERT_TRUE(t.Run().ok());
+    std::vector<float> expected(conv.size());
+    for (int64_t i = 0; i < shape[0]; ++i)
+      for (int64_t k = 0; k < oc; ++k)
+        for (int64_t p = 0; p < ohw; ++p) {
+          const size_t at = (i * oc + k) * ohw + p;
+          double v = std::max(0.0, conv[at]);
+          if (ac.add_first) v += residual[at];
+          v = v * scale[k] + shift[k];
+          if (!ac.add_first) v += residual[at];
+          expected[at] = static_cast<float>(v);
+        }
+    EXPECT_TRUE(AllClose(t.OutputF32(0), ToDouble(InLayout(expected, shape, ac.layout)), 1e-4,
+                         1e-4))
+        << oc << " channels, layout " << ac.layout;
+  }
+}
+
+// The affine's operands come with its post-op, per output channel, as
+// constants; anything else is refused before a kernel is built.
+TEST(ConvolutionTest, ChannelAffineRejectsMissingOrMisshapenOperands) {
+  auto prepare = [](bool post_op, int64_t scale_size, bool constant) {
+    OpTester t("kiln.conv2d");
+    t.AddArg(t.Input(F32({1, 8, 5, 5}), RandomFloats(200, 1)));
+    t.AddArg(t.Constant(F32({8, 8, 1, 1}), RandomFloats(64, 2)));
+    t.AddArg(NoneArg());
+    t.AddArg(IntListArg({1, 1}));
+    t.AddArg(IntListArg({0, 0}));
+    t.AddArg(IntListArg({1, 1}));
+    t.AddArg(IntArg(1));
+    t.AddArg(NoneArg());
+    Arg post_ops = IntListArg({});
+    if (post_op) post_ops.list.push_back(StringArg("channel_affine"));
+    t.AddArg(post_ops);
+    t.AddArg(IntArg(0));
+    t.AddArg(IntArg(0));
+    if (scale_size > 0) {
+      const auto v = RandomFloats(scale_size, 3);
+      t.AddArg(constant ? t.Constant(F32({scale_size}), v) : t.Input(F32({scale_size}), v));
+      t.AddArg(t.Constant(F32({8}), RandomFloats(8, 4)));
+    }
+    return t.Prepare();
+  };
+  EXPECT_TRUE(prepare(true, 8, true).ok()) << prepare(true, 8, true);
+  EXPECT_TRUE(IsInvalidArgument(prepare(true, 0, true), "exactly one \"channel_affine\""));
+  EXPECT_TRUE(IsInvalidArgument(prepare(false, 8, true), "exactly one \"channel_affine\""));
+  EXPECT_TRUE(IsInvalidArgument(prepare(true, 6, true), "must be f32[8]"));
+  EXPECT_EQ(prepare(true, 8, false).code(), absl::StatusCode::kUnimplemented);
+}
+
 }  // namespace
 }  // namespace kiln::runtime::testing

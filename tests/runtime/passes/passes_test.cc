@@ -158,6 +158,95 @@ TEST(PostOpFusion, LeakyReluAfterAConvolutionBecomesItsPostOp) {
   }
 }
 
+// ConvMixer's block: bn(gelu(depthwise(x))) + x, then bn(gelu(conv1x1)).
+// Each batch norm follows an activation, so it cannot fold into the
+// weights; it becomes its convolution's channel_affine post-op (with the
+// residual add after it): two convolution steps, no batch norm of their
+// own.
+TEST(PostOpFusion, BatchNormAfterAnActivationBecomesAChannelAffine) {
+  constexpr int C = 16, H = 6, W = 7;
+  const std::vector<float> dw = UniformFloats(C * 9, -0.4f, 0.4f, 41);
+  const std::vector<float> dwb = UniformFloats(C, -0.2f, 0.2f, 42);
+  const std::vector<float> pw = UniformFloats(C * C, -0.3f, 0.3f, 43);
+  std::vector<std::vector<float>> bn[2];
+  Constants consts;
+  consts.Add(dw);
+  consts.Add(dwb);
+  consts.Add(pw);
+  for (int i = 0; i < 2; ++i) {
+    bn[i] = {UniformFloats(C, 0.5f, 1.5f, 50 + i), UniformFloats(C, -0.5f, 0.5f, 52 + i),
+             UniformFloats(C, -0.2f, 0.2f, 54 + i), UniformFloats(C, 0.5f, 2.f, 56 + i)};
+    for (const auto& v : bn[i]) consts.Add(v);
+  }
+  GraphBuilder b;
+  const int x = b.Input({1, C, H, W}, "x");
+  auto batch_norm = [&](int input, int i, const char* name) {
+    int p[4];
+    for (int k = 0; k < 4; ++k) p[k] = b.Constant(bn[i][k], {C});
+    return b.Call("aten._native_batch_norm_legit_no_training.default",
+                  {Ref(input), Ref(p[0]), Ref(p[1]), Ref(p[2]), Ref(p[3]), Float(0.1), Float(1e-5)},
+                  name);
+  };
+  const int dconv = b.Call("aten.convolution.default",
+                           {Ref(x), Ref(b.Constant(dw, {C, 1, 3, 3})), Ref(b.Constant(dwb, {C})),
+                            IntList({1, 1}), IntList({1, 1}), IntList({1, 1}), Bool(false),
+                            IntList({0, 0}), kiln::testing::Int(C)},
+                           "dw");
+  const int g1 = b.Call("aten.gelu.default", {Ref(dconv)}, "gelu1");
+  const int bn1 = batch_norm(g1, 0, "bn1");
+  const int add = b.Call("aten.add.Tensor", {Ref(bn1, 0), Ref(x)}, "add");
+  const int pconv = b.Call("aten.convolution.default",
+                           {Ref(add), Ref(b.Constant(pw, {C, C, 1, 1})), None(), IntList({1, 1}),
+                            IntList({0, 0}), IntList({1, 1}), Bool(false), IntList({0, 0}),
+                            kiln::testing::Int(1)},
+                           "pw");
+  const int g2 = b.Call("aten.gelu.default", {Ref(pconv)}, "gelu2");
+  b.Output(batch_norm(g2, 1, "bn2"));
+  auto cg = Compile(*GraphFromProto(b.graph()), consts.Resolver());
+  ASSERT_TRUE(cg.ok()) << cg.status();
+  const std::string dump = DumpCompiledGraph(**cg);
+  // Besides the two convolutions, at most the residual's move into the
+  // layout they compute in.
+  int convs = 0;
+  for (const auto& step : (*cg)->steps) {
+    const std::string& target = (*cg)->graph.nodes[step.node].target;
+    convs += target == "kiln.conv2d";
+    EXPECT_TRUE(target == "kiln.conv2d" || target == "aten.permute.default") << dump;
+  }
+  EXPECT_EQ(convs, 2) << dump;
+  EXPECT_EQ(dump.find("batch_norm"), std::string::npos) << dump;
+
+  std::vector<float> in_x = UniformFloats(C * H * W, -1.f, 1.f, 60), y(C * H * W);
+  const void* in[] = {in_x.data()};
+  void* out[] = {y.data()};
+  ASSERT_TRUE(Execute(**cg, in, out).ok());
+  auto gelu = [](double v) { return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); };
+  auto norm = [&](double v, int i, int c) {
+    return (v - bn[i][2][c]) / std::sqrt(static_cast<double>(bn[i][3][c]) + 1e-5) * bn[i][0][c] +
+           bn[i][1][c];
+  };
+  std::vector<double> mid(C * H * W);
+  for (int c = 0; c < C; ++c)
+    for (int yy = 0; yy < H; ++yy)
+      for (int xx = 0; xx < W; ++xx) {
+        double acc = dwb[c];
+        for (int ky = 0; ky < 3; ++ky)
+          for (int kx = 0; kx < 3; ++kx) {
+            const int iy = yy + ky - 1, ix = xx + kx - 1;
+            if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
+            acc += static_cast<double>(in_x[(c * H + iy) * W + ix]) * dw[(c * 3 + ky) * 3 + kx];
+          }
+        const int at = (c * H + yy) * W + xx;
+        mid[at] = norm(gelu(acc), 0, c) + in_x[at];
+      }
+  for (int o = 0; o < C; ++o)
+    for (int p = 0; p < H * W; ++p) {
+      double acc = 0;
+      for (int c = 0; c < C; ++c) acc += mid[c * H * W + p] * pw[o * C + c];
+      EXPECT_NEAR(y[o * H * W + p], norm(gelu(acc), 1, o), 1e-4) << o << " " << p;
+    }
+}
+
 // kiln.conv2d is 1-D and 2-D: a 3-D convolution keeps its own node (and
 // the activation its own step), and still computes the right thing.
 TEST(PostOpFusion, ThreeDimensionalConvolutionIsNotFused) {
