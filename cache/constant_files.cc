@@ -21,11 +21,19 @@
 #include "runtime/compile/shared_constants.h"
 #include "runtime/exec/parallel.h"
 #include "runtime/util/cpu_features.h"
+#include "runtime/util/large_alloc.h"
 #include "runtime/util/sha256.h"
 #include "spdlog/spdlog.h"
 
 namespace kiln::cache {
 namespace {
+
+// MADV_POPULATE_WRITE (Linux 5.14), which older headers lack.
+#ifdef MADV_POPULATE_WRITE
+constexpr int kPopulateWrite = MADV_POPULATE_WRITE;
+#else
+constexpr int kPopulateWrite = 23;
+#endif
 
 namespace fs = std::filesystem;
 constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'C', 'S', 'T', '\0'};
@@ -58,9 +66,20 @@ static_assert(sizeof(Header) == kKeyOffset);
 // reading. A payload read in chunks on every core is better off with the
 // faults: they are then zero-filled in parallel, where populating would
 // do it all on this thread first.
+//
+// A payload of 2 MiB or more is a run's weight: it takes huge pages as
+// freshly packed ones do (runtime/util/large_alloc.h), and is populated
+// after the advice, so that the pages it gets are the huge ones.
 std::shared_ptr<uint8_t> AllocatePayload(uint64_t size, bool populate) {
   const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
   const uint64_t map_size = (size + page - 1) / page * page + page;
+  if (map_size >= runtime::kHugePageBytes) {
+    std::shared_ptr<uint8_t> payload = runtime::SharedLarge(map_size);
+    // Advice: an older kernel without MADV_POPULATE_WRITE faults the
+    // pages in as they are read instead.
+    if (payload != nullptr && populate) ::madvise(payload.get(), map_size, kPopulateWrite);
+    return payload;
+  }
   void* base = ::mmap(nullptr, map_size, PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS | (populate ? MAP_POPULATE : 0), -1, 0);
   if (base == MAP_FAILED) return nullptr;

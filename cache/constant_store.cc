@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cache/constant_files.h"
+#include "runtime/util/large_alloc.h"
 #include "runtime/util/sha256.h"
 #include "runtime/util/status_macros.h"
 
@@ -14,11 +15,11 @@ namespace kiln::cache {
 absl::StatusOr<std::shared_ptr<uint8_t>> ConstantStore::Allocate(int64_t size) {
   if (size < 0) return absl::InvalidArgumentError(absl::StrCat("constant of ", size, " bytes"));
   const size_t alloc = (static_cast<size_t>(size) + 63) / 64 * 64 + 64;
-  auto* raw = static_cast<uint8_t*>(std::aligned_alloc(64, alloc));
+  std::shared_ptr<uint8_t> raw = runtime::SharedLarge(alloc);
   if (raw == nullptr) {
     return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", size, " bytes"));
   }
-  return std::shared_ptr<uint8_t>(raw, [](uint8_t* p) { std::free(p); });
+  return raw;
 }
 
 absl::StatusOr<bool> ConstantStore::Put(const std::string& hash, runtime::ConstantData owned) {

@@ -58,6 +58,7 @@ struct RunArena {
   ~RunArena();
   RunArena(const RunArena&) = delete;
   RunArena& operator=(const RunArena&) = delete;
+  const size_t size;  // bytes at data (util/large_alloc.h)
   uint8_t* data = nullptr;
   // When its last run finished: pooled arenas idle long enough are freed
   // (exec/executor.h, TrimIdleArenas).

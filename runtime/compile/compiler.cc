@@ -25,19 +25,20 @@
 #include "runtime/plan/joined_in_place.h"
 #include "runtime/plan/memory_plan.h"
 #include "runtime/plan/waves.h"
+#include "runtime/util/large_alloc.h"
 #include "runtime/util/status_macros.h"
 
 namespace kiln::runtime {
 
-RunArena::RunArena(int64_t bytes) {
-  size_t size = static_cast<size_t>((std::max<int64_t>(bytes, 64) + 63) / 64 * 64);
-  data = static_cast<uint8_t*>(std::aligned_alloc(64, size));
+RunArena::RunArena(int64_t bytes)
+    : size(static_cast<size_t>((std::max<int64_t>(bytes, 64) + 63) / 64 * 64)) {
+  data = static_cast<uint8_t*>(AllocateLarge(size));
   // Kernels write through `data` unchecked: no arena is no run (the
   // daemon turns this into RESOURCE_EXHAUSTED for the one request).
   if (data == nullptr) throw std::bad_alloc();
 }
 
-RunArena::~RunArena() { std::free(data); }
+RunArena::~RunArena() { FreeLarge(data, size); }
 
 namespace {
 

@@ -11,16 +11,22 @@
 #include "runtime/compile/node_prepare.h"
 #include "runtime/compile/shared_constants.h"
 #include "runtime/ops/registry.h"
+#include "runtime/util/large_alloc.h"
 #include "runtime/util/status_macros.h"
 
 namespace kiln::runtime {
 
 namespace {
 
-// `size` bytes a RunArena allocated, owned from now on (freed with free).
-ConstantData Owned(uint8_t* bytes, int64_t size) {
-  return ConstantData{std::shared_ptr<const uint8_t>(
-                          bytes, [](const uint8_t* p) { std::free(const_cast<uint8_t*>(p)); }),
+// The bytes of `arena`, owned from now on (freed as the arena would have
+// freed them); the first `size` of them are the value.
+ConstantData Owned(RunArena& arena, int64_t size) {
+  uint8_t* bytes = arena.data;
+  arena.data = nullptr;
+  return ConstantData{std::shared_ptr<const uint8_t>(bytes,
+                                                     [alloc = arena.size](const uint8_t* p) {
+                                                       FreeLarge(const_cast<uint8_t*>(p), alloc);
+                                                     }),
                       size};
 }
 
@@ -165,8 +171,7 @@ absl::Status FoldConstants(PassContext& ctx) {
       }
       RunArena scratch(static_cast<int64_t>(prepared.kernel->ScratchBytes()));
       KILN_RETURN_IF_ERROR(prepared.kernel->Run(KernelContext{in, out, scratch.data}));
-      result = Owned(buffers[0]->data, meta.ByteSize());
-      buffers[0]->data = nullptr;  // ownership moved to `result`
+      result = Owned(*buffers[0], meta.ByteSize());
     }
     for (const ValueRef& ref : refs) {
       if (needed[ref.node] && --reads_left[ref.node] == 0) value[ref.node] = ConstantData{};

@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "runtime/compile/constant_persistence.h"
 #include "runtime/ops/op_def.h"
+#include "runtime/util/large_alloc.h"
 
 namespace kiln::runtime {
 namespace {
@@ -235,11 +236,13 @@ PackedConstant PackConstant(const dnnl::memory::desc& src_md, const void* src,
   // to publish wins and the other's copy is dropped.
   const bool src_ok = CheckBeforeRead(src);
   if (!src_ok && reads != nullptr) reads->failed_check = true;
-  std::shared_ptr<const void> bytes(std::aligned_alloc(64, (size + 63) / 64 * 64),
-                                    [counted](const void* p) {
-                                      packed_bytes -= counted;
-                                      std::free(const_cast<void*>(p));
-                                    });
+  const size_t alloc = (size + 63) / 64 * 64;
+  void* raw = AllocateLarge(alloc);
+  if (raw == nullptr) throw std::bad_alloc();
+  std::shared_ptr<const void> bytes(raw, [counted, alloc](const void* p) {
+    packed_bytes -= counted;
+    FreeLarge(const_cast<void*>(p), alloc);
+  });
   packed_bytes += counted;
   {
     const dnnl::engine& engine = CpuEngine();

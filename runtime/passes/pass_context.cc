@@ -9,6 +9,7 @@
 #include "runtime/compile/constant_persistence.h"
 #include "runtime/compile/shared_constants.h"
 #include "runtime/ops/registry.h"
+#include "runtime/util/large_alloc.h"
 
 namespace kiln::runtime {
 namespace {
@@ -34,12 +35,11 @@ std::pair<int, void*> PassContext::AddUninitializedConstant(const std::string& n
                                                             const TensorMeta& meta,
                                                             const std::string& share_key) {
   const size_t size = static_cast<size_t>(meta.ByteSize());
-  auto* raw = static_cast<uint8_t*>(std::aligned_alloc(64, (size + 127) / 64 * 64));
+  // 64 bytes past the end: kernels may read a vector past the last value.
+  std::shared_ptr<uint8_t> raw = SharedLarge((size + 127) / 64 * 64);
   if (raw == nullptr) throw std::bad_alloc();
-  ConstantData data{
-      std::shared_ptr<const uint8_t>(raw, [](const uint8_t* p) { std::free(const_cast<uint8_t*>(p)); }),
-      static_cast<int64_t>(size)};
-  return {AddFoundConstant(name, meta, share_key, std::move(data)), raw};
+  ConstantData data{raw, static_cast<int64_t>(size)};
+  return {AddFoundConstant(name, meta, share_key, std::move(data)), raw.get()};
 }
 
 std::optional<ConstantData> PassContext::FindDerived(const std::string& share_key,
