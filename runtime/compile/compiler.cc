@@ -145,6 +145,7 @@ absl::Status RunPasses(CompileState& s) {
   Graph& graph = s.graph;
   std::vector<const void*>& constant_data = s.constant_data;
   PassContext ctx{graph, constant_data, s.resolved};
+  KILN_RETURN_IF_ERROR(EliminateCommonSubexpressions(ctx));
   KILN_RETURN_IF_ERROR(FoldBatchNorm(ctx));
   KILN_RETURN_IF_ERROR(AbsorbWeightTranspose(ctx));
   EliminateDeadNodes(graph);

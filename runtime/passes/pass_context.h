@@ -64,6 +64,8 @@ void ReplaceAllUses(Graph& graph, ValueRef from, ValueRef to);
 
 // The passes, in the order the compiler runs them. Each keeps the graph
 // valid (metas inferred, references pointing at live nodes).
+// Repeated computations (same op, same values, same arguments) -> one.
+absl::Status EliminateCommonSubexpressions(PassContext& ctx);
 absl::Status FoldBatchNorm(PassContext& ctx);
 // mm / addmm of a transposed constant -> kiln.addmm reading the constant as
 // it is (before folding, which would otherwise copy it transposed).
