@@ -35,8 +35,10 @@ struct Built {
   kiln::v1::Graph graph;
 };
 
-// x -> two conv 1x1 -> cat -> batch norm -> relu -> conv 1x1 -> output;
-// with `relu_is_output` the relu's result is a graph output too.
+// DenseNet's layer: h = conv 1x1(x); cat(h, conv 1x1(h)) -> batch norm ->
+// relu -> conv 1x1 -> output (h has two readers, so the batch norm folds
+// into no convolution); with `relu_is_output` the relu's result is a graph
+// output too.
 Built DenseLayer(bool relu_is_output = false) {
   Built f;
   GraphBuilder b;
@@ -55,7 +57,8 @@ Built DenseLayer(bool relu_is_output = false) {
                    IntList({0, 0}), Int(1)});
   };
   int x = b.Input({1, 8, 6, 6});
-  int cat = b.Call("aten.cat.default", {RefList({conv(x, 8, 8), conv(x, 8, 8)}), Int(1)});
+  int h = conv(x, 8, 8);
+  int cat = b.Call("aten.cat.default", {RefList({h, conv(h, 8, 8)}), Int(1)});
   int bn = b.Call("aten._native_batch_norm_legit_no_training.default",
                   {Ref(cat), Ref(constant({16}, 0.5, 1.5)), Ref(constant({16}, -1, 1)),
                    Ref(constant({16}, -0.5, 0.5)), Ref(constant({16}, 0.5, 2)), Float(0.1),

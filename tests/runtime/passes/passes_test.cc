@@ -247,6 +247,71 @@ TEST(PostOpFusion, BatchNormAfterAnActivationBecomesAChannelAffine) {
     }
 }
 
+// MixNet's mixed-kernel block: the channels split in two, a 3x3 and a 5x5
+// depthwise convolution on the halves, joined, then one batch norm. The
+// batch norm folds into both convolutions, each with its half of the
+// parameters: no batch norm step is left, and the answer is the same.
+TEST(BatchNormFolding, FoldsThroughAChannelConcatenationOfConvolutions) {
+  constexpr int C = 16, H = 7, W = 6, Half = C / 2;
+  const std::vector<float> w3 = UniformFloats(Half * 9, -0.4f, 0.4f, 71);
+  const std::vector<float> w5 = UniformFloats(Half * 25, -0.3f, 0.3f, 72);
+  const std::vector<float> gamma = UniformFloats(C, 0.5f, 1.5f, 73);
+  const std::vector<float> beta = UniformFloats(C, -0.5f, 0.5f, 74);
+  const std::vector<float> mean = UniformFloats(C, -0.2f, 0.2f, 75);
+  const std::vector<float> var = UniformFloats(C, 0.5f, 2.f, 76);
+  Constants consts;
+  for (const auto* v : {&w3, &w5, &gamma, &beta, &mean, &var}) consts.Add(*v);
+  GraphBuilder b;
+  const int x = b.Input({1, C, H, W}, "x");
+  const int split = b.Call("aten.split_with_sizes.default",
+                           {Ref(x), IntList({Half, Half}), kiln::testing::Int(1)}, "split");
+  auto dw = [&](int part, const std::vector<float>& w, int k, const char* name) {
+    return b.Call("aten.convolution.default",
+                  {Ref(split, part), Ref(b.Constant(w, {Half, 1, k, k})), None(),
+                   IntList({1, 1}), IntList({k / 2, k / 2}), IntList({1, 1}), Bool(false),
+                   IntList({0, 0}), kiln::testing::Int(Half)},
+                  name);
+  };
+  const int c3 = dw(0, w3, 3, "dw3"), c5 = dw(1, w5, 5, "dw5");
+  kiln::v1::Argument parts;
+  *parts.mutable_list()->add_items() = Ref(c3);
+  *parts.mutable_list()->add_items() = Ref(c5);
+  const int cat = b.Call("aten.cat.default", {parts, kiln::testing::Int(1)}, "cat");
+  const int bn = b.Call("aten._native_batch_norm_legit_no_training.default",
+                        {Ref(cat), Ref(b.Constant(gamma, {C})), Ref(b.Constant(beta, {C})),
+                         Ref(b.Constant(mean, {C})), Ref(b.Constant(var, {C})), Float(0.1),
+                         Float(1e-5)},
+                        "bn");
+  b.Output(b.Call("aten.relu.default", {Ref(bn, 0)}, "relu"));
+  auto cg = Compile(*GraphFromProto(b.graph()), consts.Resolver());
+  ASSERT_TRUE(cg.ok()) << cg.status();
+  const std::string dump = DumpCompiledGraph(**cg);
+  EXPECT_EQ(dump.find("batch_norm"), std::string::npos) << dump;
+
+  std::vector<float> in_x = UniformFloats(C * H * W, -1.f, 1.f, 77), y(C * H * W);
+  const void* in[] = {in_x.data()};
+  void* out[] = {y.data()};
+  ASSERT_TRUE(Execute(**cg, in, out).ok());
+  for (int c = 0; c < C; ++c) {
+    const int k = c < Half ? 3 : 5;
+    const std::vector<float>& w = c < Half ? w3 : w5;
+    const int wc = c % Half;
+    for (int yy = 0; yy < H; ++yy)
+      for (int xx = 0; xx < W; ++xx) {
+        double acc = 0;
+        for (int ky = 0; ky < k; ++ky)
+          for (int kx = 0; kx < k; ++kx) {
+            const int iy = yy + ky - k / 2, ix = xx + kx - k / 2;
+            if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
+            acc += static_cast<double>(in_x[(c * H + iy) * W + ix]) * w[(wc * k + ky) * k + kx];
+          }
+        const double v = (acc - mean[c]) / std::sqrt(static_cast<double>(var[c]) + 1e-5) *
+                             gamma[c] + beta[c];
+        EXPECT_NEAR(y[(c * H + yy) * W + xx], std::max(0.0, v), 1e-4) << c;
+      }
+  }
+}
+
 // kiln.conv2d is 1-D and 2-D: a 3-D convolution keeps its own node (and
 // the activation its own step), and still computes the right thing.
 TEST(PostOpFusion, ThreeDimensionalConvolutionIsNotFused) {
