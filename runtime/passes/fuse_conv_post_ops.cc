@@ -102,11 +102,53 @@ absl::StatusOr<std::pair<int, int>> AffineConstants(PassContext& ctx, int b,
   return std::make_pair(si, ti);
 }
 
+// An activation applied to a concatenation of convolutions, each read by
+// the concatenation alone, is applied by each convolution instead:
+// act(cat(conv_i)) = cat(act(conv_i)) (MixNet's mixed-kernel blocks end in
+// cat -> batch norm -> swish, and the batch norm folds into the
+// convolutions).
+void MoveActivationsIntoConcatenatedConvs(Graph& g, int fused_index) {
+  Uses uses = ComputeUses(g);
+  for (int c = 0; c < static_cast<int>(g.nodes.size()); ++c) {
+    const Node& cat = g.nodes[c];
+    if (cat.dead || cat.target != "aten.cat.default" || cat.args.empty() ||
+        cat.args[0].kind != Arg::Kind::kList || cat.args[0].list.empty()) {
+      continue;
+    }
+    std::vector<std::vector<Arg>> args;
+    for (const Arg& item : cat.args[0].list) {
+      std::vector<Arg> a;
+      if (item.kind != Arg::Kind::kTensor || item.tensor.output != 0 ||
+          uses.Count(item.tensor) != 1 || !ToFusedArgs(g.nodes[item.tensor.node], &a)) {
+        args.clear();
+        break;
+      }
+      args.push_back(std::move(a));
+    }
+    if (args.size() != cat.args[0].list.size()) continue;
+    std::optional<ActivationMatch> m = MatchActivation(g, uses, {c, 0});
+    if (!m) continue;
+    std::string act_names;
+    for (int n : m->nodes) absl::StrAppend(&act_names, "+", g.nodes[n].name);
+    for (size_t i = 0; i < args.size(); ++i) {
+      const int conv = g.nodes[c].args[0].list[i].tensor.node;
+      args[i][conv2d_arg::kPostOps.pos].list.push_back(StringArg(m->post_op));
+      const TensorMeta out = g.nodes[conv].outputs[0];
+      BecomeFused(g, conv, "kiln.conv2d", fused_index, std::move(args[i]),
+                  absl::StrCat(g.nodes[conv].name, act_names), out);
+    }
+    for (int n : m->nodes) g.nodes[n].dead = true;
+    ReplaceAllUses(g, {m->last, 0}, {c, 0});
+    uses = ComputeUses(g);
+  }
+}
+
 }  // namespace
 
 absl::Status FuseConvPostOps(PassContext& ctx) {
   Graph& g = ctx.graph;
   const int fused_index = FindOp("kiln.conv2d");
+  MoveActivationsIntoConcatenatedConvs(g, fused_index);
   Uses uses = ComputeUses(g);
   for (int c = 0; c < static_cast<int>(g.nodes.size()); ++c) {
     std::vector<Arg> args;

@@ -312,6 +312,53 @@ TEST(BatchNormFolding, FoldsThroughAChannelConcatenationOfConvolutions) {
   }
 }
 
+// silu(cat(conv_a(x), conv_b(x))), silu decomposed as torch writes it
+// (sigmoid, then mul): each convolution applies the silu itself, and the
+// concatenation joins the results: no sigmoid or mul step is left.
+TEST(PostOpFusion, ActivationAfterAConcatenationMovesIntoItsConvolutions) {
+  constexpr int C = 4, OC = 6, H = 5, W = 5;
+  const std::vector<float> wa = UniformFloats(OC * C * 9, -0.4f, 0.4f, 81);
+  const std::vector<float> wb = UniformFloats(OC * C * 9, -0.4f, 0.4f, 82);
+  Constants consts;
+  consts.Add(wa);
+  consts.Add(wb);
+  GraphBuilder b;
+  const int x = b.Input({1, C, H, W}, "x");
+  auto conv = [&](const std::vector<float>& w, const char* name) {
+    return b.Call("aten.convolution.default",
+                  {Ref(x), Ref(b.Constant(w, {OC, C, 3, 3})), None(), IntList({1, 1}),
+                   IntList({1, 1}), IntList({1, 1}), Bool(false), IntList({0, 0}),
+                   kiln::testing::Int(1)},
+                  name);
+  };
+  kiln::v1::Argument parts;
+  *parts.mutable_list()->add_items() = Ref(conv(wa, "a"));
+  *parts.mutable_list()->add_items() = Ref(conv(wb, "b"));
+  const int cat = b.Call("aten.cat.default", {parts, kiln::testing::Int(1)}, "cat");
+  const int sig = b.Call("aten.sigmoid.default", {Ref(cat)}, "sigmoid");
+  b.Output(b.Call("aten.mul.Tensor", {Ref(cat), Ref(sig)}, "mul"));
+  auto cg = Compile(*GraphFromProto(b.graph()), consts.Resolver());
+  ASSERT_TRUE(cg.ok()) << cg.status();
+  const std::string dump = DumpCompiledGraph(**cg);
+  for (const auto& step : (*cg)->steps) {
+    const std::string& target = (*cg)->graph.nodes[step.node].target;
+    EXPECT_TRUE(target == "kiln.conv2d" || target == "aten.cat.default" ||
+                target == "aten.permute.default")
+        << dump;
+  }
+  EXPECT_NE(dump.find("['silu']"), std::string::npos) << dump;
+
+  std::vector<float> in_x = UniformFloats(C * H * W, -1.f, 1.f, 83), y(2 * OC * H * W);
+  const void* in[] = {in_x.data()};
+  void* out[] = {y.data()};
+  ASSERT_TRUE(Execute(**cg, in, out).ok());
+  const std::vector<double> ra = Conv3x3(in_x, wa, C, OC, H, W), rb = Conv3x3(in_x, wb, C, OC, H, W);
+  for (int i = 0; i < 2 * OC * H * W; ++i) {
+    const double v = i < OC * H * W ? ra[i] : rb[i - OC * H * W];
+    EXPECT_NEAR(y[i], v / (1 + std::exp(-v)), 1e-4) << i;
+  }
+}
+
 // kiln.conv2d is 1-D and 2-D: a 3-D convolution keeps its own node (and
 // the activation its own step), and still computes the right thing.
 TEST(PostOpFusion, ThreeDimensionalConvolutionIsNotFused) {
