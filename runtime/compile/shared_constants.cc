@@ -1,7 +1,6 @@
 #include "runtime/compile/shared_constants.h"
 
 #include <algorithm>
-#include <cstring>
 #include <memory>
 
 #include "absl/container/flat_hash_map.h"
@@ -39,34 +38,14 @@ std::optional<SharedConstant> Lock(const WeakConstant& weak) {
 
 // Appends `arg`; false when it reads a tensor without a share key.
 bool AppendArg(const Graph& graph, const Arg& arg, std::string* out) {
-  switch (arg.kind) {
-    case Arg::Kind::kTensor: {
-      const Node& src = graph.nodes[arg.tensor.node];
-      // A constant's key, or that of an op being folded with it.
-      if (src.kind == Node::Kind::kInput || src.share_key.empty()) return false;
-      absl::StrAppend(out, "@", src.share_key, ":", arg.tensor.output, ":",
-                      graph.MetaOf(arg.tensor).ToString());
-      break;
-    }
-    case Arg::Kind::kList:
-      absl::StrAppend(out, "[");
-      for (const Arg& item : arg.list) {
-        if (!AppendArg(graph, item, out)) return false;
-      }
-      absl::StrAppend(out, "]");
-      break;
-    case Arg::Kind::kFloat: {
-      uint64_t bits;
-      std::memcpy(&bits, &arg.f, sizeof bits);  // exact, unlike a decimal print
-      absl::StrAppend(out, "f", bits);
-      break;
-    }
-    default:
-      absl::StrAppend(out, "k", static_cast<int>(arg.kind), ":", arg.i, ":", arg.b ? 1 : 0, ":",
-                      arg.s.size(), ":", arg.s);
-  }
-  absl::StrAppend(out, ",");
-  return true;
+  return AppendArgKey(arg, out, [&graph](ValueRef ref, std::string* key) {
+    const Node& src = graph.nodes[ref.node];
+    // A constant's key, or that of an op being folded with it.
+    if (src.kind == Node::Kind::kInput || src.share_key.empty()) return false;
+    absl::StrAppend(key, "@", src.share_key, ":", ref.output, ":",
+                    graph.MetaOf(ref).ToString());
+    return true;
+  });
 }
 
 }  // namespace

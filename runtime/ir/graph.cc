@@ -1,5 +1,7 @@
 #include "runtime/ir/graph.h"
 
+#include <cstring>
+
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 
@@ -58,6 +60,33 @@ std::vector<ValueRef> TensorInputsOf(const Node& node) {
   for (const Arg& a : node.args) CollectTensorRefs(a, &refs);
   for (const NamedArg& a : node.kwargs) CollectTensorRefs(a.value, &refs);
   return refs;
+}
+
+bool AppendArgKey(const Arg& arg, std::string* out,
+                  absl::FunctionRef<bool(ValueRef, std::string*)> tensor) {
+  switch (arg.kind) {
+    case Arg::Kind::kTensor:
+      if (!tensor(arg.tensor, out)) return false;
+      break;
+    case Arg::Kind::kList:
+      absl::StrAppend(out, "[");
+      for (const Arg& item : arg.list) {
+        if (!AppendArgKey(item, out, tensor)) return false;
+      }
+      absl::StrAppend(out, "]");
+      break;
+    case Arg::Kind::kFloat: {
+      uint64_t bits;
+      std::memcpy(&bits, &arg.f, sizeof bits);  // exact, unlike a decimal print
+      absl::StrAppend(out, "f", bits);
+      break;
+    }
+    default:
+      absl::StrAppend(out, "k", static_cast<int>(arg.kind), ":", arg.i, ":", arg.b ? 1 : 0, ":",
+                      arg.s.size(), ":", arg.s);
+  }
+  absl::StrAppend(out, ",");
+  return true;
 }
 
 }  // namespace kiln::runtime

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "runtime/ir/compile_options.h"
 #include "runtime/ir/tensor_meta.h"
@@ -120,5 +121,12 @@ void CollectTensorRefs(const Arg& arg, std::vector<ValueRef>* out);
 // Tensor references of all args then kwargs of `node`, in order: the order
 // in which a kernel receives its inputs.
 std::vector<ValueRef> TensorInputsOf(const Node& node);
+
+// Appends `arg` to `out` exactly (floats by their bits, lists bracketed,
+// each argument followed by ','), for keys equal exactly when the
+// arguments are; `tensor` spells each tensor reference, false to give up
+// (then so does this).
+bool AppendArgKey(const Arg& arg, std::string* out,
+                  absl::FunctionRef<bool(ValueRef, std::string*)> tensor);
 
 }  // namespace kiln::runtime

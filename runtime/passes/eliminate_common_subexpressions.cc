@@ -10,7 +10,6 @@
 // are visited in order, so a node's inputs are already replaced by their
 // earliest equal when the node is keyed, and chains of repeats collapse in
 // one pass.
-#include <cstring>
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
@@ -21,27 +20,13 @@
 namespace kiln::runtime {
 namespace {
 
+// Tensors by the value they name; everything else exactly (0.1 and the
+// next double differ).
 void AppendArg(const Arg& arg, std::string* out) {
-  switch (arg.kind) {
-    case Arg::Kind::kTensor:
-      absl::StrAppend(out, "%", arg.tensor.node, ".", arg.tensor.output);
-      break;
-    case Arg::Kind::kList:
-      absl::StrAppend(out, "[");
-      for (const Arg& item : arg.list) AppendArg(item, out);
-      absl::StrAppend(out, "]");
-      break;
-    case Arg::Kind::kFloat: {
-      uint64_t bits;
-      std::memcpy(&bits, &arg.f, sizeof bits);  // exact: 0.1 and 0.1000001 differ
-      absl::StrAppend(out, "f", bits);
-      break;
-    }
-    default:
-      absl::StrAppend(out, "k", static_cast<int>(arg.kind), ":", arg.i, ":", arg.b ? 1 : 0, ":",
-                      arg.s.size(), ":", arg.s);
-  }
-  absl::StrAppend(out, ",");
+  AppendArgKey(arg, out, [](ValueRef ref, std::string* key) {
+    absl::StrAppend(key, "%", ref.node, ".", ref.output);
+    return true;
+  });
 }
 
 // What the node computes, as a string equal for equal computations.

@@ -68,7 +68,8 @@ bool AlphaIsOne(const Node& add) {
 }
 
 // The per-channel scale and shift of batch norm `b` as constants (shared
-// like FoldBatchNorm's); false when their bytes fail their checks.
+// like FoldBatchNorm's); DATA_LOSS when saved bytes they derive from fail
+// their checks.
 absl::StatusOr<std::pair<int, int>> AffineConstants(PassContext& ctx, int b,
                                                     const ConstantBatchNorm& m) {
   // A copy: adding constants grows the node list.
