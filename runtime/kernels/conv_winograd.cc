@@ -302,9 +302,9 @@ bool WinogradApplies(const WinogradConvShape& s, int64_t kh, int64_t kw,
 absl::StatusOr<std::unique_ptr<Kernel>> MakeWinogradConv(
     const NodeArgs& args, const WinogradConvShape& s, const float* weight, const float* bias,
     int input_index, int bias_index, int residual_index, std::vector<PostOp> post_ops) {
-  // Both are read here, to transform and to copy: bytes from the cache
-  // directory are read in and checked first.
-  CheckBeforePrepareReads(weight);
+  // The bias is copied here: bytes from the cache directory are read in
+  // and checked first. The weight is read only when its transform is not
+  // found packed (PackDerivedConstant checks it then).
   CheckBeforePrepareReads(bias);
   WinogradConvKernel::Config cfg;
   cfg.s = s;
@@ -368,9 +368,14 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakeWinogradConv(
     cfg.block = WorkerScratch(scratch, 4 * s.oc * sizeof(float));
     cfg.scratch_bytes = cfg.block.End();
     const std::string key = args.ConstantKey(1, "weight");
-    const std::vector<float> u = TransformWeights(weight, s.oc, s.c);
-    cfg.weights = PackConstant(user_md, u.data(), key.empty() ? "" : key + "/winograd-f2x3",
-                               packed_md);
+    std::vector<float> u;
+    cfg.weights = PackDerivedConstant(
+        user_md, weight,
+        [&]() -> const void* {
+          u = TransformWeights(weight, s.oc, s.c);
+          return u.data();
+        },
+        key.empty() ? "" : key + "/winograd-f2x3", packed_md);
     return absl::OkStatus();
   }));
   if (bias != nullptr) cfg.bias.assign(bias, bias + s.oc);

@@ -183,6 +183,12 @@ std::string PersistKey(const std::string& key, const dnnl::memory::desc& src_md,
 
 PackedConstant PackConstant(const dnnl::memory::desc& src_md, const void* src,
                             const std::string& key, const dnnl::memory::desc& dst_md) {
+  return PackDerivedConstant(src_md, src, [src] { return src; }, key, dst_md);
+}
+
+PackedConstant PackDerivedConstant(const dnnl::memory::desc& src_md, const void* origin,
+                                   absl::FunctionRef<const void*()> derive,
+                                   const std::string& key, const dnnl::memory::desc& dst_md) {
   PackCache& cache = Packings();
   auto find = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(cache.mu) -> std::shared_ptr<const void> {
     auto it = cache.by_key.find(key);
@@ -196,7 +202,7 @@ PackedConstant PackConstant(const dnnl::memory::desc& src_md, const void* src,
   };
   CompileReads* reads = CurrentCompileReads();
   auto not_read = [&] {
-    if (reads != nullptr) reads->packed_without_reading.push_back(src);
+    if (reads != nullptr) reads->packed_without_reading.push_back(origin);
   };
   if (!key.empty()) {
     absl::MutexLock lock(&cache.mu);
@@ -234,8 +240,9 @@ PackedConstant PackConstant(const dnnl::memory::desc& src_md, const void* src,
   // Packed outside the lock: a large reorder must not hold up other
   // compiles. Two compiles racing on one weight may both pack; the first
   // to publish wins and the other's copy is dropped.
-  const bool src_ok = CheckBeforeRead(src);
+  const bool src_ok = CheckBeforeRead(origin);
   if (!src_ok && reads != nullptr) reads->failed_check = true;
+  const void* src = derive();
   const size_t alloc = (size + 63) / 64 * 64;
   void* raw = AllocateLarge(alloc);
   if (raw == nullptr) throw std::bad_alloc();

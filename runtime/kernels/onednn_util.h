@@ -14,6 +14,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "runtime/ir/compile_options.h"
 
@@ -131,6 +132,13 @@ struct PackedConstant {
 // private copy.
 PackedConstant PackConstant(const dnnl::memory::desc& src_md, const void* src,
                             const std::string& key, const dnnl::memory::desc& dst_md);
+// PackConstant of bytes computed from the constant `origin` (a transform
+// of a weight): `derive` returns them and runs only when the packing is
+// neither alive nor saved, after origin has passed its checks. A warm
+// start that finds the packing then neither reads origin nor derives.
+PackedConstant PackDerivedConstant(const dnnl::memory::desc& src_md, const void* origin,
+                                   absl::FunctionRef<const void*()> derive,
+                                   const std::string& key, const dnnl::memory::desc& dst_md);
 
 // Bytes of packed constants alive in this process (shared ones once).
 int64_t PackedConstantBytes();

@@ -234,6 +234,52 @@ TEST_F(PersistedWideCompile, WeightsReadInWhenFirstNeededGiveTheSameAnswer) {
   EXPECT_EQ(CompileAndRun(&files), plain);
 }
 
+// The saved files whose key (in the header, up to the MAC) names `part`.
+std::vector<std::string> FilesNaming(const fs::path& dir, const std::string& part) {
+  std::vector<std::string> out;
+  for (const std::string& path : Files(dir)) {
+    std::ifstream f(path, std::ios::binary);
+    std::string head(kConstantFileHeaderBytes, '\0');
+    f.read(head.data(), static_cast<std::streamsize>(head.size()));
+    if (head.find(part) != std::string::npos) out.push_back(path);
+  }
+  return out;
+}
+
+// Wide and large enough for the Winograd convolution (kernels/
+// conv_winograd.h), which packs a transform of the folded weight: a warm
+// start that finds the packing neither reads the fold nor transforms it.
+class PersistedWinogradCompile : public PersistedCompile {
+ protected:
+  void SetUp() override {
+    kIc = 64;
+    kOc = 64;
+    kHw = 16;
+    PersistedCompile::SetUp();
+  }
+};
+
+TEST_F(PersistedWinogradCompile, AWarmStartFindsTheTransformWithoutReadingTheFold) {
+  const std::vector<float> plain = CompileAndRun(nullptr);
+  {
+    ArtifactStore store(dir_.string());
+    ConstantFiles files(&store);
+    CompileAndRun(&files);
+    files.Flush();
+  }
+  ASSERT_EQ(FilesNaming(dir_, "winograd").size(), 1u);  // the kernel took this shape
+  std::vector<std::string> folds = FilesOfKind(dir_, "d:");
+  ASSERT_EQ(folds.size(), 2u);  // weight and bias
+  if (fs::file_size(folds[0]) < fs::file_size(folds[1])) std::swap(folds[0], folds[1]);
+  // A damaged fold that is read fails its check and the compile with it.
+  Damage(folds[0]);
+  ArtifactStore store(dir_.string());
+  ConstantFiles files(&store);
+  files.InstallDeferredChecks();
+  EXPECT_EQ(CompileAndRun(&files), plain);
+  EXPECT_TRUE(fs::exists(folds[0]));
+}
+
 // A bias past what a deferred load reads in at once, which the oneDNN
 // convolution copies while it is prepared without asking for it first: the
 // compiler notices it was not read in, reads it in, and prepares the
