@@ -135,6 +135,9 @@ struct PendingCheck {
   enum class State { kPending, kGood, kBad } state ABSL_GUARDED_BY(mu) = State::kPending;
   bool read_in ABSL_GUARDED_BY(mu) = false;
   uint8_t* data = nullptr;
+  // What owns `data`, alive while the constant handed out is: a copy read
+  // in from the fleet's tier is saved here from `data` itself.
+  std::weak_ptr<uint8_t> keeper;
   uint64_t size = 0;
   std::string key;
   bool derived = false;
@@ -444,6 +447,7 @@ runtime::ConstantData ConstantFiles::Deferred(std::shared_ptr<uint8_t> bytes,
                                               std::shared_ptr<PendingCheck> check) {
   const uint8_t* raw = bytes.get();
   const auto size = static_cast<int64_t>(check->size);
+  check->keeper = bytes;
   {
     absl::MutexLock lock(&checks_->mu);
     checks_->by_data[raw] = std::move(check);
@@ -475,37 +479,42 @@ std::optional<runtime::ConstantData> ConstantFiles::Load(const std::string& key,
     check->remote = true;
     return Deferred(std::move(bytes), std::move(check));
   }
-  // From the fleet: opened (its MAC checked) by the remote tier; saved
-  // here for the next start.
-  std::optional<std::string> payload = remote_->Get("derived", key);
-  if (!payload || (size >= 0 && payload->size() != static_cast<uint64_t>(size))) {
-    return std::nullopt;
-  }
-  std::shared_ptr<uint8_t> bytes = AllocatePayload(payload->size(), /*populate=*/true);
+  // From the fleet: read straight into the daemon's copy and opened (its
+  // MAC checked) there by the remote tier; saved here for the next start.
+  uint64_t got = 0;
+  std::shared_ptr<uint8_t> bytes =
+      remote_->GetInto("derived", key, [size, &got](uint64_t bytes) -> std::shared_ptr<uint8_t> {
+        if (size >= 0 && bytes != static_cast<uint64_t>(size)) return nullptr;
+        got = bytes;
+        return AllocatePayload(bytes, /*populate=*/true);
+      });
   if (bytes == nullptr) return std::nullopt;
-  std::memcpy(bytes.get(), payload->data(), payload->size());
-  runtime::ConstantData data{std::move(bytes), static_cast<int64_t>(payload->size())};
-  loaded_bytes_ += payload->size();
+  runtime::ConstantData data{std::move(bytes), static_cast<int64_t>(got)};
+  loaded_bytes_ += got;
   Enqueue(key, /*derived=*/true, data, /*publish=*/false);
   return data;
 }
 
 bool ConstantFiles::ReadInRemote(PendingCheck& check) {
-  std::optional<std::string> payload = remote_->Get("derived", check.key);
-  if (!payload || payload->size() != check.size) {
+  // Straight into the pending bytes, as a file is read in: bytes that then
+  // fail their check are never used (the check is bad for good).
+  const std::shared_ptr<uint8_t> fetched = remote_->GetInto(
+      "derived", check.key, [&check](uint64_t bytes) -> std::shared_ptr<uint8_t> {
+        if (bytes != check.size) return nullptr;
+        return std::shared_ptr<uint8_t>(check.data, [](uint8_t*) {});
+      });
+  if (fetched == nullptr) {
     spdlog::info("derived constant {} is no longer in the fleet's tier", check.key.substr(0, 40));
     return false;
   }
-  std::memcpy(check.data, payload->data(), payload->size());
   check.read_in = true;
-  loaded_bytes_ += payload->size();
-  checked_bytes_ += payload->size();
-  // Saved here for the next start, from a copy of its own.
-  std::shared_ptr<uint8_t> copy = AllocatePayload(payload->size(), /*populate=*/true);
-  if (copy != nullptr) {
-    std::memcpy(copy.get(), payload->data(), payload->size());
+  loaded_bytes_ += check.size;
+  checked_bytes_ += check.size;
+  // Saved here for the next start, from the daemon's copy (kept alive
+  // until written).
+  if (std::shared_ptr<uint8_t> kept = check.keeper.lock()) {
     Enqueue(check.key, /*derived=*/true,
-            runtime::ConstantData{std::move(copy), static_cast<int64_t>(payload->size())},
+            runtime::ConstantData{std::move(kept), static_cast<int64_t>(check.size)},
             /*publish=*/false);
   }
   return true;

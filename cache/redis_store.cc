@@ -6,6 +6,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <utility>
@@ -209,6 +210,10 @@ redisContext* RedisStore::Connection() {
     Fail("cannot set the connection's timeout");
     return nullptr;
   }
+  // The reader keeps its buffer between replies (hiredis frees one past
+  // 16 KiB when it empties): values come in chunks of megabytes, and a
+  // buffer grown again for each would be fresh memory every time.
+  c->reader->maxbuf = 0;
   auto simple = [&](Reply reply, const char* what) {
     if (!reply) {
       Fail(absl::StrCat(what, ": ", context_ != nullptr ? context_->errstr : "no reply"));
@@ -239,7 +244,8 @@ redisContext* RedisStore::Connection() {
   return context_;
 }
 
-absl::StatusOr<std::optional<std::string>> RedisStore::GetRaw(const std::string& key) {
+absl::StatusOr<bool> RedisStore::GetRawInto(
+    const std::string& key, absl::FunctionRef<absl::Status(absl::string_view)> take) {
   redisContext* c = Connection();
   if (c == nullptr) return absl::UnavailableError("remote cache off");
   // The length first: a value larger than any this daemon would use is
@@ -252,7 +258,7 @@ absl::StatusOr<std::optional<std::string>> RedisStore::GetRaw(const std::string&
   if (len->type != REDIS_REPLY_INTEGER) {
     return absl::DataLossError("not a string value");
   }
-  if (len->integer == 0) return std::optional<std::string>();
+  if (len->integer == 0) return false;
   if (static_cast<uint64_t>(len->integer) >
       static_cast<uint64_t>(config_.max_value_bytes) + kRemoteValueHeaderBytes) {
     return absl::DataLossError(absl::StrCat("value of ", len->integer, " bytes, over the cap"));
@@ -262,13 +268,24 @@ absl::StatusOr<std::optional<std::string>> RedisStore::GetRaw(const std::string&
     Fail(absl::StrCat("GET: ", c->errstr));
     return absl::UnavailableError("remote cache failed");
   }
-  if (got->type == REDIS_REPLY_NIL) return std::optional<std::string>();
+  if (got->type == REDIS_REPLY_NIL) return false;
   if (got->type != REDIS_REPLY_STRING) return absl::DataLossError("not a string value");
   if (static_cast<uint64_t>(got->len) >
       static_cast<uint64_t>(config_.max_value_bytes) + kRemoteValueHeaderBytes) {
     return absl::DataLossError("value over the cap");
   }
-  return std::optional<std::string>(std::string(got->str, got->len));
+  if (absl::Status taken = take(absl::string_view(got->str, got->len)); !taken.ok()) {
+    return taken;
+  }
+  return true;
+}
+
+void RedisStore::Refuse(const std::string& key, absl::string_view why) {
+  stats_.refused++;
+  spdlog::warn("remote cache value {} refused ({}); removing it", key, std::string(why));
+  if (redisContext* c = Connection()) {
+    Reply removed(static_cast<redisReply*>(redisCommand(c, "DEL %b", key.data(), key.size())));
+  }
 }
 
 absl::Status RedisStore::SetRaw(const std::string& key, absl::string_view value) {
@@ -292,52 +309,97 @@ absl::Status RedisStore::SetRaw(const std::string& key, absl::string_view value)
 }
 
 std::optional<std::string> RedisStore::Get(absl::string_view kind, const std::string& name) {
+  std::string payload;
+  const std::shared_ptr<uint8_t> got = GetInto(kind, name, [&payload](uint64_t bytes) {
+    payload.resize(bytes);
+    return std::shared_ptr<uint8_t>(reinterpret_cast<uint8_t*>(payload.data()), [](uint8_t*) {});
+  });
+  if (got == nullptr) return std::nullopt;
+  return payload;
+}
+
+std::shared_ptr<uint8_t> RedisStore::GetInto(
+    absl::string_view kind, const std::string& name,
+    absl::FunctionRef<std::shared_ptr<uint8_t>(uint64_t)> allocate) {
   const std::string key = KeyOf(kind, name);
   absl::MutexLock lock(&mu_);
-  auto refuse = [&](absl::string_view why) -> std::optional<std::string> {
-    stats_.refused++;
-    spdlog::warn("remote cache value {} refused ({}); removing it", key, std::string(why));
-    if (redisContext* c = Connection()) {
-      Reply removed(static_cast<redisReply*>(redisCommand(c, "DEL %b", key.data(), key.size())));
-    }
-    return std::nullopt;
-  };
-  absl::StatusOr<std::optional<std::string>> head = GetRaw(key);
-  if (absl::IsDataLoss(head.status())) return refuse(head.status().message());
-  if (!head.ok() || !head->has_value()) {
-    stats_.misses++;
-    return std::nullopt;
-  }
-  std::string value = **std::move(head);
-  if (value.size() == kManifestBytes && std::memcmp(value.data(), kChunkMagic, 8) == 0) {
-    uint32_t count;
-    uint64_t total;
-    std::memcpy(&count, value.data() + 8, sizeof(count));
-    std::memcpy(&total, value.data() + 12, sizeof(total));
-    if (count == 0 || count > kMaxChunks ||
-        total > static_cast<uint64_t>(config_.max_value_bytes) + kRemoteValueHeaderBytes) {
-      return refuse("a manifest over the caps");
-    }
-    std::string whole;
-    whole.reserve(total);
-    for (uint32_t i = 0; i < count; ++i) {
-      absl::StatusOr<std::optional<std::string>> piece = GetRaw(absl::StrCat(key, "#", i));
-      if (absl::IsDataLoss(piece.status())) return refuse(piece.status().message());
-      if (!piece.ok() || !piece->has_value()) {  // expired or being written
-        stats_.misses++;
-        return std::nullopt;
+  // The value's bytes in order, whole or chunk by chunk: its header into
+  // `head`, then its payload into `out`, which `allocate` sizes from the
+  // header once that is in.
+  std::string head;
+  RemoteValueHeader header;
+  std::shared_ptr<uint8_t> out;
+  uint64_t received = 0, filled = 0;
+  auto take = [&](absl::string_view bytes) -> absl::Status {
+    received += bytes.size();
+    if (head.size() < kRemoteValueHeaderBytes) {
+      const size_t n = std::min<size_t>(bytes.size(), kRemoteValueHeaderBytes - head.size());
+      head.append(bytes.data(), n);
+      bytes.remove_prefix(n);
+      if (head.size() < kRemoteValueHeaderBytes) return absl::OkStatus();
+      absl::StatusOr<RemoteValueHeader> read = ReadRemoteValueHeader(head);
+      if (!read.ok()) return read.status();
+      header = *read;
+      if (header.payload_bytes > static_cast<uint64_t>(config_.max_value_bytes)) {
+        return absl::DataLossError("a payload over the cap");
       }
-      if (whole.size() + (*piece)->size() > total) return refuse("chunks past the manifest's size");
-      whole += **piece;
+      out = allocate(header.payload_bytes);
+      if (out == nullptr) return absl::NotFoundError("not wanted");
     }
-    if (whole.size() != total) return refuse("chunks short of the manifest's size");
-    value = std::move(whole);
+    if (bytes.size() > header.payload_bytes - filled) {
+      return absl::DataLossError("longer than its header says");
+    }
+    std::memcpy(out.get() + filled, bytes.data(), bytes.size());
+    filled += bytes.size();
+    return absl::OkStatus();
+  };
+  auto miss = [&](const absl::Status& status) -> std::shared_ptr<uint8_t> {
+    if (absl::IsDataLoss(status)) {
+      Refuse(key, status.message());
+    } else {
+      stats_.misses++;
+    }
+    return nullptr;
+  };
+  bool chunked = false;
+  uint32_t count = 0;
+  uint64_t total = 0;
+  absl::StatusOr<bool> found = GetRawInto(key, [&](absl::string_view value) -> absl::Status {
+    if (value.size() == kManifestBytes && std::memcmp(value.data(), kChunkMagic, 8) == 0) {
+      chunked = true;
+      std::memcpy(&count, value.data() + 8, sizeof(count));
+      std::memcpy(&total, value.data() + 12, sizeof(total));
+      if (count == 0 || count > kMaxChunks ||
+          total > static_cast<uint64_t>(config_.max_value_bytes) + kRemoteValueHeaderBytes) {
+        return absl::DataLossError("a manifest over the caps");
+      }
+      return absl::OkStatus();
+    }
+    return take(value);
+  });
+  if (!found.ok()) return miss(found.status());
+  if (!*found) return miss(absl::NotFoundError("none"));
+  for (uint32_t i = 0; chunked && i < count; ++i) {
+    absl::StatusOr<bool> piece = GetRawInto(absl::StrCat(key, "#", i), [&](absl::string_view b) {
+      if (received + b.size() > total) {
+        return absl::DataLossError("chunks past the manifest's size");
+      }
+      return take(b);
+    });
+    if (!piece.ok()) return miss(piece.status());
+    if (!*piece) return miss(absl::NotFoundError("expired or being written"));
   }
-  absl::StatusOr<std::string> payload = OpenRemoteValue(key_, kind, name, value);
-  if (!payload.ok()) return refuse(payload.status().message());
+  if (chunked && received != total) return miss(absl::DataLossError("chunks short of the manifest's size"));
+  if (head.size() < kRemoteValueHeaderBytes) return miss(absl::DataLossError("truncated header"));
+  if (absl::Status checked = CheckRemotePayload(
+          key_, kind, name, header,
+          absl::string_view(reinterpret_cast<const char*>(out.get()), filled));
+      !checked.ok()) {
+    return miss(checked);
+  }
   stats_.hits++;
-  stats_.bytes_read += value.size();
-  return *std::move(payload);
+  stats_.bytes_read += received;
+  return out;
 }
 
 void RedisStore::Put(absl::string_view kind, const std::string& name, absl::string_view payload) {

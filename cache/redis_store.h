@@ -31,6 +31,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include "absl/functional/function_ref.h"
 #include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
@@ -61,6 +62,13 @@ class RedisStore {
   // value that does not open (logged, counted as refused) or Redis
   // unavailable (logged once per outage).
   std::optional<std::string> Get(absl::string_view kind, const std::string& name);
+  // Get for a large payload: written, reply by reply, into the memory
+  // `allocate(payload bytes)` returns (null: none, a miss) rather than
+  // through strings, and checked there; null on a miss, refusal or outage,
+  // as Get. A weight of hundreds of MB then crosses in one copy.
+  std::shared_ptr<uint8_t> GetInto(
+      absl::string_view kind, const std::string& name,
+      absl::FunctionRef<std::shared_ptr<uint8_t>(uint64_t)> allocate);
   // Whether a value is stored under `kind`/`name` now (not whether it
   // opens: Get says that); false when Redis is unavailable.
   bool Has(absl::string_view kind, const std::string& name);
@@ -99,9 +107,14 @@ class RedisStore {
   // Drops the connection and turns the tier off for a while; logs `why`
   // once per outage.
   void Fail(const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // GET: the value, nullopt for none; an error status when Redis failed.
-  absl::StatusOr<std::optional<std::string>> GetRaw(const std::string& key)
+  // GET, handing the value's bytes to `take` while the reply holds them:
+  // false for no value, `take`'s error, or an error status when Redis
+  // failed.
+  absl::StatusOr<bool> GetRawInto(const std::string& key,
+                                  absl::FunctionRef<absl::Status(absl::string_view)> take)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts and logs a value that did not open, and deletes it.
+  void Refuse(const std::string& key, absl::string_view why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status SetRaw(const std::string& key, absl::string_view value)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string KeyOf(absl::string_view kind, const std::string& name) const;

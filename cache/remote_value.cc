@@ -40,31 +40,45 @@ absl::StatusOr<std::string> SealRemoteValue(const CacheKey& key, absl::string_vi
   return value;
 }
 
-absl::StatusOr<std::string> OpenRemoteValue(const CacheKey& key, absl::string_view kind,
-                                            absl::string_view name, absl::string_view value) {
-  if (value.size() < kRemoteValueHeaderBytes) return absl::DataLossError("truncated header");
-  if (std::memcmp(value.data(), kMagic, sizeof(kMagic)) != 0) {
+absl::StatusOr<RemoteValueHeader> ReadRemoteValueHeader(absl::string_view head) {
+  if (head.size() < kRemoteValueHeaderBytes) return absl::DataLossError("truncated header");
+  if (std::memcmp(head.data(), kMagic, sizeof(kMagic)) != 0) {
     return absl::DataLossError("bad magic");
   }
   uint32_t format;
-  uint64_t size;
-  MacIv iv;
-  MacTag tag;
-  const char* p = value.data() + sizeof(kMagic);
+  RemoteValueHeader header;
+  const char* p = head.data() + sizeof(kMagic);
   std::memcpy(&format, p, sizeof(format));
   p += sizeof(format);
-  std::memcpy(&size, p, sizeof(size));
-  p += sizeof(size);
-  std::memcpy(iv.data(), p, iv.size());
-  p += iv.size();
-  std::memcpy(tag.data(), p, tag.size());
+  std::memcpy(&header.payload_bytes, p, sizeof(header.payload_bytes));
+  p += sizeof(header.payload_bytes);
+  std::memcpy(header.iv.data(), p, header.iv.size());
+  p += header.iv.size();
+  std::memcpy(header.tag.data(), p, header.tag.size());
   if (format != kRemoteValueFormat) return absl::DataLossError("other format version");
-  if (size != value.size() - kRemoteValueHeaderBytes) {
+  return header;
+}
+
+absl::Status CheckRemotePayload(const CacheKey& key, absl::string_view kind,
+                                absl::string_view name, const RemoteValueHeader& header,
+                                absl::string_view payload) {
+  if (header.payload_bytes != payload.size()) {
     return absl::DataLossError("truncated or oversized payload");
   }
+  const std::optional<MacTag> expected = ValueMac(key, header.iv, kind, name, payload);
+  if (!expected || !TagsEqual(*expected, header.tag)) return absl::DataLossError("no valid MAC");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> OpenRemoteValue(const CacheKey& key, absl::string_view kind,
+                                            absl::string_view name, absl::string_view value) {
+  absl::StatusOr<RemoteValueHeader> header = ReadRemoteValueHeader(value);
+  if (!header.ok()) return header.status();
   const absl::string_view payload = value.substr(kRemoteValueHeaderBytes);
-  const std::optional<MacTag> expected = ValueMac(key, iv, kind, name, payload);
-  if (!expected || !TagsEqual(*expected, tag)) return absl::DataLossError("no valid MAC");
+  if (absl::Status checked = CheckRemotePayload(key, kind, name, *header, payload);
+      !checked.ok()) {
+    return checked;
+  }
   return std::string(payload);
 }
 

@@ -18,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "cache/cache_key.h"
+#include "cache/digest.h"
 
 namespace kiln::cache {
 
@@ -35,5 +36,19 @@ absl::StatusOr<std::string> SealRemoteValue(const CacheKey& key, absl::string_vi
 // name, compiler and CPU.
 absl::StatusOr<std::string> OpenRemoteValue(const CacheKey& key, absl::string_view kind,
                                             absl::string_view name, absl::string_view value);
+
+// OpenRemoteValue in two steps, for a reader that puts the payload straight
+// where it will stay (RedisStore::GetInto): the header, from a value's
+// first kRemoteValueHeaderBytes (DATA_LOSS: not a value of this format),
+// then the payload against it, once all of it is in the reader's memory.
+struct RemoteValueHeader {
+  uint64_t payload_bytes = 0;
+  MacIv iv{};
+  MacTag tag{};
+};
+absl::StatusOr<RemoteValueHeader> ReadRemoteValueHeader(absl::string_view head);
+absl::Status CheckRemotePayload(const CacheKey& key, absl::string_view kind,
+                                absl::string_view name, const RemoteValueHeader& header,
+                                absl::string_view payload);
 
 }  // namespace kiln::cache

@@ -162,23 +162,23 @@ def test_a_bad_remote_setting_stops_the_start_with_a_clear_error(fleet):
 
 class _Fused(torch.nn.Module):
     """Weights concatenated at run time (a fused projection): the daemon
-    folds the concatenation into a derived weight of 512 KiB, above the
-    size whose read it defers, so a fleet's copy is fetched only when
-    first read."""
+    folds the concatenation into a derived weight (512 KiB at the default
+    width), above the size whose read it defers, so a fleet's copy is
+    fetched only when first read."""
 
-    def __init__(self):
+    def __init__(self, width: int = 256):
         super().__init__()
         torch.manual_seed(7730)
-        self.a = torch.nn.Parameter(torch.randn(256, 256) / 16)
-        self.b = torch.nn.Parameter(torch.randn(256, 256) / 16)
+        self.a = torch.nn.Parameter(torch.randn(width, width) / 16)
+        self.b = torch.nn.Parameter(torch.randn(width, width) / 16)
 
     def forward(self, x):
         return torch.relu(x @ torch.cat([self.a, self.b], 0).t())
 
 
-def _compile_fused(socket: str) -> None:
-    model = _Fused().eval()
-    x = torch.randn(4, 256)
+def _compile_fused(socket: str, width: int = 256) -> None:
+    model = _Fused(width).eval()
+    x = torch.randn(4, width)
     torch._dynamo.reset()
     compiled = torch.compile(model, backend="kiln", options={"socket": socket, "autostart": False})
     with torch.no_grad():
@@ -196,3 +196,29 @@ def test_large_derived_weights_compile_beside_an_empty_fleet_and_come_from_a_ful
     s = second.stats()
     assert (s.graphs_compiled, s.remote_cache_hits) == (0, 1), second.log(30)
     assert s.remote_refused == 0 and s.remote_errors == 0
+
+
+def test_a_chunked_derived_weight_is_read_whole_and_a_damaged_chunk_is_refused(fleet):
+    # 2 x 1280 x 1280 floats: a derived weight of 12.5 MiB, two chunks in
+    # Redis (8 MiB each at most).
+    width = 1280
+    first = fleet()
+    _compile_fused(first.socket, width)
+    wait_for(lambda: bool(fleet.redis.keys("kiln:derived:*#1")), 60,
+             "a chunked derived weight published to Redis")
+    assert first.stats().graphs_compiled == 1, first.log(30)
+
+    second = fleet()
+    _compile_fused(second.socket, width)
+    s = second.stats()
+    assert (s.graphs_compiled, s.remote_cache_hits) == (0, 1), second.log(30)
+    assert s.remote_refused == 0 and s.remote_bytes_read > 12 << 20, second.log(30)
+
+    for key in fleet.redis.keys("kiln:derived:*#1"):
+        value = fleet.redis.command("GET", key)
+        fleet.redis.command("SET", key, value[:-1] + bytes([value[-1] ^ 0x5A]))
+    third = fleet()
+    _compile_fused(third.socket, width)  # eager's answer all the same
+    s = third.stats()
+    assert s.graphs_compiled == 1 and s.remote_refused >= 1, third.log(30)
+    assert "refused" in third.log(), third.log(30)
