@@ -123,6 +123,7 @@ absl::Status KilnService::DoGetStats(const grpc::CallbackServerContext& ctx,
   resp->set_execute_errors(m.execute_errors);
   resp->set_input_bytes(m.input_bytes);
   resp->set_input_bytes_in_place(m.input_bytes_in_place);
+  resp->set_compile_seconds(m.compile_seconds.sum_s);
   resp->set_live_handles(sessions_.handle_count());
   resp->set_sessions(m.clients);
   resp->set_channels(sessions_.channel_count());

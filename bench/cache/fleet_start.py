@@ -181,6 +181,7 @@ def kiln_phase(binary: str, threads: int, model: str, cache_dir: str,
             return row
         s = d.stats()
         row["compiled"] = s.graphs_compiled
+        row["daemon_compile_s"] = s.compile_seconds
         row["hits"] = {"disk": s.disk_cache_hits, "remote": s.remote_cache_hits}
         return row
     finally:
@@ -248,6 +249,22 @@ def table(results: dict) -> str:
         lines.append(f"| {model} | " + " | ".join(cells) + " |")
     if notes:
         lines += ["", *notes]
+    kiln_phases = [p for p in PHASES if p.startswith("kiln")]
+    lines += ["", "The daemon's own time answering the compile requests of the first call "
+              "(its `compile_seconds`; median over the rounds, and in brackets its ratio to the "
+              "cold compile):", "",
+              "| model | " + " | ".join(kiln_phases) + " |",
+              "|---|" + "--:|" * len(kiln_phases)]
+    for model, rounds in results["models"].items():
+        def daemon_s(p):
+            times = [r[p]["daemon_compile_s"] for r in rounds if "daemon_compile_s" in r[p]]
+            return statistics.median(times) if times else None
+        cold = daemon_s("kiln cold")
+        cells = []
+        for p in kiln_phases:
+            t = daemon_s(p)
+            cells.append("-" if t is None or not cold else f"{t * 1000:.0f} ms ({t / cold:.2f})")
+        lines.append(f"| {model} | " + " | ".join(cells) + " |")
     lines.append("")
     lines.append("Daemon compiles / cache hits (disk, remote) per Kiln phase, first round:")
     lines.append("")

@@ -69,7 +69,7 @@ def format_stats(s: kiln_pb2.StatsResponse, socket_path: str) -> str:
            f"{mib(s.cache_max_bytes) if s.cache_max_bytes else 'no'} cap)" if s.cache_dir else ""),
         f"  graphs compiled: {s.graphs_compiled} (cache misses; cache hits {s.cache_hits}: "
         f"{s.memory_cache_hits} memory, {s.disk_cache_hits} disk, {s.remote_cache_hits} remote; "
-        f"hit rate {hit_rate})",
+        f"hit rate {hit_rate}); {s.compile_seconds:.2f} s answering compiles",
         f"  dynamic shapes:  {s.dynamic_graphs} templates, {s.specializations} specializations",
         f"  executes:        {s.executes} ({s.execute_errors} errors); inputs "
         f"{mib(s.input_bytes - s.input_bytes_in_place)} copied, "
