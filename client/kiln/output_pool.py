@@ -43,6 +43,10 @@ MIN_BYTES = 1 << 20
 # Free blocks kept per size class, and in all; blocks freed beyond either
 # are unregistered. A decode step returns a KV cache tensor per layer and
 # frees the previous step's: all of them come back for the next step.
+# Besides, the last freed block larger than the whole budget is kept: an
+# output that alone is larger (a prefill's logits over a large vocabulary)
+# then comes back into the block of the call before last instead of
+# hundreds of MB mapped and faulted in anew on every call.
 KEEP_FREE = 16
 KEEP_FREE_BYTES = 256 << 20
 # Blocks come in sizes of 8 steps per power of two (at most 12.5% unused):
@@ -82,6 +86,7 @@ class OutputPool:
         self._lock = threading.Lock()
         self._free: dict[int, list[shm.Region]] = {}
         self._free_bytes = 0
+        self._large: shm.Region | None = None  # free, larger than KEEP_FREE_BYTES
         # Blocks handed out as tensors' memory, by address (locate()).
         self._live: dict[int, shm.Region] = {}
         self._retired: list[shm.Region] = []  # to unregister, in a caller's thread
@@ -97,6 +102,8 @@ class OutputPool:
             block = free.pop() if free else None
             if block is not None:
                 self._free_bytes -= block.byte_size
+            elif self._large is not None and self._large.byte_size == size:
+                block, self._large = self._large, None
         for region in retired:
             self._unregister(region.region_id)
             region.close()
@@ -143,6 +150,9 @@ class OutputPool:
         with self._lock:
             self._closed = True
             free = [b for blocks in self._free.values() for b in blocks]
+            if self._large is not None:
+                free.append(self._large)
+                self._large = None
             self._free.clear()
             self._free_bytes = 0
             self._retired.clear()
@@ -155,6 +165,11 @@ class OutputPool:
         with self._lock:
             self._live.pop(block.address, None)
             if self._closed:
+                return
+            if block.byte_size > KEEP_FREE_BYTES:
+                if self._large is not None:
+                    self._retired.append(self._large)
+                self._large = block
                 return
             free = self._free.setdefault(block.byte_size, [])
             if len(free) < KEEP_FREE and self._free_bytes + block.byte_size <= KEEP_FREE_BYTES:

@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 
 from conftest import REPO, run_without_channels
-from kiln import output_pool
+from kiln import connection, output_pool
 
 
 class _Head(nn.Module):
@@ -83,6 +83,28 @@ def test_returned_output_never_changes_and_blocks_are_reused_once_freed(daemon_u
         fourth, _ = compiled(x2)
         assert fourth.data_ptr() == address  # freed blocks come back
     assert torch.all(second == 7.0)
+
+
+def test_an_output_larger_than_the_pool_budget_comes_back_in_the_block_before_last(
+        daemon_up, monkeypatch):
+    # A budget below one 2 MiB output stands for a prefill's logits of
+    # hundreds of MB: `out = compiled(x)` in a loop holds one block while
+    # the next call needs another, and the one freed after it is kept.
+    monkeypatch.setattr(output_pool, "KEEP_FREE_BYTES", 1 << 20)
+    model = _Head().eval()
+    compiled = torch.compile(model, backend="kiln")
+    xs = [torch.randn(64, 64) for _ in range(4)]
+    regions = []  # the daemon's id of each output's block (an address may be reused)
+    with torch.no_grad():
+        out = None
+        for x in xs:
+            out, _ = compiled(x)
+            torch.testing.assert_close(out, model(x)[0], rtol=1e-5, atol=1e-5)
+            pool = connection.get_connection().live_output_pool()
+            regions.append(pool._live[out.data_ptr()].region_id)
+            gc.collect()
+    assert regions[2] == regions[0] and regions[3] == regions[1], regions
+    assert regions[0] != regions[1]
 
 
 def test_pooled_outputs_over_the_execute_rpc(daemon_up):
