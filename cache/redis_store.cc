@@ -389,7 +389,9 @@ std::shared_ptr<uint8_t> RedisStore::GetInto(
     if (!piece.ok()) return miss(piece.status());
     if (!*piece) return miss(absl::NotFoundError("expired or being written"));
   }
-  if (chunked && received != total) return miss(absl::DataLossError("chunks short of the manifest's size"));
+  if (chunked && received != total) {
+    return miss(absl::DataLossError("chunks short of the manifest's size"));
+  }
   if (head.size() < kRemoteValueHeaderBytes) return miss(absl::DataLossError("truncated header"));
   if (absl::Status checked = CheckRemotePayload(
           key_, kind, name, header,
