@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -175,6 +177,8 @@ absl::StatusOr<std::shared_ptr<const runtime::CompiledGraph>> GraphCache::BuildF
   if (!built.ok() && built.status().code() != absl::StatusCode::kFailedPrecondition) {
     spdlog::warn("cache entry {}: {}; recompiling", key.substr(0, 12),
                  std::string(built.status().message()));
+  } else if (!built.ok()) {
+    spdlog::debug("cache entry {}: {}", key.substr(0, 12), std::string(built.status().message()));
   }
   return built;
 }
@@ -255,11 +259,28 @@ absl::StatusOr<CompileResult> GraphCache::GetOrCompile(
   // client hears of all the bad ones at once.
   bool damaged = false;
   std::unique_ptr<FleetLock> fleet_lock;
+  // An entry that needs client weights the daemon lacks: the client is
+  // asked for those (fewer than the graph names, when the compile folded
+  // or packed the rest), and its next request hits.
+  auto wants_weights = [&graph](const absl::Status& status) {
+    std::vector<std::string> missing = runtime::MissingConstantsOf(status);
+    if (missing.empty()) return false;
+    absl::flat_hash_set<std::string> named;
+    for (const auto& node : graph.nodes()) {
+      if (node.has_constant()) named.insert(node.constant().hash());
+    }
+    return std::all_of(missing.begin(), missing.end(),
+                       [&named](const std::string& h) { return named.contains(h); });
+  };
   if (persist) {
     if (auto payload = artifacts_->Load(key)) {
       built = BuildFromEntry(key, *payload, graph, parsed, shape_variant);
       disk_hit = built.ok();
       damaged = built.status().code() == absl::StatusCode::kDataLoss;
+      if (wants_weights(built.status())) {
+        finish();
+        return built.status();
+      }
     }
     if (!disk_hit && remote_ != nullptr) {
       // Fleet-wide single flight: the daemon that takes the lock compiles,
@@ -273,6 +294,10 @@ absl::StatusOr<CompileResult> GraphCache::GetOrCompile(
             remote_hit = true;
             artifacts_->Store(key, *payload);
             break;
+          }
+          if (wants_weights(built.status())) {
+            finish();
+            return built.status();
           }
         }
         fleet_lock = FleetLock::Take(remote_, key);

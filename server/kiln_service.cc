@@ -286,21 +286,29 @@ absl::Status KilnService::DoCompile(const kiln::v1::CompileRequest& req,
     }
     // As the compiler does: every constant looked up, all missing reported.
     std::string first_missing;
-    int missing = 0;
+    std::vector<std::string> missing;
     for (const auto& node : req.graph().nodes()) {
       if (!node.has_constant()) continue;
       auto meta = runtime::MetaFromProto(node.constant().meta());
       KILN_RETURN_IF_ERROR(meta.status());
       auto data = constants_.Get(node.constant().hash(), meta->ByteSize());
       if (!data.ok()) {
-        if (missing++ == 0) {
+        if (missing.empty()) {
           first_missing = absl::StrCat("node '", node.name(), "': constant ", node.constant().hash());
         }
+        missing.push_back(node.constant().hash());
         continue;
       }
       tmpl->constants.push_back(*std::move(data));
     }
-    if (missing > 0) return runtime::MissingConstantsError(first_missing, missing);
+    if (!missing.empty()) {
+      absl::Status status = runtime::MissingConstantsError(first_missing, missing);
+      if (!req.report_missing()) return status;
+      for (std::string& hash : runtime::MissingConstantsOf(status)) {
+        resp->add_missing_constants(std::move(hash));
+      }
+      return absl::OkStatus();
+    }
     tmpl->key = cache::GraphKey(tmpl->graph, tmpl->options);
     resp->set_dynamic(true);
     resp->set_graph_key(tmpl->key);
@@ -311,9 +319,17 @@ absl::Status KilnService::DoCompile(const kiln::v1::CompileRequest& req,
     dynamic_graphs_++;
     return absl::OkStatus();
   }
-  KILN_ASSIGN_OR_RETURN(CompileResult result,
-                        graphs_.GetOrCompile(req.graph(), options, req.model_caching()));
-  return FillCompileResponse(std::move(result), req.want_dump(), *session, resp);
+  absl::StatusOr<CompileResult> result =
+      graphs_.GetOrCompile(req.graph(), options, req.model_caching());
+  if (!result.ok() && req.report_missing()) {
+    std::vector<std::string> missing = runtime::MissingConstantsOf(result.status());
+    if (!missing.empty()) {
+      for (std::string& hash : missing) resp->add_missing_constants(std::move(hash));
+      return absl::OkStatus();
+    }
+  }
+  if (!result.ok()) return result.status();
+  return FillCompileResponse(*std::move(result), req.want_dump(), *session, resp);
 }
 
 absl::Status KilnService::DoSpecialize(const kiln::v1::SpecializeRequest& req,

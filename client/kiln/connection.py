@@ -104,9 +104,11 @@ def sha256_many(tensors: Sequence[torch.Tensor]) -> list[str]:
 
 @dataclasses.dataclass
 class ConstantTransfer:
-    """What one ensure_constants call did: constants (and their bytes)
-    uploaded, and those the daemon already held (from this session, or
-    uploaded earlier by any client: its store is shared)."""
+    """Constants (and their bytes) uploaded, and those not uploaded
+    because the daemon already held them (from this session, or uploaded
+    earlier by any client: its store is shared) or held what the compiled
+    graph reads instead (a graph it compiled before, with its folds and
+    packings saved)."""
     uploaded: int = 0
     uploaded_bytes: int = 0
     reused: int = 0
@@ -130,9 +132,13 @@ def _summary(method: str, request: object, response: object | None) -> str:
         parts.append(f"{len(request.hashes)} hashes"
                      + (f", {len(response.missing)} missing" if response is not None else ""))
     elif method == "Compile":
-        parts.append(f"{len(request.graph.nodes)} nodes"
-                     + (f", handle {response.handle}, cache_hit={response.cache_hit}"
-                        if response is not None else ""))
+        if response is not None and response.missing_constants:
+            outcome = f", {len(response.missing_constants)} weights to upload first"
+        elif response is not None:
+            outcome = f", handle {response.handle}, cache_hit={response.cache_hit}"
+        else:
+            outcome = ""
+        parts.append(f"{len(request.graph.nodes)} nodes{outcome}")
     elif method == "Execute":
         parts.append(f"{len(request.inputs)} inputs, {len(request.outputs)} outputs, "
                      f"{sum(d.byte_size for d in (*request.inputs, *request.outputs))} B "

@@ -141,7 +141,8 @@ class KilnSubgraph(torch.nn.Module):
                     and native.pack_expected(got) == self._constant_expected)
 
     def _prepare(self, args: Sequence[torch.Tensor]) -> None:
-        """Hashes constants, uploads missing ones and (re)compiles if needed."""
+        """Hashes constants and (re)compiles if needed, uploading the
+        constants the daemon asks for."""
         rebuild = self._serialized is None
         state: dict[int, tuple[int, int, str]] = {}
         tensors: dict[str, torch.Tensor] = {}
@@ -187,25 +188,9 @@ class KilnSubgraph(torch.nn.Module):
             return
         self.conn.connect()
         generation = self.conn.generation
-        self.constant_transfer.add(self.conn.ensure_constants(tensors))
         self._release()
         self.conn.flush_releases()
-        request = kiln_pb2.CompileRequest(session_id=self.conn.session_id,
-                                          graph=self._serialized.graph,
-                                          options=self.compile_options,
-                                          model_caching=self.model_caching,
-                                          want_dump=bool(os.environ.get("KILN_DUMP")))
-        try:
-            response = self.conn.stub.Compile(request, timeout=connection_mod.COMPILE_TIMEOUT_S)
-        except grpc.RpcError as e:
-            if e.code() != grpc.StatusCode.FAILED_PRECONDITION:
-                raise
-            # The daemon dropped weights no graph used any more (after its
-            # grace period) that this client still counted as uploaded.
-            log.debug("%s: daemon no longer holds some constants; uploading again", self.name)
-            self.conn.forget_constants(tensors)
-            self.constant_transfer.add(self.conn.ensure_constants(tensors))
-            response = self.conn.stub.Compile(request, timeout=connection_mod.COMPILE_TIMEOUT_S)
+        response = self._compile(tensors)
         _write_dump(response)
         self._handle = response.handle
         self._generation = generation
@@ -226,6 +211,49 @@ class KilnSubgraph(torch.nn.Module):
         self._check_outputs(response)  # raises Mismatch -> eager, which releases
         log.debug("%s compiled: handle %d, cache_hit=%s, %.1f ms", self.name,
                   response.handle, response.cache_hit, response.compile_ms)
+
+    def _compile(self, tensors: dict[str, torch.Tensor]) -> kiln_pb2.CompileResponse:
+        """Compiles, uploading only the weights the daemon says it needs.
+
+        A graph the daemon (or its cache directory, or the fleet's) compiled
+        before needs few of its weights or none (its folds and packings are
+        saved), so the daemon is asked first. The last attempt uploads
+        whatever the daemon lacks and reports a refusal as an error."""
+        request = kiln_pb2.CompileRequest(session_id=self.conn.session_id,
+                                          graph=self._serialized.graph,
+                                          options=self.compile_options,
+                                          model_caching=self.model_caching,
+                                          want_dump=bool(os.environ.get("KILN_DUMP")),
+                                          report_missing=True)
+        transfer = connection_mod.ConstantTransfer()
+        asked: set[str] = set()
+        for _ in range(2):
+            response = self.conn.stub.Compile(request, timeout=connection_mod.COMPILE_TIMEOUT_S)
+            missing = list(response.missing_constants)
+            if not missing:
+                break
+            if any(h not in tensors for h in missing):
+                break  # not weights of this graph: upload them all
+            # This client may count them as held: the daemon drops weights
+            # no graph reads after a grace period.
+            self.conn.forget_constants(missing)
+            transfer.add(self.conn.ensure_constants({h: tensors[h] for h in missing}))
+            asked.update(missing)
+        if missing:
+            log.debug("%s: daemon asks for weights again; uploading every one", self.name)
+            self.conn.forget_constants(tensors)
+            transfer = self.conn.ensure_constants(tensors)
+            asked.update(tensors)
+            request.report_missing = False
+            response = self.conn.stub.Compile(request, timeout=connection_mod.COMPILE_TIMEOUT_S)
+        # Never asked for: the daemon held what the compiled graph reads
+        # (these weights, or what it made of them).
+        for h, t in tensors.items():
+            if h not in asked:
+                transfer.reused += 1
+                transfer.reused_bytes += t.numel() * t.element_size()
+        self.constant_transfer.add(transfer)
+        return response
 
     def _check_outputs(self, response: kiln_pb2.CompileResponse) -> None:
         expected = self._serialized.output_vals

@@ -7,12 +7,16 @@
 #include <limits>
 #include <new>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "runtime/compile/constant_folding.h"
 #include "runtime/compile/constant_persistence.h"
 #include "runtime/compile/node_prepare.h"
@@ -47,10 +51,30 @@ constexpr char kBadSavedConstant[] =
 
 }  // namespace
 
-absl::Status MissingConstantsError(const std::string& first, int count) {
-  return absl::FailedPreconditionError(absl::StrCat(
+namespace {
+
+constexpr char kMissingConstantsPayload[] = "kiln/missing-constants";
+
+}  // namespace
+
+absl::Status MissingConstantsError(const std::string& first,
+                                   const std::vector<std::string>& hashes) {
+  const size_t count = hashes.size();
+  absl::Status status = absl::FailedPreconditionError(absl::StrCat(
       first, count > 1 ? absl::StrCat(" and ", count - 1, " more constants") : "",
       " not in the daemon's store (upload them first)"));
+  std::vector<std::string> unique(hashes);
+  std::sort(unique.begin(), unique.end());
+  unique.erase(std::unique(unique.begin(), unique.end()), unique.end());
+  status.SetPayload(kMissingConstantsPayload, absl::Cord(absl::StrJoin(unique, "\n")));
+  return status;
+}
+
+std::vector<std::string> MissingConstantsOf(const absl::Status& status) {
+  if (status.code() != absl::StatusCode::kFailedPrecondition) return {};
+  auto payload = status.GetPayload(kMissingConstantsPayload);
+  if (!payload || payload->empty()) return {};
+  return absl::StrSplit(std::string(*payload), '\n');
 }
 
 namespace {
@@ -90,7 +114,7 @@ absl::Status ResolveClientConstants(CompileState& s, const ConstantResolver& res
   Graph& graph = s.graph;
   s.constant_data.assign(graph.nodes.size(), nullptr);
   std::string first_missing;
-  int missing = 0;
+  std::vector<std::string> missing;
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
     Node& node = graph.nodes[i];
     if (node.kind == Node::Kind::kInput) {
@@ -98,9 +122,10 @@ absl::Status ResolveClientConstants(CompileState& s, const ConstantResolver& res
     } else if (node.kind == Node::Kind::kConstant && !node.constant_hash.empty()) {
       auto data = resolve(node.constant_hash);
       if (!data.ok()) {
-        if (missing++ == 0) {
+        if (missing.empty()) {
           first_missing = absl::StrCat("node '", node.name, "': constant ", node.constant_hash);
         }
+        missing.push_back(node.constant_hash);
         continue;
       }
       if (data->size != node.outputs[0].ByteSize()) {
@@ -113,7 +138,7 @@ absl::Status ResolveClientConstants(CompileState& s, const ConstantResolver& res
       s.resolved.push_back(*std::move(data));
     }
   }
-  if (missing > 0) return MissingConstantsError(first_missing, missing);
+  if (!missing.empty()) return MissingConstantsError(first_missing, missing);
   s.client_constants = s.resolved.size();
   return absl::OkStatus();
 }

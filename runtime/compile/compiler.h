@@ -43,9 +43,15 @@ struct CompileHints {
 };
 
 // FAILED_PRECONDITION for constants a graph names that the daemon's store
-// lacks: `first` describes one ("node 'x': constant <hash>"), `count` says
-// how many there are in all (the client uploads them and compiles again).
-absl::Status MissingConstantsError(const std::string& first, int count);
+// lacks: `first` describes one ("node 'x': constant <hash>"), `hashes` are
+// all of them (the client uploads them and compiles again). The status
+// carries the hashes, for MissingConstantsOf.
+absl::Status MissingConstantsError(const std::string& first,
+                                   const std::vector<std::string>& hashes);
+
+// The hashes a MissingConstantsError names, each once; empty for any other
+// status.
+std::vector<std::string> MissingConstantsOf(const absl::Status& status);
 
 // INVALID_ARGUMENT / UNIMPLEMENTED naming the node for bad or unsupported
 // input; FAILED_PRECONDITION when a constant was not uploaded.

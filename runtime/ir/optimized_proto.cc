@@ -100,9 +100,21 @@ bool OptimizedGraphToProto(const Graph& graph, const std::vector<const void*>& c
     return graph.nodes[a].input_index < graph.nodes[b].input_index;
   });
   order = inputs;
+  // Only the constants something live reads: the passes leave the client
+  // weights they folded away in the graph, and a compile from the artifact
+  // would otherwise look up (and a new daemon ask the client for) every one.
+  std::vector<bool> read(n, false);
+  for (const Node& node : graph.nodes) {
+    if (node.dead || node.kind != Node::Kind::kOp) continue;
+    for (const ValueRef& ref : TensorInputsOf(node)) read[ref.node] = true;
+  }
+  for (const ValueRef& ref : graph.outputs) read[ref.node] = true;
   for (Node::Kind kind : {Node::Kind::kConstant, Node::Kind::kOp}) {
     for (int i = 0; i < n; ++i) {
-      if (!graph.nodes[i].dead && graph.nodes[i].kind == kind) order.push_back(i);
+      const Node& node = graph.nodes[i];
+      if (node.dead || node.kind != kind) continue;
+      if (kind == Node::Kind::kConstant && !read[i]) continue;
+      order.push_back(i);
     }
   }
   std::vector<int> new_index(n, -1);

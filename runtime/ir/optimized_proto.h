@@ -23,8 +23,9 @@
 
 namespace kiln::runtime {
 
-// Writes `graph` as its inputs (all of them), then its live constants,
-// then its live ops in their order (dead nodes dropped). `constant_data[i]` holds the bytes
+// Writes `graph` as its inputs (all of them), then the constants its live
+// ops or outputs read, then its live ops in their order (dead nodes and
+// unread constants dropped). `constant_data[i]` holds the bytes
 // of constant node i; those of constants without a share key are copied
 // in. False (and `out` left incomplete) when the graph cannot be
 // described: those bytes pass `max_inline_bytes` in all, or a live node

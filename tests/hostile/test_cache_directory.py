@@ -110,6 +110,12 @@ def _weights_graph(w: torch.Tensor) -> kiln_pb2.Graph:
     return graph([_constant("w", w), call("relu", "aten.relu.default", 0)], [1])
 
 
+def _input_plus_weights_graph(w: torch.Tensor) -> kiln_pb2.Graph:
+    """x + w: every run reads w, so a warm compile looks it up."""
+    return graph([placeholder("x", shm.tensor_meta(w.dtype, w.shape)), _constant("w", w),
+                  call("add", "aten.add.Tensor", 0, 1)], [2])
+
+
 def _upload(client: RawClient, weights: list[torch.Tensor], hashes: set[str]) -> None:
     todo = [w for w in weights if sha256_hex(w) in hashes]
     if not todo:
@@ -421,7 +427,7 @@ def test_saved_weights_rewritten_or_truncated_under_a_running_graph_change_nothi
 def test_unusable_saved_weight_is_not_already_present(kilnd, fresh_bystander, spoil):
     w = torch.randn(32, 32)
     c = RawClient(kilnd.socket, name="cold")
-    compile_cached(c, _weights_graph(w), [w])
+    compile_cached(c, _input_plus_weights_graph(w), [w])
     c.close()
     restart(kilnd)
     path = uploaded_path(kilnd.cache_dir, sha256_hex(w))
@@ -438,8 +444,9 @@ def test_unusable_saved_weight_is_not_already_present(kilnd, fresh_bystander, sp
         assert list(client.stub.QueryConstants(query, timeout=10).missing) == [sha256_hex(w)]
         _upload(client, [w], {sha256_hex(w)})
         assert list(client.stub.QueryConstants(query, timeout=10).missing) == []
-        handle = compile_cached(client, _weights_graph(w), [w]).handle
-        assert torch.equal(run(client, handle, None, (32, 32)), torch.relu(w))
+        handle = compile_cached(client, _input_plus_weights_graph(w), [w]).handle
+        x = torch.randn(32, 32)
+        assert torch.equal(run(client, handle, x, (32, 32)), x + w)
     finally:
         client.close()
     assert f"cached constant {path} rejected (" in log_text(kilnd)

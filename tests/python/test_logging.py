@@ -58,7 +58,8 @@ def test_debug_logs_each_rpc_and_channel_call(daemon_up, caplog):
         torch.testing.assert_close(compiled(x), model(x))
         compiled(x)
     rpcs = _rpcs(caplog.records)
-    # Weights are new to the daemon: asked about, uploaded, then compiled.
+    # Weights are new to the daemon: it asks for them, they are uploaded,
+    # then compiled.
     assert {"QueryConstants", "UploadConstants", "Compile"} <= set(rpcs), sorted(rpcs)
     for method, lines in rpcs.items():
         for line in lines:
@@ -66,8 +67,9 @@ def test_debug_logs_each_rpc_and_channel_call(daemon_up, caplog):
     (upload,) = rpcs["UploadConstants"]
     # 2 weights + 2 biases of fp32: (8*16 + 16 + 16*4 + 4) * 4 bytes
     assert "4 constants, 848 B through shared memory" in upload.group(4), upload.group(0)
-    (compile_,) = rpcs["Compile"]
-    assert re.search(r"\d+ nodes, handle \d+, cache_hit=(True|False)", compile_.group(4))
+    asks, compile_ = rpcs["Compile"]
+    assert re.search(r"\d+ nodes, 4 weights to upload first", asks.group(4)), asks.group(0)
+    assert re.search(r"\d+ nodes, handle \d+, cache_hit=False", compile_.group(4))
     channel = [r.getMessage() for r in caplog.records if r.name == "kiln.channel"]
     if connection.get_connection(daemon_up.socket).channel() is not None:
         assert len(channel) == 2, channel

@@ -1,6 +1,6 @@
 """The fleet's Redis tier (kilnd --remote-cache) with a real redis-server on
-loopback: a daemon on another cache directory finds what the first compiled
-and compiles nothing; daemons asking for one graph at once compile it once;
+loopback: a daemon on another cache directory finds what the first compiled,
+compiles nothing and asks its client only for the weights that graph reads; daemons asking for one graph at once compile it once;
 values that are not whole, not sealed under the fleet's key or too large
 are refused and compiled locally; a Redis that dies costs a warning, once,
 and local compiles.
@@ -75,6 +75,14 @@ def test_a_daemon_on_another_directory_compiles_nothing_the_fleet_compiled(fleet
     s = second.stats()
     assert (s.graphs_compiled, s.remote_cache_hits) == (0, 1), second.log(30)
     assert s.remote_hits >= 1 and s.remote_refused == 0 and s.remote_errors == 0
+    # Its client uploaded only what the fleet's graph reads as given: the
+    # linear layer's weights, not the convolutions' and batch norms' (their
+    # folds and packings came from Redis).
+    model, _ = build(SPEC)
+    weights = sum(t.nbytes for t in model.state_dict().values() if t.is_floating_point())
+    linear = model[-1].weight.nbytes + model[-1].bias.nbytes
+    assert first.stats().constant_bytes_uploaded == weights
+    assert s.constant_bytes_uploaded == linear, (s.constant_bytes_uploaded, linear, weights)
     # Written to its own directory too: after a restart the disk answers.
     second.stop()
     second.start()

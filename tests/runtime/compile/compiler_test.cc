@@ -285,14 +285,27 @@ TEST(Compiler, KeepsANodeOfSeveralOutputsWhoseOtherOutputIsRead) {
   }
 }
 
-TEST(Compiler, RefusesMissingConstant) {
+TEST(Compiler, RefusesMissingConstantsNamingEachOnce) {
   GraphBuilder b;
   int x = b.Input({3});
   int c = b.Constant({1.f, 2.f, 3.f}, {3});
-  b.Output(b.Call("aten.add.Tensor", {Ref(x), Ref(c)}));
+  int same = b.Constant({1.f, 2.f, 3.f}, {3});
+  int other = b.Constant({4.f, 5.f, 6.f}, {3});
+  int sum = b.Call("aten.add.Tensor", {Ref(x), Ref(c)});
+  sum = b.Call("aten.add.Tensor", {Ref(sum), Ref(same)});
+  b.Output(b.Call("aten.add.Tensor", {Ref(sum), Ref(other)}));
+  Graph graph = *GraphFromProto(b.graph());
   Constants none;
-  auto cg = Compile(*GraphFromProto(b.graph()), none.Resolver());
+  auto cg = Compile(graph, none.Resolver());
   EXPECT_EQ(cg.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(cg.status().message().find("and 2 more constants"), std::string::npos)
+      << cg.status();
+  // What the client is asked to upload: each weight once.
+  std::vector<std::string> want = {graph.nodes[c].constant_hash, graph.nodes[other].constant_hash};
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(MissingConstantsOf(cg.status()), want);
+  EXPECT_TRUE(MissingConstantsOf(absl::FailedPreconditionError("other")).empty());
+  EXPECT_TRUE(MissingConstantsOf(absl::OkStatus()).empty());
 }
 
 TEST(Compiler, RefusesConstantWhoseSizeDisagreesWithMeta) {

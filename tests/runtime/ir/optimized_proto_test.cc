@@ -1,7 +1,7 @@
 // The optimized graph of an artifact: written inputs, constants, ops, dead
-// nodes dropped and references renumbered; constants by share key or, when
-// they have none, with their bytes; and every malformed message refused
-// with a status naming the node.
+// nodes and unread constants dropped and references renumbered; constants
+// by share key or, when they have none, with their bytes; and every
+// malformed message refused with a status naming the node.
 #include "runtime/ir/optimized_proto.h"
 
 #include <cstring>
@@ -25,39 +25,45 @@ const std::string kDerived = "d:" + std::string(64, 'b');
 
 TensorMeta F32(std::vector<int64_t> shape) { return TensorMeta{DType::kF32, std::move(shape)}; }
 
-// x -> relu (dead) ; x + w -> add ; add * k -> mul, as passes leave it: a
-// constant appended after the ops, one derived with a key, one without.
+// As passes leave a graph: x + v -> folded (dead, its users now read
+// constants the passes appended: one keyless, one derived with a key), so
+// the client weight v is read by nothing; x + w -> add; add * k -> mul;
+// mul - derived -> sub.
 struct PassesLeft {
   Graph graph;
   std::vector<const void*> data;
-  std::vector<float> w = std::vector<float>(6, 1.f), k = {2.f, 3.f, 4.f, 5.f, 6.f, 7.f};
+  std::vector<float> v = std::vector<float>(6, 3.f), w = std::vector<float>(6, 1.f);
+  std::vector<float> k = {2.f, 3.f, 4.f, 5.f, 6.f, 7.f};
   std::vector<float> d = std::vector<float>(6, 0.5f);
 
   PassesLeft() {
     GraphBuilder b;
-    const int x = b.Input({2, 3}, "x");
-    const int relu = b.Call("aten.relu.default", {Ref(x)}, "relu");
-    const int add = b.Call("aten.add.Tensor", {Ref(x), Ref(b.Constant(w, {2, 3}, "w"))}, "add");
-    b.Output(b.Call("aten.mul.Tensor", {Ref(add), Ref(relu)}, "mul"));
+    const int x = b.Input({2, 3}, "x");                                          // 0
+    const int v_node = b.Constant(v, {2, 3}, "v");                               // 1
+    const int folded = b.Call("aten.add.Tensor", {Ref(x), Ref(v_node)}, "folded");  // 2
+    const int w_node = b.Constant(w, {2, 3}, "w");                               // 3
+    const int add = b.Call("aten.add.Tensor", {Ref(x), Ref(w_node)}, "add");     // 4
+    const int mul = b.Call("aten.mul.Tensor", {Ref(add), Ref(folded)}, "mul");   // 5
+    b.Output(b.Call("aten.sub.Tensor", {Ref(mul), Ref(folded)}, "sub"));         // 6
     graph = *GraphFromProto(b.graph());
     data.assign(graph.nodes.size(), nullptr);
-    data[2] = w.data();
-    graph.nodes[2].share_key = "h:" + graph.nodes[2].constant_hash;
-    // A pass replaced relu by a keyless constant and appended a derived one.
-    graph.nodes[1].dead = true;
+    data[1] = v.data();
+    data[3] = w.data();
+    for (int c : {1, 3}) graph.nodes[c].share_key = "h:" + graph.nodes[c].constant_hash;
+    graph.nodes[2].dead = true;
     Node keyless;
     keyless.kind = Node::Kind::kConstant;
     keyless.name = "k";
     keyless.outputs = {F32({2, 3})};
-    graph.nodes.push_back(keyless);
+    graph.nodes.push_back(keyless);  // 7
     data.push_back(k.data());
     Node derived = keyless;
     derived.name = "derived";
     derived.share_key = kDerived;
-    graph.nodes.push_back(derived);
+    graph.nodes.push_back(derived);  // 8
     data.push_back(d.data());
-    graph.nodes[4].args[1].tensor = {5, 0};
-    graph.nodes[3].args[1].tensor = {6, 0};
+    graph.nodes[5].args[1].tensor = {7, 0};
+    graph.nodes[6].args[1].tensor = {8, 0};
   }
 };
 
@@ -65,24 +71,26 @@ TEST(OptimizedProto, WritesInputsConstantsOpsAndReadsThemBack) {
   PassesLeft p;
   kiln::v1::OptimizedGraph proto;
   ASSERT_TRUE(OptimizedGraphToProto(p.graph, p.data, 1 << 20, &proto));
-  // x; w, k, derived; add, mul (relu was dead).
-  ASSERT_EQ(proto.nodes_size(), 6);
+  // x; w, k, derived; add, mul, sub (folded was dead, and v is read by
+  // nothing: a compile from the artifact must not ask for it).
+  ASSERT_EQ(proto.nodes_size(), 7);
   EXPECT_TRUE(proto.nodes(0).has_input());
-  EXPECT_EQ(proto.nodes(1).constant().share_key(), "h:" + p.graph.nodes[2].constant_hash);
+  EXPECT_EQ(proto.nodes(1).constant().share_key(), "h:" + p.graph.nodes[3].constant_hash);
   EXPECT_EQ(proto.nodes(2).constant().share_key(), "");
   EXPECT_EQ(proto.nodes(2).constant().data().size(), 24u);
   EXPECT_EQ(proto.nodes(3).constant().share_key(), kDerived);
   EXPECT_TRUE(proto.nodes(3).constant().data().empty());
   EXPECT_EQ(proto.nodes(4).call().target(), "aten.add.Tensor");
-  EXPECT_EQ(proto.nodes(4).call().args(1).node().node(), 3);  // the derived one
+  EXPECT_EQ(proto.nodes(4).call().args(1).node().node(), 1);  // w
   EXPECT_EQ(proto.nodes(5).call().args(1).node().node(), 2);  // the keyless one
-  EXPECT_EQ(proto.outputs(0).node(), 5);
+  EXPECT_EQ(proto.nodes(6).call().args(1).node().node(), 3);  // the derived one
+  EXPECT_EQ(proto.outputs(0).node(), 6);
 
   auto decoded = OptimizedGraphFromProto(proto);
   ASSERT_TRUE(decoded.ok()) << decoded.status();
   const Graph& g = decoded->graph;
   EXPECT_EQ(g.num_inputs, 1);
-  EXPECT_EQ(g.nodes[1].constant_hash, p.graph.nodes[2].constant_hash);
+  EXPECT_EQ(g.nodes[1].constant_hash, p.graph.nodes[3].constant_hash);
   EXPECT_EQ(g.nodes[3].share_key, kDerived);
   EXPECT_TRUE(g.nodes[3].constant_hash.empty());
   ASSERT_EQ(decoded->inline_constants.size(), 1u);
@@ -142,7 +150,7 @@ TEST(OptimizedProto, RefusesWhatItWouldNotHaveWritten) {
       {"bytes that are not the meta's",
        [](auto* g) { g->mutable_nodes(2)->mutable_constant()->set_data("1234"); }, "inline constant"},
       {"a node of no kind", [](auto* g) { g->mutable_nodes(5)->clear_kind(); }, "no kind"},
-      {"an output past the end", [](auto* g) { g->mutable_outputs(0)->set_node(6); }, "output"},
+      {"an output past the end", [](auto* g) { g->mutable_outputs(0)->set_node(7); }, "output"},
       {"no output", [](auto* g) { g->clear_outputs(); }, "no outputs"},
   };
   for (const Case& c : cases) {
