@@ -228,7 +228,15 @@ class KilnSubgraph(torch.nn.Module):
         transfer = connection_mod.ConstantTransfer()
         asked: set[str] = set()
         for _ in range(2):
-            response = self.conn.stub.Compile(request, timeout=connection_mod.COMPILE_TIMEOUT_S)
+            try:
+                response = self.conn.stub.Compile(request,
+                                                  timeout=connection_mod.COMPILE_TIMEOUT_S)
+            except grpc.RpcError as e:
+                # A daemon older than report_missing refuses instead.
+                if e.code() != grpc.StatusCode.FAILED_PRECONDITION:
+                    raise
+                missing = [""]
+                break
             missing = list(response.missing_constants)
             if not missing:
                 break

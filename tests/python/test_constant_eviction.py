@@ -82,3 +82,31 @@ def test_weights_not_read_at_run_time_are_dropped_then_uploaded_again(kilnd):
         kilnd.extra_args = []
         kilnd.start()
         torch._dynamo.reset()
+
+
+def test_a_daemon_that_does_not_know_report_missing_gets_every_weight(daemon_up, monkeypatch):
+    """A daemon older than CompileRequest.report_missing ignores the field
+    and refuses a compile whose weights it lacks: the client then uploads
+    them all and compiles again. The real daemon is shown each request as
+    such a daemon would read it (the field cleared)."""
+    conn = get_connection(daemon_up.socket)
+    conn.connect()
+    conn.reconnect(conn.generation)  # a fresh session: an earlier test restarts the daemon
+    compile_rpc = conn.stub.Compile
+    seen = []
+
+    def without_report_missing(request, **kwargs):
+        seen.append(request.report_missing)
+        old = type(request)()
+        old.CopyFrom(request)
+        old.ClearField("report_missing")
+        return compile_rpc(old, **kwargs)
+
+    monkeypatch.setattr(conn.stub, "Compile", without_report_missing)
+    torch.manual_seed(4321)  # weights new to the daemon
+    model, x = MlpWithOffset().eval(), torch.randn(4, 64)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(model, backend="kiln")(x), model(x))
+    # Asked with the flag, refused, then every weight and a plain compile.
+    assert seen == [True, False], seen
