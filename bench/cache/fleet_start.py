@@ -279,12 +279,6 @@ def table(results: dict) -> str:
 
 
 def report(results: dict) -> str:
-    env = results["environment"]
-    peak = env["fma_peak"]
-    peak_text = (f"{peak['gflops'].get('1')} GFLOP/s on 1 thread, "
-                 f"{peak['gflops'].get(str(env['threads']))} on {env['threads']} "
-                 f"({peak['isa']}: `{peak['command']}`)" if "gflops" in peak
-                 else peak.get("error", "unknown"))
     return "\n".join([
         "# First call in a new process, by cache",
         "",
@@ -292,15 +286,7 @@ def report(results: dict) -> str:
         "Median first-call time in seconds over the rounds (Dynamo, the backend and the run, "
         "in a fresh process), and in brackets its ratio to Kiln's cold first call.",
         "",
-        "| | |",
-        "|---|---|",
-        f"| command | `{results['command']}` |",
-        f"| commit | `{env['commit'][:12]}` |",
-        f"| date | {results['date']}; took {results['minutes']:.1f} min |",
-        f"| host | {env['cpu']}, {env['cores']} cores |",
-        f"| CPU flags | {' '.join(env['cpu_flags'])} |",
-        f"| fp32 FMA peak | {peak_text} |",
-        f"| threads | {env['threads']} for every backend and daemon |",
+        *host.header_rows(results, "for every backend and daemon"),
         f"| rounds | {results['rounds']} |",
         "",
         table(results),

@@ -167,12 +167,6 @@ def table(results: dict[str, Any]) -> str:
 
 
 def report(results: dict[str, Any]) -> str:
-    env = results["environment"]
-    peak = env["fma_peak"]
-    peak_text = (f"{peak['gflops'].get('1')} GFLOP/s on 1 thread, "
-                 f"{peak['gflops'].get(str(env['threads']))} on {env['threads']} "
-                 f"({peak['isa']}: `{peak['command']}`)" if "gflops" in peak
-                 else peak.get("error", "unknown"))
     s = results["settings"]
     return "\n".join([
         "# Text generation: generate() with a compiled forward",
@@ -183,15 +177,7 @@ def report(results: dict[str, Any]) -> str:
         "per-token time over Kiln's (above 1: Kiln is faster). Each backend runs in a "
         "process of its own.",
         "",
-        "| | |",
-        "|---|---|",
-        f"| command | `{results['command']}` |",
-        f"| commit | `{env['commit'][:12]}` |",
-        f"| date | {results['date']}; took {results['minutes']:.1f} min |",
-        f"| host | {env['cpu']}, {env['cores']} cores |",
-        f"| CPU flags | {' '.join(env['cpu_flags'])} |",
-        f"| fp32 FMA peak | {peak_text} |",
-        f"| threads | {env['threads']} for every backend |",
+        *host.header_rows(results),
         f"| generation | prompt of {s['prompt']} tokens, {s['new_tokens']} new tokens, greedy; "
         f"{s['runs']} timed generate() calls after one untimed |",
         "",

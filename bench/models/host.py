@@ -113,3 +113,26 @@ def environment(threads: int) -> dict[str, Any]:
     return {"threads": threads, "cpu": cpu, "cores": os.cpu_count(), "cpu_flags": flags,
             "platform": platform.platform(), "commit": commit(),
             "fma_peak": fma_peak(), "versions": versions()}
+
+
+def header_rows(results: dict[str, Any], threads_note: str = "for every backend") -> list[str]:
+    """The table that opens a results file: command, commit, date and run
+    time, host, CPU flags, FMA peak, threads. `results` holds command,
+    environment (environment()), date and minutes."""
+    env = results["environment"]
+    peak = env["fma_peak"]
+    peak_text = (f"{peak['gflops'].get('1')} GFLOP/s on 1 thread, "
+                 f"{peak['gflops'].get(str(env['threads']))} on {env['threads']} "
+                 f"({peak['isa']}: `{peak['command']}`)" if "gflops" in peak
+                 else peak.get("error", "unknown"))
+    return [
+        "| | |",
+        "|---|---|",
+        f"| command | `{results['command']}` |",
+        f"| commit | `{env['commit'][:12]}` |",
+        f"| date | {results['date']}; took {results['minutes']:.1f} min |",
+        f"| host | {env['cpu']}, {env['cores']} cores |",
+        f"| CPU flags | {' '.join(env['cpu_flags'])} |",
+        f"| fp32 FMA peak | {peak_text} |",
+        f"| threads | {env['threads']} {threads_note} |",
+    ]
