@@ -154,8 +154,15 @@ class Rewriter {
   }
 
   // A rank-4 f32 value that can be held in the graph's layout.
+  // f32 activations, and the integers a quantized graph keeps them in
+  // between its quantize and dequantize ops.
+  static bool LayoutDType(DType d) {
+    return d == DType::kF32 || d == DType::kU8 || d == DType::kI8 || d == DType::kI16 ||
+           d == DType::kI32;
+  }
+
   bool Representable(const TensorMeta& meta) const {
-    return meta.dtype == DType::kF32 && HasLayoutForm(meta.shape, layout_);
+    return LayoutDType(meta.dtype) && HasLayoutForm(meta.shape, layout_);
   }
 
   // The value in plain NCHW order, converting (once) if it only exists in
@@ -279,7 +286,9 @@ class Rewriter {
     if (node.outputs.size() != 1) return false;
     const TensorMeta& out = node.outputs[0];
     if (node.target == "kiln.conv2d") return RewriteConv(i);
-    if (out.dtype != DType::kF32) return false;
+    if (out.dtype != DType::kF32 && !(HasTrait(node, kElementwise) && LayoutDType(out.dtype))) {
+      return false;
+    }
     if (node.target == "aten.permute.default") return !blocked() && RewritePermute(i);
     std::vector<ValueRef> inputs = TensorInputsOf(node);
     bool any_cl = false;

@@ -261,6 +261,33 @@ TEST_F(SmallCnn, PadsStayChannelsLast) {
   EXPECT_EQ(CountSteps(*cl, "aten.constant_pad_nd.default"), 3) << dump;
 }
 
+// A PT2E-quantized block: the activation between two convolutions goes
+// through quantize (to u8) and dequantize per tensor, which are
+// elementwise, so the u8 value stays channels-last too and no reorder
+// remains around them.
+TEST_F(SmallCnn, QuantizedActivationsStayChannelsLast) {
+  GraphBuilder b;
+  const int x = b.Input({2, 4, 9, 9}, "x");
+  const int r1 = b.Call("aten.relu.default", {Ref(Conv(b, x, 4, 8, 3, "c1"))}, "r1");
+  kiln::v1::Argument u8;
+  u8.set_dtype(kiln::v1::UINT8);
+  const int q = b.Call("quantized_decomposed.quantize_per_tensor.default",
+                       {Ref(r1), Float(0.013), Int(3), Int(0), Int(255), u8}, "q");
+  const int dq = b.Call("quantized_decomposed.dequantize_per_tensor.default",
+                        {Ref(q), Float(0.013), Int(3), Int(0), Int(255), u8}, "dq");
+  const int c2 = Conv(b, dq, 8, 8, 3, "c2");
+  const int gp = b.Call("aten._adaptive_avg_pool2d.default", {Ref(c2), IntList({1, 1})}, "gp");
+  b.Output(b.Call("aten.flatten.using_ints", {Ref(gp), Int(1)}, "flat"));
+
+  const std::unique_ptr<CompiledGraph> cl = ChannelsLastAgreeingWithPlain(b.graph(), 97);
+  ASSERT_NE(cl, nullptr);
+  // The u8 value in its channels-last shape [N, H, W, C], between two
+  // convolutions that read and write channels-last.
+  const std::string dump = DumpCompiledGraph(*cl);
+  EXPECT_NE(dump.find(": u8[2,9,9,8]"), std::string::npos) << dump;
+  EXPECT_EQ(CountSteps(*cl, "quantized_decomposed.dequantize_per_tensor.default"), 1) << dump;
+}
+
 // Shufflenet units: the channel shuffle (view to [N, 2, C/2, H, W],
 // transpose of the two channel dims, contiguous, view back) and the split
 // of the channels into the two branches stay channels-last, so no value
