@@ -210,6 +210,43 @@ def _mutating_nodes(gm: fx.GraphModule) -> list[fx.Node]:
     return found
 
 
+def _assert_holds(node: fx.Node) -> bool:
+    """Whether an aten._assert_tensor_metadata node (torch.export puts one
+    before each .to()) asserts what the traced value already is: with
+    static shapes and Dynamo's guards on the inputs, then it holds on every
+    call and checks nothing."""
+    val = node.args[0].meta.get("val") if node.args and isinstance(node.args[0], fx.Node) else None
+    if not isinstance(val, torch.Tensor):
+        return False
+    schema = node.target._schema
+    given = dict(zip((a.name for a in schema.arguments), node.args))
+    given.update(node.kwargs)
+    checks = {"size": lambda v: list(v) == list(val.shape),
+              "stride": lambda v: list(v) == list(val.stride()),
+              "dtype": lambda v: v == val.dtype,
+              "device": lambda v: torch.device(v) == val.device,
+              "layout": lambda v: v == val.layout}
+    for name, value in given.items():
+        if name == "a" or value is None:
+            continue
+        if name not in checks or not checks[name](value):
+            return False
+    return True
+
+
+def drop_proven_asserts(gm: fx.GraphModule) -> int:
+    """Removes the metadata assertions that hold (_assert_holds); one that
+    fails stays, so eager raises as it would. Returns how many went."""
+    dropped = 0
+    for node in list(gm.graph.nodes):
+        if (node.op == "call_function"
+                and node.target is torch.ops.aten._assert_tensor_metadata.default
+                and not node.users and _assert_holds(node)):
+            gm.graph.erase_node(node)
+            dropped += 1
+    return dropped
+
+
 def lower(gm: fx.GraphModule, example_inputs: Sequence[object],
           extra_decompositions: Sequence[str] = (),
           constant_inputs: frozenset[int] | None = None) -> LoweredGraph:
@@ -265,6 +302,7 @@ def lower(gm: fx.GraphModule, example_inputs: Sequence[object],
     if mutating:
         raise LoweringError(f"the lowered graph writes in place ({mutating[0].target})")
     partition.rebase_storage_readers(aten)
+    drop_proven_asserts(aten)
     aten.graph.eliminate_dead_code()
     aten.recompile()
 

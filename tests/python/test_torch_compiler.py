@@ -209,3 +209,24 @@ def test_guard_failure_recompiles_with_right_answer(daemon_up):
     compiles, executes = _daemon_counts(daemon_up)
     assert compiles == daemon_before[0] + 2
     assert executes == daemon_before[1] + 4
+
+
+def test_an_exported_module_runs_whole_in_the_daemon(daemon_up):
+    """torch.export puts an aten._assert_tensor_metadata before each .to();
+    asserting what the traced value is, it is dropped rather than left in
+    eager beside the partition."""
+    import kiln
+
+    class Masked(torch.nn.Module):
+        def forward(self, x, mask):
+            return torch.relu(x) * mask.to(torch.float32)
+
+    x, mask = torch.randn(4, 8), torch.randint(0, 2, (4, 8))
+    exported = torch.export.export(Masked(), (x, mask), strict=True).module()
+    targets = {str(n.target) for n in exported.graph.nodes if n.op == "call_function"}
+    assert "aten._assert_tensor_metadata.default" in targets, targets
+    with torch.no_grad():
+        report = kiln.explain(exported, x, mask)
+        got = torch.compile(exported, backend="kiln")(x, mask)
+    assert report.nodes_in_eager == 0 and report.nodes_in_daemon >= 2, str(report)
+    torch.testing.assert_close(got, torch.relu(x) * mask.float())
