@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
 import host  # noqa: E402
@@ -132,16 +131,6 @@ def cell(spec: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def run_cell(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
-    proc = subprocess.run([sys.executable, __file__, "--_cell", json.dumps(spec)],
-                          capture_output=True, text=True, timeout=timeout,
-                          env=dict(os.environ, OMP_NUM_THREADS=str(spec["threads"])))
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        return {"status": "failed", "error": (proc.stderr or proc.stdout)[-500:]}
-    return json.loads(lines[-1])
-
-
 def table(results: dict[str, Any]) -> str:
     lines = ["| model | cache | batch | backend | first token ms | per token ms | "
              "kiln vs it (per token) | tokens | kiln input bytes per call: copied / in place |",
@@ -223,7 +212,7 @@ def main() -> int:
                             "threads": args.threads, "prompt": args.prompt,
                             "new_tokens": args.new_tokens, "runs": args.runs}
                     try:
-                        row["cells"][b] = run_cell(spec, args.timeout)
+                        row["cells"][b] = host.run_child(__file__, spec, args.timeout)
                     except subprocess.TimeoutExpired:
                         row["cells"][b] = {"status": "failed", "error": "timed out"}
                     c = row["cells"][b]
@@ -234,15 +223,7 @@ def main() -> int:
     results["minutes"] = (time.monotonic() - began) / 60
     text = report(results)
     print(text)
-    raw = REPO / "bench" / "results" / f"generate-{datetime.datetime.now():%Y%m%d-%H%M%S}.json"
-    raw.parent.mkdir(parents=True, exist_ok=True)
-    raw.write_text(json.dumps(results, indent=1))
-    print(f"wrote {raw}", file=sys.stderr)
-    if args.results_file:
-        path = args.results_file.replace(
-            "{isa}", host.isa_class(results["environment"]["cpu_flags"]))
-        Path(path).write_text(text)
-        print(f"wrote {path}", file=sys.stderr)
+    host.write_results("generate", results, text, args.results_file)
     return 0
 
 

@@ -1,13 +1,19 @@
 """Facts about the host and the code a benchmark run measured: CPU and its
 flags, the FMA peak measured by the kernel benchmark, package versions and
-the commit. Each run's results carry them (results["environment"])."""
+the commit. Each run's results carry them (results["environment"]), and
+the header of every results file shows them (header_rows). Also what the
+per-process benchmarks share: a cell in a child process (run_child) and
+where results go (write_results)."""
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import platform
 import subprocess
+import sys
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 import report
@@ -136,3 +142,30 @@ def header_rows(results: dict[str, Any], threads_note: str = "for every backend"
         f"| fp32 FMA peak | {peak_text} |",
         f"| threads | {env['threads']} {threads_note} |",
     ]
+
+
+def run_child(script: str, spec: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """Runs `script --_cell <spec as JSON>` in a process of its own (one
+    backend per process) and returns the JSON its last line printed, or a
+    failed cell with the end of its output."""
+    proc = subprocess.run([sys.executable, script, "--_cell", json.dumps(spec)],
+                          capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, OMP_NUM_THREADS=str(spec["threads"])))
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        return {"status": "failed", "error": (proc.stderr or proc.stdout)[-500:]}
+    return json.loads(lines[-1])
+
+
+def write_results(name: str, results: dict[str, Any], text: str,
+                  results_file: str | None) -> None:
+    """Keeps every figure in bench/results/<name>-<date>.json and, with
+    `results_file`, the report there ({isa} becomes avx2 or avx512)."""
+    raw = Path(REPO) / "bench" / "results" / f"{name}-{datetime.datetime.now():%Y%m%d-%H%M%S}.json"
+    raw.parent.mkdir(parents=True, exist_ok=True)
+    raw.write_text(json.dumps(results, indent=1))
+    print(f"wrote {raw}", file=sys.stderr)
+    if results_file:
+        path = results_file.replace("{isa}", isa_class(results["environment"]["cpu_flags"]))
+        Path(path).write_text(text)
+        print(f"wrote {path}", file=sys.stderr)

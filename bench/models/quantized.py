@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
 import host  # noqa: E402
@@ -90,16 +89,6 @@ def cell(spec: dict[str, Any]) -> dict[str, Any]:
     finally:
         backend.close()
     return out
-
-
-def run_cell(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
-    proc = subprocess.run([sys.executable, __file__, "--_cell", json.dumps(spec)],
-                          capture_output=True, text=True, timeout=timeout,
-                          env=dict(os.environ, OMP_NUM_THREADS=str(spec["threads"])))
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        return {"status": "failed", "error": (proc.stderr or proc.stdout)[-500:]}
-    return json.loads(lines[-1])
 
 
 def _where(c: dict[str, Any]) -> str:
@@ -182,7 +171,7 @@ def main() -> int:
         for b in backends:
             spec = {"model": model, "backend": b, "threads": args.threads, "runs": args.runs}
             try:
-                row["cells"][b] = run_cell(spec, args.timeout)
+                row["cells"][b] = host.run_child(__file__, spec, args.timeout)
             except subprocess.TimeoutExpired:
                 row["cells"][b] = {"status": "failed", "error": "timed out"}
             c = row["cells"][b]
@@ -193,15 +182,7 @@ def main() -> int:
     results["minutes"] = (time.monotonic() - began) / 60
     text = report(results)
     print(text)
-    raw = REPO / "bench" / "results" / f"quantized-{datetime.datetime.now():%Y%m%d-%H%M%S}.json"
-    raw.parent.mkdir(parents=True, exist_ok=True)
-    raw.write_text(json.dumps(results, indent=1))
-    print(f"wrote {raw}", file=sys.stderr)
-    if args.results_file:
-        path = args.results_file.replace(
-            "{isa}", host.isa_class(results["environment"]["cpu_flags"]))
-        Path(path).write_text(text)
-        print(f"wrote {path}", file=sys.stderr)
+    host.write_results("quantized", results, text, args.results_file)
     return 0
 
 
